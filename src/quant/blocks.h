@@ -1,0 +1,100 @@
+// Block layouts of the quantized types, byte for byte as in GGUF files (ggml's block_* structs).
+// Scales `d`/`m`/`dmin` are IEEE half stored as uint16_t (util/fp16.h converts). QK_K = 256 super-blocks carry
+// 6-bit packed sub-block scales in 12 bytes (K_SCALE_SIZE) for q4_K/q5_K, 4+4-bit scales for q2_K, and 6-bit
+// scales packed in 12 bytes for q3_K; q6_K has int8 scales per 16 elements.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln {
+
+inline constexpr int QK4_0 = 32, QK4_1 = 32, QK5_0 = 32, QK5_1 = 32, QK8_0 = 32, QK8_1 = 32;
+inline constexpr int QK_K = 256;
+inline constexpr int K_SCALE_SIZE = 12;
+
+struct block_q4_0 {
+  uint16_t d;             // delta
+  uint8_t qs[QK4_0 / 2];  // nibbles: element j in low nibble of qs[j], element j+16 in high nibble; x = d*(q-8)
+};
+static_assert(sizeof(block_q4_0) == 18);
+
+struct block_q4_1 {
+  uint16_t d, m;          // x = d*q + m
+  uint8_t qs[QK4_1 / 2];
+};
+static_assert(sizeof(block_q4_1) == 20);
+
+struct block_q5_0 {
+  uint16_t d;
+  uint8_t qh[4];          // 5th bit of each of the 32 elements (little-endian uint32)
+  uint8_t qs[QK5_0 / 2];  // x = d*(q-16)
+};
+static_assert(sizeof(block_q5_0) == 22);
+
+struct block_q5_1 {
+  uint16_t d, m;
+  uint8_t qh[4];
+  uint8_t qs[QK5_1 / 2];  // x = d*q + m
+};
+static_assert(sizeof(block_q5_1) == 24);
+
+struct block_q8_0 {
+  uint16_t d;
+  int8_t qs[QK8_0];       // x = d*q
+};
+static_assert(sizeof(block_q8_0) == 34);
+
+struct block_q8_1 {
+  uint16_t d;             // delta
+  uint16_t s;             // d * sum(qs)
+  int8_t qs[QK8_1];
+};
+static_assert(sizeof(block_q8_1) == 36);
+
+struct block_q2_K {
+  uint8_t scales[QK_K / 16];  // low nibble: scale, high nibble: min, per 16 elements
+  uint8_t qs[QK_K / 4];       // 2-bit quants
+  uint16_t d, dmin;           // super-block scales for the quantized scales / mins
+};
+static_assert(sizeof(block_q2_K) == 84);
+
+struct block_q3_K {
+  uint8_t hmask[QK_K / 8];  // high bit of the 3-bit quants
+  uint8_t qs[QK_K / 4];     // low 2 bits
+  uint8_t scales[12];       // 16 scales, 6 bits each
+  uint16_t d;
+};
+static_assert(sizeof(block_q3_K) == 110);
+
+struct block_q4_K {
+  uint16_t d, dmin;
+  uint8_t scales[K_SCALE_SIZE];  // 8 scales + 8 mins, 6 bits each
+  uint8_t qs[QK_K / 2];
+};
+static_assert(sizeof(block_q4_K) == 144);
+
+struct block_q5_K {
+  uint16_t d, dmin;
+  uint8_t scales[K_SCALE_SIZE];
+  uint8_t qh[QK_K / 8];
+  uint8_t qs[QK_K / 2];
+};
+static_assert(sizeof(block_q5_K) == 176);
+
+struct block_q6_K {
+  uint8_t ql[QK_K / 2];       // low 4 bits
+  uint8_t qh[QK_K / 4];       // high 2 bits
+  int8_t scales[QK_K / 16];   // 8-bit scales per 16 elements
+  uint16_t d;
+};
+static_assert(sizeof(block_q6_K) == 210);
+
+// Activation type for k-quant dot products (never stored in model files by llama.cpp's tools).
+struct block_q8_K {
+  float d;
+  int8_t qs[QK_K];
+  int16_t bsums[QK_K / 16];  // sum of qs per 16 elements
+};
+static_assert(sizeof(block_q8_K) == 292);
+
+}  // namespace kiln

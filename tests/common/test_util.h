@@ -1,0 +1,47 @@
+// Shared test helpers: where the test data lives, fixture discovery, NMSE.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace kiln::test {
+
+// tests/data: the small committed subset, always present.
+inline std::string data_dir() { return KILN_TEST_DATA_DIR; }
+inline std::string data_path(const std::string& rel) { return data_dir() + "/" + rel; }
+// The full llama.cpp fixture matrix (../shared/fixtures), or "" when absent.
+inline std::string fixtures_dir() {
+  std::error_code ec;
+  return std::filesystem::is_directory(KILN_FIXTURES_DIR, ec) ? std::string(KILN_FIXTURES_DIR) : std::string();
+}
+inline std::string kiln_binary() { return KILN_BINARY; }
+
+inline std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+// sum((a-b)^2) / sum(b^2) over n elements.
+inline double nmse(const float* a, const float* ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double d = static_cast<double>(a[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+}  // namespace kiln::test
+
+// Skips (visibly) a test that needs the full fixture matrix when it is not there.
+#define KILN_REQUIRE_FIXTURES()                                                           \
+  do {                                                                                    \
+    if (::kiln::test::fixtures_dir().empty()) GTEST_SKIP() << "skipped: fixtures not found at " KILN_FIXTURES_DIR; \
+  } while (0)

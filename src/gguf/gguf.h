@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -32,7 +33,11 @@ enum class ValueType : uint32_t {
   U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7, STRING = 8, ARRAY = 9,
   U64 = 10, I64 = 11, F64 = 12,
 };
+inline constexpr int kMaxArrayDepth = 8;  // arrays nested deeper than this are rejected by the reader
 const char* value_type_name(ValueType t);
+bool value_type_is_valid(uint32_t t);
+// `s` in double quotes with \", \\, \n, \r, \t and \xNN escapes (for display).
+std::string quote_string(std::string_view s);
 
 struct Value;
 struct Array {
@@ -127,6 +132,7 @@ class File {
   uint64_t data_offset_ = 0;
   std::vector<KeyValue> kvs_;
   std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string, size_t> kv_index_, tensor_index_;  // name -> position in kvs_ / tensors_
   friend class Parser;
 };
 
@@ -135,7 +141,10 @@ class File {
 class Writer {
  public:
   // Produces the tensor's bytes: fill(dst, begin, n) writes bytes [begin, begin+n) of the tensor's data into dst.
-  // Called with consecutive chunks; may be called from several threads for different chunks.
+  // Chunks cover the tensor exactly once; begin and n are multiples of the type's block bytes (type_size), so a
+  // fill works on whole blocks; chunks are at most kWriteChunkBytes (unless one block is larger) and may be
+  // produced concurrently from several threads, in any order.
+  static constexpr uint64_t kWriteChunkBytes = 8ull << 20;
   using FillFn = std::function<void(uint8_t* dst, uint64_t begin, uint64_t n)>;
 
   void set(std::string key, Value value);
@@ -143,10 +152,18 @@ class Writer {
   // `data` is borrowed: it must stay valid until write() returns. ne has 1..4 dims, ne[0] innermost.
   Status add_tensor(std::string name, DType type, std::vector<int64_t> ne, const void* data);
   Status add_tensor(std::string name, DType type, std::vector<int64_t> ne, FillFn fill);
-  // Writes the file; `n_threads` > 1 lets FillFn chunks be produced in parallel.
+  // Writes the file; `n_threads` > 1 lets chunks be produced and written in parallel (<= 0: all cores). Data is
+  // produced in chunks of up to kWriteChunkBytes and written with pwrite at its final offset into `path`.tmp,
+  // renamed to `path` on success (removed on failure).
   Status write(const std::string& path, int n_threads = 1) const;
 
   size_t n_tensors() const { return tensors_.size(); }
+  const std::vector<KeyValue>& kvs() const { return kvs_; }
+  const Value* find(std::string_view key) const;
+  bool remove(std::string_view key);  // true when the key was there
+  uint64_t alignment() const { return alignment_; }
+  // Bytes the file will have (header, padding, tensor data); an error if the header cannot be serialized.
+  Result<uint64_t> file_size() const;
 
  private:
   struct PendingTensor {
@@ -157,6 +174,9 @@ class Writer {
     const void* data;
     FillFn fill;
   };
+  // Serializes header + tensor infos (not padded); sets each tensor's offset in `offsets`.
+  Status build_header(std::string* out, std::vector<uint64_t>* offsets) const;
+
   std::vector<KeyValue> kvs_;
   std::vector<PendingTensor> tensors_;
   uint64_t alignment_ = kDefaultAlignment;

@@ -97,4 +97,31 @@ struct block_q8_K {
 };
 static_assert(sizeof(block_q8_K) == 292);
 
+// ---- packed sub-block scales -----------------------------------------------------------------------------------
+// q4_K / q5_K: 8 sub-blocks of 32, each with a 6-bit scale sc[j] and a 6-bit min m[j], packed in 12 bytes:
+//   j < 4:  sc[j] = s[j] & 63,                          m[j] = s[j+4] & 63
+//   j >= 4: sc[j] = (s[j+4] & 15) | ((s[j-4] >> 6) << 4), m[j] = (s[j+4] >> 4) | ((s[j] >> 6) << 4)
+// i.e. bytes 0-3 hold sc[0..3] + the top 2 bits of sc[4..7], bytes 4-7 hold m[0..3] + the top 2 bits of m[4..7],
+// bytes 8-11 hold the low nibbles of sc[4..7] (low) and m[4..7] (high). Element value = d*sc[j]*q - dmin*m[j].
+inline void kquant_scale_min(int j, const uint8_t* s, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+// q3_K: 16 sub-blocks of 16, each with a 6-bit scale stored biased by 32 (signed value = raw - 32), in 12 bytes:
+// the low 4 bits of scale j are nibble (j % 8) of bytes 0-7 (j < 8: low nibble of byte j; j >= 8: high nibble of
+// byte j-8), the high 2 bits of scale j are bits 2*(j / 4)..+1 of byte 8 + (j % 4).
+inline void q3k_unpack_scales(const uint8_t* s, int8_t out[16]) {
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (j < 8) ? (s[j] & 0xF) : (s[j - 8] >> 4);
+    const int hi = (s[8 + (j % 4)] >> (2 * (j / 4))) & 3;
+    out[j] = static_cast<int8_t>((lo | (hi << 4)) - 32);
+  }
+}
+
 }  // namespace kiln

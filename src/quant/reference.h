@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "quant/blocks.h"
 #include "quant/dtype.h"
 #include "util/status.h"
 
@@ -19,5 +20,41 @@ bool can_quantize(DType t);
 Status dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Quantizes src[0..n) into blocks of type t at dst (row bytes = dtype_row_bytes(t, n)).
 Status quantize_row(DType t, const float* src, void* dst, int64_t n);
+
+// ---- typed entry points (no checks: n must be a multiple of the type's block size, pointers valid) ----------
+// Activation quantizers, bit-exact with llama.cpp's scalar reference quantizers (quantize_row_q8_{0,1,K}_ref)
+// for every input whose llama.cpp encoding is finite (see quantize_q8.cpp for the overflow corner cases).
+void quantize_row_q8_0(const float* x, block_q8_0* y, int64_t n);
+void quantize_row_q8_1(const float* x, block_q8_1* y, int64_t n);
+void quantize_row_q8_K(const float* x, block_q8_K* y, int64_t n);
+
+// Dequantizers: the same values as ggml's dequantize_row_* (same float operations in the same order).
+void dequantize_row_f16(const uint16_t* x, float* y, int64_t n);
+void dequantize_row_bf16(const uint16_t* x, float* y, int64_t n);
+void dequantize_row_q4_0(const block_q4_0* x, float* y, int64_t n);
+void dequantize_row_q4_1(const block_q4_1* x, float* y, int64_t n);
+void dequantize_row_q5_0(const block_q5_0* x, float* y, int64_t n);
+void dequantize_row_q5_1(const block_q5_1* x, float* y, int64_t n);
+void dequantize_row_q8_0(const block_q8_0* x, float* y, int64_t n);
+void dequantize_row_q8_1(const block_q8_1* x, float* y, int64_t n);
+void dequantize_row_q2_K(const block_q2_K* x, float* y, int64_t n);
+void dequantize_row_q3_K(const block_q3_K* x, float* y, int64_t n);
+void dequantize_row_q4_K(const block_q4_K* x, float* y, int64_t n);
+void dequantize_row_q5_K(const block_q5_K* x, float* y, int64_t n);
+void dequantize_row_q6_K(const block_q6_K* x, float* y, int64_t n);
+void dequantize_row_q8_K(const block_q8_K* x, float* y, int64_t n);
+
+// Weight quantizers (methods documented at each definition; k-quants need not match llama.cpp's bytes).
+void quantize_row_f16(const float* x, uint16_t* y, int64_t n);
+void quantize_row_bf16(const float* x, uint16_t* y, int64_t n);
+void quantize_row_q4_0(const float* x, block_q4_0* y, int64_t n);
+void quantize_row_q4_1(const float* x, block_q4_1* y, int64_t n);
+void quantize_row_q5_0(const float* x, block_q5_0* y, int64_t n);
+void quantize_row_q5_1(const float* x, block_q5_1* y, int64_t n);
+void quantize_row_q2_K(const float* x, block_q2_K* y, int64_t n);
+void quantize_row_q3_K(const float* x, block_q3_K* y, int64_t n);
+void quantize_row_q4_K(const float* x, block_q4_K* y, int64_t n);
+void quantize_row_q5_K(const float* x, block_q5_K* y, int64_t n);
+void quantize_row_q6_K(const float* x, block_q6_K* y, int64_t n);
 
 }  // namespace kiln

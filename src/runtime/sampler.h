@@ -58,6 +58,8 @@ class Sampler {
   void accept(int32_t token);
   // Forgets the accepted tokens and restarts the RNG from the seed.
   void reset();
+  // Forgets the accepted tokens only (the RNG keeps its state): for rewinding a sequence.
+  void clear_history() { history_.clear(); }
   uint64_t seed() const { return seed_; }
   const SamplerParams& params() const { return p_; }
   bool greedy() const { return p_.temp <= 0.0f; }

@@ -1,0 +1,114 @@
+#include "runtime/sequence.h"
+
+#include <algorithm>
+
+namespace kiln {
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::kNone: return "none";
+    case StopReason::kEog: return "eog";
+    case StopReason::kLimit: return "limit";
+    case StopReason::kContextFull: return "context_full";
+    case StopReason::kCallback: return "callback";
+  }
+  return "?";
+}
+
+Sequence::Sequence(int32_t seq_id, const Tokenizer& tok, int32_t n_vocab, int64_t n_ctx, const SequenceOptions& opts)
+    : id_(seq_id), tok_(tok), n_vocab_(n_vocab), n_ctx_(n_ctx), opts_(opts), sampler_(opts.sampling, n_vocab),
+      decoder_(tok) {}
+
+Status Sequence::validate() const {
+  KILN_TRY(sampler_.validate());
+  if (opts_.n_predict < -1)
+    return make_error(ErrorCode::kInvalidArgument, "n_predict: must be >= -1 (got %d)", opts_.n_predict);
+  if (n_ctx_ <= 0) return make_error(ErrorCode::kInvalidArgument, "n_ctx: must be > 0 (got %lld)", (long long)n_ctx_);
+  return Status::ok();
+}
+
+Status Sequence::append(std::span<const int32_t> ids) {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= n_vocab_)
+      return make_error(ErrorCode::kInvalidArgument, "token %zu: id %d is outside the vocabulary [0, %d)", i, ids[i],
+                        n_vocab_);
+  if (static_cast<int64_t>(tokens_.size() + ids.size()) > n_ctx_)
+    return make_error(ErrorCode::kOutOfRange,
+                      "context full: sequence %d holds %zu tokens and %zu more exceed its context of %lld tokens "
+                      "(raise -c)",
+                      id_, tokens_.size(), ids.size(), (long long)n_ctx_);
+  tokens_.insert(tokens_.end(), ids.begin(), ids.end());
+  for (int32_t t : ids) sampler_.accept(t);
+  return Status::ok();
+}
+
+void Sequence::truncate(int64_t pos) {
+  pos = std::clamp<int64_t>(pos, 0, static_cast<int64_t>(tokens_.size()));
+  tokens_.resize(static_cast<size_t>(pos));
+  n_cached_ = std::min(n_cached_, pos);
+  n_scheduled_ = 0;
+  scheduled_logits_ = false;
+  sampler_.clear_history();
+  const int32_t last_n = sampler_.params().penalty_last_n;
+  size_t from = last_n < 0 ? 0 : tokens_.size() - std::min(tokens_.size(), static_cast<size_t>(last_n));
+  for (size_t i = from; i < tokens_.size(); ++i) sampler_.accept(tokens_[i]);
+}
+
+size_t Sequence::schedule(Batch& batch, size_t max_tokens) {
+  if (n_scheduled_ != 0) return 0;
+  const size_t start = static_cast<size_t>(n_cached_);
+  const size_t n = std::min(max_tokens, tokens_.size() - start);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t p = start + i;
+    batch.add(tokens_[p], static_cast<int32_t>(p), id_, p + 1 == tokens_.size());
+  }
+  n_scheduled_ = static_cast<int64_t>(n);
+  scheduled_logits_ = n > 0 && start + n == tokens_.size();
+  return n;
+}
+
+void Sequence::commit() {
+  n_cached_ += n_scheduled_;
+  n_scheduled_ = 0;
+}
+
+void Sequence::rollback() {
+  n_scheduled_ = 0;
+  scheduled_logits_ = false;
+}
+
+void Sequence::begin_turn() {
+  n_generated_ = 0;
+  stop_ = StopReason::kNone;
+}
+
+Sequence::Step Sequence::on_logits(std::span<const float> row) {
+  Step s;
+  scheduled_logits_ = false;
+  if (stop_ != StopReason::kNone) {
+    s.stop = stop_;
+    return s;
+  }
+  const int32_t t = sampler_.sample(row);
+  if (!opts_.ignore_eos && tok_.is_eog(t)) {
+    s.stop = stop_ = StopReason::kEog;
+    return s;
+  }
+  s.token = t;
+  s.piece = decoder_.push(t);
+  ++n_generated_;
+  if (opts_.n_predict >= 0 && n_generated_ >= opts_.n_predict) {
+    s.stop = stop_ = StopReason::kLimit;
+    return s;
+  }
+  // The sampled token needs a slot to be fed (so the next one can be sampled).
+  if (static_cast<int64_t>(tokens_.size()) + 1 > n_ctx_) {
+    s.stop = stop_ = StopReason::kContextFull;
+    return s;
+  }
+  tokens_.push_back(t);
+  sampler_.accept(t);
+  return s;
+}
+
+}  // namespace kiln

@@ -1,0 +1,99 @@
+// Per-sequence generation state, kept apart from the model and the KV cache so that one scheduler can drive many
+// sequences through shared forward passes (continuous batching): each step it asks every sequence to schedule
+// some of its pending tokens into one Batch, runs Model::forward once, commits, and hands each sequence that asked
+// for logits its row. The CLI's Generator (generate.h) is that loop with a single sequence.
+//
+// Token flow: append() queues tokens (prompt, chat turn) as pending; schedule() moves the next chunk of pending
+// tokens into a batch at positions n_cached() .. (the last pending token asks for logits); commit() marks the
+// chunk as stored in the cache (rollback() after a failed forward); on_logits() samples the next token, applies
+// the stop rules and, unless stopping, queues the sampled token as the next pending one.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/batch.h"
+#include "runtime/sampler.h"
+#include "tokenizer/tokenizer.h"
+#include "util/status.h"
+
+namespace kiln {
+
+enum class StopReason {
+  kNone,         // still running
+  kEog,          // the model produced an end-of-generation token (not emitted)
+  kLimit,        // n_predict tokens generated
+  kContextFull,  // the next token would not fit the sequence's context
+  kCallback,     // the token callback asked to stop
+};
+const char* stop_reason_name(StopReason r);
+
+struct SequenceOptions {
+  int32_t n_predict = -1;   // tokens to generate per turn; -1: until EOG or the context is full
+  bool ignore_eos = false;  // keep going past EOG tokens (they are emitted like any other)
+  SamplerParams sampling;
+};
+
+class Sequence {
+ public:
+  // n_ctx: the most tokens this sequence may hold in the cache. n_vocab: rows of logits / valid ids.
+  Sequence(int32_t seq_id, const Tokenizer& tok, int32_t n_vocab, int64_t n_ctx, const SequenceOptions& opts);
+
+  Status validate() const;  // sampler parameters, n_predict
+  int32_t id() const { return id_; }
+  int64_t n_ctx() const { return n_ctx_; }
+  // Every token of the sequence: cached first, then pending.
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int64_t n_cached() const { return n_cached_; }
+  size_t n_pending() const { return tokens_.size() - static_cast<size_t>(n_cached_ + n_scheduled_); }
+
+  // Queues tokens to feed; they also enter the penalty window. Errors (nothing queued): an id outside
+  // [0, n_vocab) (names its index), or more tokens than the context holds.
+  Status append(std::span<const int32_t> ids);
+  // Forgets tokens from position `pos` on (cached or pending); the caller truncates the KvCache to match.
+  // The penalty window is rebuilt from what remains.
+  void truncate(int64_t pos);
+  // Adds up to max_tokens pending tokens to `batch` (positions continue the cache; want_logits on the last
+  // pending token only). Returns how many; at most one chunk may be outstanding.
+  size_t schedule(Batch& batch, size_t max_tokens);
+  bool scheduled_wants_logits() const { return scheduled_logits_; }
+  void commit();    // the scheduled chunk is in the cache
+  void rollback();  // the forward pass failed: the chunk is pending again
+
+  // Starts a turn of generation: resets the generated-token count and the stop state.
+  void begin_turn();
+  struct Step {
+    int32_t token = -1;     // the sampled token (-1 if nothing was emitted)
+    std::string piece;      // its complete UTF-8 text so far (StreamDecoder)
+    StopReason stop = StopReason::kNone;
+  };
+  // Samples from the logits row of the last fed token. The token is emitted (returned with its text) unless it is
+  // an EOG token without ignore_eos; it is queued for feeding unless the sequence stops.
+  Step on_logits(std::span<const float> row);
+  // Text held back by the stream decoder (an incomplete UTF-8 tail) at the end of a turn.
+  std::string flush_text() { return decoder_.flush(); }
+  // Marks the sequence stopped from outside (e.g. the consumer hung up).
+  void stop(StopReason r) { stop_ = r; }
+  StopReason stop_reason() const { return stop_; }
+  int32_t n_generated() const { return n_generated_; }
+  Sampler& sampler() { return sampler_; }
+
+ private:
+  int32_t id_;
+  const Tokenizer& tok_;
+  int32_t n_vocab_;
+  int64_t n_ctx_;
+  SequenceOptions opts_;
+  Sampler sampler_;
+  StreamDecoder decoder_;
+  std::vector<int32_t> tokens_;
+  int64_t n_cached_ = 0;
+  int64_t n_scheduled_ = 0;   // tokens in the outstanding chunk
+  bool scheduled_logits_ = false;
+  int32_t n_generated_ = 0;
+  StopReason stop_ = StopReason::kNone;
+};
+
+}  // namespace kiln

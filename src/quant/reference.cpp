@@ -34,14 +34,7 @@ bool can_dequantize(DType t) {
   }
 }
 
-bool can_quantize(DType t) {
-  switch (t) {
-    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
-      return false;
-    default:
-      return can_dequantize(t);
-  }
-}
+bool can_quantize(DType t) { return can_dequantize(t); }
 
 namespace {
 
@@ -97,6 +90,11 @@ Status quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::Q5_1: quantize_row_q5_1(src, static_cast<block_q5_1*>(dst), n); break;
     case DType::Q8_0: quantize_row_q8_0(src, static_cast<block_q8_0*>(dst), n); break;
     case DType::Q8_1: quantize_row_q8_1(src, static_cast<block_q8_1*>(dst), n); break;
+    case DType::Q2_K: quantize_row_q2_K(src, static_cast<block_q2_K*>(dst), n); break;
+    case DType::Q3_K: quantize_row_q3_K(src, static_cast<block_q3_K*>(dst), n); break;
+    case DType::Q4_K: quantize_row_q4_K(src, static_cast<block_q4_K*>(dst), n); break;
+    case DType::Q5_K: quantize_row_q5_K(src, static_cast<block_q5_K*>(dst), n); break;
+    case DType::Q6_K: quantize_row_q6_K(src, static_cast<block_q6_K*>(dst), n); break;
     case DType::Q8_K: quantize_row_q8_K(src, static_cast<block_q8_K*>(dst), n); break;
     default:
       return make_error(ErrorCode::kUnsupported, "quantize_row: no reference quantization for type %s",

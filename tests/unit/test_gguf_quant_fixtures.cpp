@@ -163,6 +163,44 @@ void check_exact(const std::string& dir, const std::string& arch, const std::str
   std::printf("%s: %d %s tensors byte-identical to llama-quantize's\n", q_path.c_str(), checked, dtype_name(type));
 }
 
+// kiln's k-quant quantizers (not byte-compatible by design) against llama-quantize's on the same tensors: for every
+// k-quant tensor of every model in `dir`, kiln quantizes the F16 source to the same type and its relative RMSE
+// must be within `tolerance` x llama.cpp's relative RMSE on that tensor. Returns the per-type worst ratio.
+std::map<std::string, double> check_kquant_error_level(const std::string& dir, double tolerance) {
+  std::map<std::string, double> worst;
+  for (const auto& [arch, type] : list_models(dir)) {
+    const std::string src_path = dir + "/fixture-" + arch + "-f16.gguf";
+    const std::string q_path = dir + "/fixture-" + arch + "-" + type + ".gguf";
+    if (type == "f16" || !fs::exists(src_path)) continue;
+    auto src = gguf::File::open(src_path);
+    auto q = gguf::File::open(q_path);
+    EXPECT_TRUE(src.is_ok() && q.is_ok()) << q_path;
+    if (!src.is_ok() || !q.is_ok()) continue;
+    for (const gguf::TensorInfo& t : q->tensors()) {
+      if (t.type != DType::Q2_K && t.type != DType::Q3_K && t.type != DType::Q4_K && t.type != DType::Q5_K &&
+          t.type != DType::Q6_K)
+        continue;
+      const gguf::TensorInfo* s = src->find_tensor(t.name);
+      if (s == nullptr || s->n_elements() != t.n_elements()) continue;  // reported by the dequant test
+      const std::vector<float> ref = dequantize_tensor(*s);
+      const std::vector<float> theirs = dequantize_tensor(t);
+      std::vector<uint8_t> mine_q(t.nbytes);
+      EXPECT_TRUE(quantize_row(t.type, ref.data(), mine_q.data(), t.n_elements()).is_ok());
+      std::vector<float> mine(ref.size());
+      EXPECT_TRUE(dequantize_row(t.type, mine_q.data(), mine.data(), t.n_elements()).is_ok());
+      const double rel_mine = std::sqrt(test::nmse(mine.data(), ref.data(), ref.size()));
+      const double rel_theirs = std::sqrt(test::nmse(theirs.data(), ref.data(), ref.size()));
+      EXPECT_LE(rel_mine, tolerance * rel_theirs)
+          << q_path << ": " << t.name << " (" << dtype_name(t.type) << "): kiln rel RMSE " << rel_mine
+          << ", llama.cpp " << rel_theirs;
+      double& w = worst[upper_name(t.type)];
+      w = std::max(w, rel_mine / rel_theirs);
+    }
+  }
+  for (const auto& [name, r] : worst) std::printf("%s: kiln / llama.cpp rel RMSE, worst tensor: %.3f\n", name.c_str(), r);
+  return worst;
+}
+
 TEST(GgufQuantFixtures, SubsetDequantWithinLlamaCppError) {
   std::map<std::string, TypeStats> stats;
   const int n = check_dequant_against_f16(test::data_path("models"), stats);
@@ -198,6 +236,23 @@ TEST(GgufQuantFixtures, FullMatrixLegacyQuantizersExact) {
   check_exact(dir, "llama", "q5_1", DType::Q5_1);
   check_exact(dir, "qwen2", "q4_0", DType::Q4_0);
   check_exact(dir, "qwen3", "q4_0", DType::Q4_0);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Tolerance 1.1: kiln's quantizers must be at llama.cpp's error level (its reference quantizers weight errors by
+// |x| + rms, kiln minimizes the plain squared error, so per tensor kiln is typically at or below llama.cpp's).
+TEST(GgufQuantFixtures, SubsetKQuantizersAtLlamaCppErrorLevel) {
+  EXPECT_FALSE(check_kquant_error_level(test::data_path("models"), 1.1).empty());
+}
+
+TEST(GgufQuantFixtures, FullMatrixKQuantizersAtLlamaCppErrorLevel) {
+  KILN_REQUIRE_FIXTURES();
+  EXPECT_EQ(check_kquant_error_level(test::fixtures_dir() + "/models", 1.1).size(), 5u);  // Q2_K..Q6_K
 }
 
 }  // namespace

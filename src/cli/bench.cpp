@@ -1,0 +1,344 @@
+// kiln bench: prompt-processing (pp) and text-generation (tg) throughput in llama-bench's format, so tools that read
+// llama-bench output read kiln's: comma-separated lists for -p/-n/-d/-t, one row per test ("pp512", "tg128",
+// "pp512 @ d1024"), mean +- sample stdev of tok/s over -r repetitions after one warm-up run; the md/csv/json
+// fields carry llama-bench's names (model_type, model_size, model_n_params, backends, n_threads, n_batch,
+// n_ubatch, n_prompt, n_gen, n_depth, avg_ns, stddev_ns, avg_ts, stddev_ts, samples_ns, samples_ts).
+//
+// pp N: N random (seeded) token ids in forward passes of n_batch tokens, logits for the last token of each pass.
+// tg N: N forward passes of one random token each. Depth d: the cache first holds d random tokens (not timed).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/model_source.h"
+#include "runtime/batch.h"
+#include "util/timer.h"
+
+namespace kiln::cli {
+namespace {
+
+Result<std::vector<int>> parse_list(const char* name, const std::string& text) {
+  std::vector<int> out;
+  size_t i = 0;
+  while (i <= text.size()) {
+    size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    std::string item = text.substr(i, j - i);
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || v > (1 << 24))
+      return make_error(ErrorCode::kInvalidArgument, "%s: '%s' is not a non-negative integer", name, item.c_str());
+    out.push_back(static_cast<int>(v));
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += static_cast<char>(c);
+    } else if (c < 0x20) {
+      o += strprintf("\\u%04x", c);
+    } else {
+      o += static_cast<char>(c);
+    }
+  }
+  return o;
+}
+
+std::string cpu_info() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      if (p != std::string::npos) return line.substr(line.find_first_not_of(" \t", p + 1));
+    }
+  return "";
+}
+
+// llama.cpp's llama_ftype names for general.file_type.
+std::string ftype_name(const gguf::File& f) {
+  auto ft = f.get_u32_or("general.file_type", 0xFFFFFFFFu);
+  switch (ft ? *ft : 0xFFFFFFFFu) {
+    case 0: return "all F32";
+    case 1: return "F16";
+    case 2: return "Q4_0";
+    case 3: return "Q4_1";
+    case 7: return "Q8_0";
+    case 8: return "Q5_0";
+    case 9: return "Q5_1";
+    case 10: return "Q2_K - Medium";
+    case 11: return "Q3_K - Small";
+    case 12: return "Q3_K - Medium";
+    case 13: return "Q3_K - Large";
+    case 14: return "Q4_K - Small";
+    case 15: return "Q4_K - Medium";
+    case 16: return "Q5_K - Small";
+    case 17: return "Q5_K - Medium";
+    case 18: return "Q6_K";
+    case 21: return "Q2_K - Small";
+    case 32: return "BF16";
+    default: return "unknown";
+  }
+}
+
+// "<arch> <size label> <ftype>", as llama.cpp describes a model. The size label is the parameter count rounded to
+// whole billions ("1B", "8B"); llama.cpp takes it from a per-architecture table and says "?B" for shapes it does
+// not know, which is what models under a billion parameters give here.
+std::string model_type(const Model& m) {
+  const double b = static_cast<double>(m.stats().n_params) / 1e9;
+  std::string size = b >= 0.95 ? strprintf("%.0fB", b) : "?B";
+  return m.hparams().arch + " " + size + " " + ftype_name(m.file());
+}
+
+struct Test {
+  int n_prompt = 0, n_gen = 0, n_depth = 0, n_threads = 0;
+  std::vector<uint64_t> samples_ns;
+  std::string name() const {
+    std::string s = n_prompt > 0 ? strprintf("pp%d", n_prompt) : strprintf("tg%d", n_gen);
+    if (n_depth > 0) s += strprintf(" @ d%d", n_depth);
+    return s;
+  }
+  std::vector<double> samples_ts() const {
+    std::vector<double> ts;
+    for (uint64_t ns : samples_ns) ts.push_back(1e9 * (n_prompt + n_gen) / static_cast<double>(ns));
+    return ts;
+  }
+};
+
+template <class T>
+double mean(const std::vector<T>& v) {
+  double s = 0;
+  for (auto x : v) s += static_cast<double>(x);
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+template <class T>
+double stdev(const std::vector<T>& v) {  // sample standard deviation (n - 1), 0 for one sample
+  if (v.size() < 2) return 0;
+  double m = mean(v), s = 0;
+  for (auto x : v) s += (static_cast<double>(x) - m) * (static_cast<double>(x) - m);
+  return std::sqrt(s / static_cast<double>(v.size() - 1));
+}
+
+class Runner {
+ public:
+  Runner(Model& m, KvCache& c, int n_batch, uint64_t seed) : m_(m), c_(c), n_batch_(n_batch), rng_(static_cast<uint32_t>(seed)) {}
+
+  int32_t random_token() { return static_cast<int32_t>(rng_() % static_cast<uint32_t>(m_.hparams().n_vocab)); }
+
+  // n tokens from position `pos`, in forward passes of n_batch.
+  Status prompt(int n, int64_t pos) {
+    for (int done = 0; done < n;) {
+      const int k = std::min(n_batch_, n - done);
+      batch_.clear();
+      for (int i = 0; i < k; ++i) batch_.add(random_token(), static_cast<int32_t>(pos + done + i), 0, i == k - 1);
+      KILN_TRY(m_.forward(batch_, c_, &logits_));
+      done += k;
+    }
+    return Status::ok();
+  }
+  Status gen(int n, int64_t pos) {
+    for (int i = 0; i < n; ++i) {
+      batch_.clear();
+      batch_.add(random_token(), static_cast<int32_t>(pos + i), 0, true);
+      KILN_TRY(m_.forward(batch_, c_, &logits_));
+    }
+    return Status::ok();
+  }
+  // One timed repetition (the depth prefill before it is not timed).
+  Result<uint64_t> run(const Test& t) {
+    c_.clear();
+    KILN_TRY(prompt(t.n_depth, 0));
+    const int64_t t0 = now_us();
+    if (t.n_prompt > 0) KILN_TRY(prompt(t.n_prompt, t.n_depth));
+    if (t.n_gen > 0) KILN_TRY(gen(t.n_gen, t.n_depth));
+    return static_cast<uint64_t>(now_us() - t0) * 1000;
+  }
+
+ private:
+  Model& m_;
+  KvCache& c_;
+  int n_batch_;
+  std::mt19937 rng_;
+  Batch batch_;
+  std::vector<float> logits_;
+};
+
+struct Printer {
+  std::string fmt;
+  bool show_batch = false;
+  bool first = true;
+
+  void header() {
+    if (fmt == "md") {
+      std::string h = "| model                          |       size |     params | backend    | threads |";
+      std::string s = "| ------------------------------ | ---------: | ---------: | ---------- | ------: |";
+      if (show_batch) h += " n_batch |", s += " ------: |";
+      h += "            test |                  t/s |";
+      s += " --------------: | -------------------: |";
+      std::printf("%s\n%s\n", h.c_str(), s.c_str());
+    } else if (fmt == "csv") {
+      std::printf("build_commit,build_number,cpu_info,gpu_info,backends,model_filename,model_type,model_size,"
+                  "model_n_params,n_batch,n_ubatch,n_threads,type_k,type_v,n_gpu_layers,n_prompt,n_gen,n_depth,"
+                  "test_time,avg_ns,stddev_ns,avg_ts,stddev_ts\n");
+    } else {
+      std::printf("[\n");
+    }
+    std::fflush(stdout);
+  }
+
+  void row(const Test& t, const Model& m, const std::string& filename, int n_batch, const std::string& kv_type,
+           const std::string& cpu, const std::string& when) {
+    const auto ts = t.samples_ts();
+    const std::string type = model_type(m);
+    const uint64_t size = m.stats().weight_bytes, params = m.stats().n_params;
+    if (fmt == "md") {
+      std::string sz = size >= (1ull << 30) ? strprintf("%.2f GiB", size / 1073741824.0)
+                                            : strprintf("%.2f MiB", size / 1048576.0);
+      std::string pr = params >= 1000000000ull ? strprintf("%.2f B", params / 1e9) : strprintf("%.2f M", params / 1e6);
+      std::string line = strprintf("| %-30s | %10s | %10s | %-10s | %7d |", type.c_str(), sz.c_str(), pr.c_str(), "CPU",
+                                   t.n_threads);
+      if (show_batch) line += strprintf(" %7d |", n_batch);
+      std::string tps = strprintf("%.2f ± %.2f", mean(ts), stdev(ts));
+      line += strprintf(" %15s | %20s |", t.name().c_str(), tps.c_str());
+      std::printf("%s\n", line.c_str());
+    } else if (fmt == "csv") {
+      std::printf("\"%s\",\"0\",\"%s\",\"\",\"CPU\",\"%s\",\"%s\",\"%llu\",\"%llu\",\"%d\",\"%d\",\"%d\",\"%s\",\"%s\",\"0\","
+                  "\"%d\",\"%d\",\"%d\",\"%s\",\"%.0f\",\"%.0f\",\"%f\",\"%f\"\n",
+                  KILN_VERSION, cpu.c_str(), filename.c_str(), type.c_str(), (unsigned long long)size,
+                  (unsigned long long)params, n_batch, n_batch, t.n_threads, kv_type.c_str(), kv_type.c_str(),
+                  t.n_prompt, t.n_gen, t.n_depth, when.c_str(), mean(t.samples_ns), stdev(t.samples_ns), mean(ts),
+                  stdev(ts));
+    } else {
+      std::string ns_list, ts_list;
+      for (size_t i = 0; i < ts.size(); ++i) {
+        ns_list += strprintf("%s%llu", i ? ", " : "", (unsigned long long)t.samples_ns[i]);
+        ts_list += strprintf("%s%g", i ? ", " : "", ts[i]);
+      }
+      std::printf("%s  {\n"
+                  "    \"build_commit\": \"%s\",\n    \"build_number\": 0,\n    \"cpu_info\": \"%s\",\n"
+                  "    \"gpu_info\": \"\",\n    \"backends\": \"CPU\",\n    \"model_filename\": \"%s\",\n"
+                  "    \"model_type\": \"%s\",\n    \"model_size\": %llu,\n    \"model_n_params\": %llu,\n"
+                  "    \"n_batch\": %d,\n    \"n_ubatch\": %d,\n    \"n_threads\": %d,\n    \"type_k\": \"%s\",\n"
+                  "    \"type_v\": \"%s\",\n    \"n_gpu_layers\": 0,\n    \"n_prompt\": %d,\n    \"n_gen\": %d,\n"
+                  "    \"n_depth\": %d,\n    \"test\": \"%s\",\n    \"test_time\": \"%s\",\n    \"avg_ns\": %.0f,\n"
+                  "    \"stddev_ns\": %.0f,\n    \"avg_ts\": %f,\n    \"stddev_ts\": %f,\n    \"samples_ns\": [ %s ],\n"
+                  "    \"samples_ts\": [ %s ]\n  }",
+                  first ? "" : ",\n", KILN_VERSION, json_escape(cpu).c_str(), json_escape(filename).c_str(),
+                  json_escape(type).c_str(), (unsigned long long)size, (unsigned long long)params, n_batch, n_batch,
+                  t.n_threads, kv_type.c_str(), kv_type.c_str(), t.n_prompt, t.n_gen, t.n_depth, t.name().c_str(),
+                  when.c_str(), mean(t.samples_ns), stdev(t.samples_ns), mean(ts), stdev(ts), ns_list.c_str(),
+                  ts_list.c_str());
+    }
+    first = false;
+    std::fflush(stdout);
+  }
+
+  void footer() {
+    if (fmt == "md") std::printf("\nbuild: kiln %s\n", KILN_VERSION);
+    if (fmt == "json") std::printf("\n]\n");
+    std::fflush(stdout);
+  }
+};
+
+int bench_main(int argc, char** argv) {
+  ArgParser args("bench", "Benchmark prompt processing (pp) and generation (tg) like llama-bench.");
+  std::string model_path, p_list = "512", n_list = "128", d_list = "0", t_list, fmt = "md", kv_type = "f16";
+  int reps = 5, n_batch = 512;
+  uint64_t seed = 1234;
+  args.option({"-m", "--model"}, &model_path, "FILE",
+              have_embedded_model() ? "GGUF model file (default: the embedded model)" : "GGUF model file");
+  args.option({"-p", "--n-prompt"}, &p_list, "N[,N..]", "prompt lengths (default 512; 0: none)");
+  args.option({"-n", "--n-gen"}, &n_list, "N[,N..]", "generation lengths (default 128; 0: none)");
+  args.option({"-d", "--n-depth"}, &d_list, "N[,N..]", "tokens already in the cache before each test (default 0)");
+  args.option({"-t", "--threads"}, &t_list, "N[,N..]", "CPU threads (default: all cores)");
+  args.option({"-r", "--repetitions"}, &reps, "N", "timed repetitions per test (default 5)");
+  args.option({"-b", "--batch-size"}, &n_batch, "N", "tokens per forward pass for pp (default 512)");
+  args.option({"-o", "--output"}, &fmt, "FMT", "md (default), csv or json");
+  args.option({"--kv-type"}, &kv_type, "TYPE", "KV cache storage: f16 (default) or q8_0");
+  args.option({"-s", "--seed"}, &seed, "N", "seed of the random prompt tokens (default 1234)");
+  if (Status st = args.parse(argc, argv); !st) return fail("bench", st);
+  if (args.help_requested()) {
+    std::fputs(args.usage().c_str(), stdout);
+    return 0;
+  }
+  if (fmt != "md" && fmt != "csv" && fmt != "json")
+    return fail("bench", make_error(ErrorCode::kInvalidArgument, "-o: '%s' is not md, csv or json", fmt.c_str()));
+  if (reps < 1) return fail("bench", make_error(ErrorCode::kInvalidArgument, "-r: must be >= 1 (got %d)", reps));
+  if (n_batch < 1) return fail("bench", make_error(ErrorCode::kInvalidArgument, "-b: must be >= 1 (got %d)", n_batch));
+  auto pl = parse_list("-p", p_list);
+  auto nl = parse_list("-n", n_list);
+  auto dl = parse_list("-d", d_list);
+  if (!pl) return fail("bench", pl.status());
+  if (!nl) return fail("bench", nl.status());
+  if (!dl) return fail("bench", dl.status());
+  std::vector<int> tl = {0};
+  if (!t_list.empty()) {
+    auto r = parse_list("-t", t_list);
+    if (!r) return fail("bench", r.status());
+    tl = *r;
+  }
+  int max_p = 0, max_n = 0, max_d = 0;
+  for (int p : *pl) max_p = std::max(max_p, p);
+  for (int n : *nl) max_n = std::max(max_n, n);
+  for (int d : *dl) max_d = std::max(max_d, d);
+  if (max_p == 0 && max_n == 0) return fail("bench", make_error(ErrorCode::kInvalidArgument, "nothing to run: -p and -n are all 0"));
+
+  Printer out{fmt, args.seen("-b") || args.seen("--batch-size")};
+  const std::string cpu = cpu_info();
+  out.header();
+  for (int threads : tl) {
+    ModelSource src{model_path, threads};
+    auto loaded = load_model(src);
+    if (!loaded) return fail("bench", loaded.status());
+    Model& model = *loaded->model;
+    const int shown_threads = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    CacheOptions co;
+    co.n_ctx = max_d + std::max(max_p, max_n);
+    co.kv_type = kv_type;
+    auto cache = make_cache(model, co);
+    if (!cache) return fail("bench", cache.status());
+    Runner runner(model, **cache, n_batch, seed);
+    for (int d : *dl) {
+      std::vector<Test> tests;
+      for (int p : *pl)
+        if (p > 0) tests.push_back({p, 0, d, shown_threads, {}});
+      for (int n : *nl)
+        if (n > 0) tests.push_back({0, n, d, shown_threads, {}});
+      for (Test& t : tests) {
+        // Warm-up (as llama-bench: the prompt once, or one generated token).
+        (*cache)->clear();
+        Status st = t.n_prompt > 0 ? runner.prompt(t.n_prompt, 0) : runner.gen(1, 0);
+        if (!st) return fail("bench", st);
+        for (int r = 0; r < reps; ++r) {
+          auto ns = runner.run(t);
+          if (!ns) return fail("bench", ns.status().with_context(t.name()));
+          t.samples_ns.push_back(std::max<uint64_t>(*ns, 1));
+        }
+        char when[32];
+        std::time_t now = std::time(nullptr);
+        std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+        out.row(t, model, loaded->name, n_batch, kv_type, cpu, when);
+      }
+    }
+  }
+  out.footer();
+  return 0;
+}
+
+}  // namespace
+
+KILN_REGISTER_COMMAND("bench", "benchmark prompt processing and generation (llama-bench format)", bench_main);
+
+}  // namespace kiln::cli

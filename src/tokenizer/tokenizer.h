@@ -3,6 +3,7 @@
 //                    merges applied by rank with a priority queue
 //   model "llama" -> SentencePiece-style BPE by score, byte fallback <0xNN>, leading-space rule
 //   model "bert"  -> WordPiece
+//   model "gemma4"-> BPE by rank on raw UTF-8 with spaces as U+2581, split at newline runs, <0xNN> byte fallback
 // Special (control / user-defined) tokens are matched in the text first when parse_special is on, never split.
 #pragma once
 
@@ -37,7 +38,11 @@ class Tokenizer {
   // The bytes a token stands for in output text (byte-level decoded; "<0x0A>" -> "\n"; control tokens -> "" unless
   // render_special). May be an incomplete UTF-8 sequence: use StreamDecoder for streaming.
   virtual std::string token_to_piece(int32_t id, bool render_special = false) const = 0;
+  // Concatenated pieces; with a SentencePiece vocabulary (add_space_prefix) the first token's leading space is
+  // dropped, as llama.cpp's detokenizer does. No clean-up of spaces before punctuation (that HF option loses text).
   std::string decode(std::span<const int32_t> ids, bool render_special = false) const;
+  // Whether decode() drops the first token's leading space (the encoder added it: add_space_prefix).
+  virtual bool strips_leading_space() const = 0;
 
   virtual int32_t n_vocab() const = 0;
   virtual const std::string& token_text(int32_t id) const = 0;  // the vocabulary string as stored

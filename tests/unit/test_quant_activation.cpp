@@ -27,7 +27,7 @@ TEST(QuantQ8_0, HandCheckedBlock) {
   for (int j = 0; j < 32; ++j) x[j] = 0.0f;
   x[0] = 2.54f;
   x[1] = -1.0f;   // -1/0.02 = -50
-  x[2] = 0.01f;   // 0.5 -> roundf rounds half away from zero -> 1 (if the product is exactly .5) or 0/1
+  x[2] = 0.01f;   // ~0.5 (not exactly: id is a rounded reciprocal); checked against the formula
   x[3] = -0.03f;  // -1.5 -> -2 (away from zero)
   block_q8_0 b;
   quantize_row_q8_0(x, &b, 32);

@@ -1,0 +1,324 @@
+// kiln synth --shape S --type T -o FILE: writes a random-weight model in llama.cpp's GGUF conventions (keys,
+// tensor names, shapes, quantization mixes), at disk speed (writer chunks generated in parallel).
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/synth.h"
+#include "util/thread_pool.h"
+#include "util/timer.h"
+
+namespace kiln::cli {
+namespace {
+
+struct Shape {
+  const char* name;
+  const char* arch;  // llama | qwen2 | qwen3
+  int64_t n_embd, n_layer, n_ff, n_head, n_head_kv;
+  int64_t head_dim;  // 0: n_embd / n_head
+  int64_t n_vocab, n_ctx;
+  bool tied;
+  float rope_base, rms_eps;
+  bool llama3_rope;  // rope_freqs.weight with Llama 3.x long-context factors
+};
+
+// clang-format off
+constexpr Shape kShapes[] = {
+  // name         arch     embd  layer  ff     head kv  hd   vocab   ctx     tied   rope      eps   llama3
+  {"tiny",        "llama", 256,  2,     768,   4,   2,  0,   1024,   2048,   false, 10000.f,  1e-5f, false},
+  {"tiny-qwen2",  "qwen2", 256,  2,     768,   4,   2,  0,   1024,   2048,   false, 1e6f,     1e-6f, false},
+  {"tiny-qwen3",  "qwen3", 256,  2,     768,   4,   2,  128, 1024,   2048,   true,  1e6f,     1e-6f, false},
+  {"llama3-1b",   "llama", 2048, 16,    8192,  32,  8,  0,   128256, 131072, true,  500000.f, 1e-5f, true},
+  {"llama3-8b",   "llama", 4096, 32,    14336, 32,  8,  0,   128256, 131072, false, 500000.f, 1e-5f, true},
+  {"qwen3-0.6b",  "qwen3", 1024, 28,    3072,  16,  8,  128, 151936, 40960,  true,  1e6f,     1e-6f, false},
+  {"qwen3-8b",    "qwen3", 4096, 36,    12288, 32,  8,  128, 151936, 40960,  false, 1e6f,     1e-6f, false},
+};
+// clang-format on
+
+// --type values: the llama.cpp file type (general.file_type) and the base tensor type.
+struct TypeRecipe {
+  const char* name;
+  uint32_t file_type;
+  DType base;
+};
+constexpr TypeRecipe kTypes[] = {
+    {"f16", 1, DType::F16}, {"q8_0", 7, DType::Q8_0}, {"q4_0", 2, DType::Q4_0},
+    {"q4_k_m", 15, DType::Q4_K}, {"q6_k", 18, DType::Q6_K},
+};
+
+// llama.cpp's "more bits" layers of the _M mixes (llama-quant.cpp, use_more_bits).
+bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+enum class Role { kEmbed, kOutput, kAttnV, kFfnDown, kMatrix };
+
+// The tensor type llama.cpp's quantizer picks for a weight matrix (norms and biases stay F32 elsewhere).
+DType matrix_type(const TypeRecipe& t, Role role, int64_t layer, int64_t n_layer) {
+  if (t.base == DType::F16 || t.base == DType::Q8_0 || t.base == DType::Q6_K) return t.base;
+  if (role == Role::kOutput) return DType::Q6_K;  // output.weight, or token_embd when tied
+  if (t.base == DType::Q4_K && (role == Role::kAttnV || role == Role::kFfnDown) && use_more_bits(layer, n_layer))
+    return DType::Q6_K;
+  return t.base;
+}
+
+// Llama 3.x RoPE frequency factors (scale 32, low/high frequency factors 1 and 4, original context 8192), as
+// convert_hf_to_gguf stores them in rope_freqs.weight: 1 for high frequencies, 32 for low, smooth between.
+std::vector<float> llama3_rope_factors(int64_t head_dim, float base) {
+  const double factor = 32, low = 1, high = 4, old_ctx = 8192;
+  const double low_wavelen = old_ctx / low, high_wavelen = old_ctx / high;
+  std::vector<float> f;
+  for (int64_t i = 0; i < head_dim; i += 2) {
+    const double freq = 1.0 / std::pow(static_cast<double>(base), static_cast<double>(i) / head_dim);
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < high_wavelen) {
+      f.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      f.push_back(static_cast<float>(factor));
+    } else {
+      const double smooth = (old_ctx / wavelen - low) / (high - low);
+      f.push_back(static_cast<float>(1.0 / ((1 - smooth) / factor + smooth)));
+    }
+  }
+  return f;
+}
+
+struct Options {
+  std::string shape = "", type = "f16", out, vocab;
+  int64_t layers = 0, embd = 0, ff = 0, heads = 0, kv_heads = 0, head_dim = 0, n_vocab = 0, ctx = 0;
+  uint64_t seed = 42;
+  int threads = 0;
+};
+
+class ModelBuilder {
+ public:
+  ModelBuilder(const Shape& s, const TypeRecipe& t, uint64_t seed) : s_(s), t_(t), seed_(seed) {}
+
+  Status add_matrix(const std::string& name, Role role, int64_t layer, int64_t n_in, int64_t n_out) {
+    const DType type = matrix_type(t_, role, layer, s_.n_layer);
+    if (n_in % dtype_block_size(type) != 0)
+      return make_error(ErrorCode::kInvalidArgument, "%s: row length %lld is not a multiple of %s's block size %lld",
+                        name.c_str(), static_cast<long long>(n_in), dtype_name(type),
+                        static_cast<long long>(dtype_block_size(type)));
+    KILN_ASSIGN_OR_RETURN(auto fill, synth::random_weights(type, next_key(), 1.0f / std::sqrt(static_cast<float>(n_in))));
+    return w_.add_tensor(name, type, {n_in, n_out}, std::move(fill));
+  }
+  Status add_vector(const std::string& name, int64_t n, float center, float spread) {
+    return w_.add_tensor(name, DType::F32, {n}, synth::uniform_f32(next_key(), center, spread));
+  }
+  Status add_values(const std::string& name, std::vector<float> v) {
+    auto data = std::make_shared<std::vector<float>>(std::move(v));
+    const int64_t n = static_cast<int64_t>(data->size());
+    return w_.add_tensor(name, DType::F32, {n}, [data](uint8_t* dst, uint64_t b, uint64_t len) {
+      std::memcpy(dst, reinterpret_cast<const uint8_t*>(data->data()) + b, len);
+    });
+  }
+
+  Status build() {
+    const std::string a = s_.arch;
+    const int64_t hd = s_.head_dim, q_dim = s_.n_head * hd, kv_dim = s_.n_head_kv * hd;
+    w_.set("general.architecture", a);
+    w_.set("general.name", std::string("kiln-synth-") + s_.name);
+    w_.set("general.description", "random-weight model written by kiln synth (not a trained model)");
+    w_.set(a + ".context_length", static_cast<uint32_t>(s_.n_ctx));
+    w_.set(a + ".embedding_length", static_cast<uint32_t>(s_.n_embd));
+    w_.set(a + ".block_count", static_cast<uint32_t>(s_.n_layer));
+    w_.set(a + ".feed_forward_length", static_cast<uint32_t>(s_.n_ff));
+    w_.set(a + ".attention.head_count", static_cast<uint32_t>(s_.n_head));
+    w_.set(a + ".attention.head_count_kv", static_cast<uint32_t>(s_.n_head_kv));
+    w_.set(a + ".attention.layer_norm_rms_epsilon", s_.rms_eps);
+    w_.set(a + ".rope.freq_base", s_.rope_base);
+    w_.set(a + ".rope.dimension_count", static_cast<uint32_t>(hd));
+    w_.set(a + ".attention.key_length", static_cast<uint32_t>(hd));
+    w_.set(a + ".attention.value_length", static_cast<uint32_t>(hd));
+    w_.set(a + ".vocab_size", static_cast<uint32_t>(s_.n_vocab));
+    w_.set("general.file_type", t_.file_type);
+    if (t_.base != DType::F16) w_.set("general.quantization_version", uint32_t{2});
+
+    KILN_TRY(add_matrix("token_embd.weight", s_.tied ? Role::kOutput : Role::kEmbed, 0, s_.n_embd, s_.n_vocab));
+    if (s_.llama3_rope) KILN_TRY(add_values("rope_freqs.weight", llama3_rope_factors(hd, s_.rope_base)));
+    for (int64_t i = 0; i < s_.n_layer; ++i) {
+      const std::string p = "blk." + std::to_string(i) + ".";
+      KILN_TRY(add_vector(p + "attn_norm.weight", s_.n_embd, 1.0f, 0.1f));
+      KILN_TRY(add_matrix(p + "attn_q.weight", Role::kMatrix, i, s_.n_embd, q_dim));
+      KILN_TRY(add_matrix(p + "attn_k.weight", Role::kMatrix, i, s_.n_embd, kv_dim));
+      KILN_TRY(add_matrix(p + "attn_v.weight", Role::kAttnV, i, s_.n_embd, kv_dim));
+      if (a == "qwen2") {
+        KILN_TRY(add_vector(p + "attn_q.bias", q_dim, 0.0f, 0.05f));
+        KILN_TRY(add_vector(p + "attn_k.bias", kv_dim, 0.0f, 0.05f));
+        KILN_TRY(add_vector(p + "attn_v.bias", kv_dim, 0.0f, 0.05f));
+      }
+      KILN_TRY(add_matrix(p + "attn_output.weight", Role::kMatrix, i, q_dim, s_.n_embd));
+      if (a == "qwen3") {
+        KILN_TRY(add_vector(p + "attn_q_norm.weight", hd, 1.0f, 0.1f));
+        KILN_TRY(add_vector(p + "attn_k_norm.weight", hd, 1.0f, 0.1f));
+      }
+      KILN_TRY(add_vector(p + "ffn_norm.weight", s_.n_embd, 1.0f, 0.1f));
+      KILN_TRY(add_matrix(p + "ffn_gate.weight", Role::kMatrix, i, s_.n_embd, s_.n_ff));
+      KILN_TRY(add_matrix(p + "ffn_up.weight", Role::kMatrix, i, s_.n_embd, s_.n_ff));
+      KILN_TRY(add_matrix(p + "ffn_down.weight", Role::kFfnDown, i, s_.n_ff, s_.n_embd));
+    }
+    KILN_TRY(add_vector("output_norm.weight", s_.n_embd, 1.0f, 0.1f));
+    if (!s_.tied) KILN_TRY(add_matrix("output.weight", Role::kOutput, 0, s_.n_embd, s_.n_vocab));
+    return Status::ok();
+  }
+
+  gguf::Writer& writer() { return w_; }
+
+ private:
+  uint64_t next_key() { return seed_ * 0x9e3779b97f4a7c15ull + (++n_keys_) * 0xbf58476d1ce4e5b9ull; }
+
+  const Shape& s_;
+  const TypeRecipe& t_;
+  uint64_t seed_;
+  uint64_t n_keys_ = 0;
+  gguf::Writer w_;
+};
+
+Status check_positive(const char* opt, int64_t v) {
+  if (v <= 0) return make_error(ErrorCode::kInvalidArgument, "%s %lld must be positive", opt, static_cast<long long>(v));
+  if (v > (int64_t{1} << 31)) return make_error(ErrorCode::kInvalidArgument, "%s %lld is too large", opt, static_cast<long long>(v));
+  return Status::ok();
+}
+
+// Applies the overrides to the shape and checks what llama.cpp and the block layouts need.
+Result<Shape> resolve_shape(const Options& o, ArgParser& p, const TypeRecipe& t) {
+  const Shape* base = nullptr;
+  std::string names;
+  for (const Shape& s : kShapes) {
+    names += std::string(names.empty() ? "" : ", ") + s.name;
+    if (o.shape == s.name) base = &s;
+  }
+  if (!base)
+    return make_error(ErrorCode::kInvalidArgument, "--shape '%s' is not a known shape (%s)", o.shape.c_str(), names.c_str());
+  Shape s = *base;
+  struct Override {
+    const char* opt;
+    int64_t value;
+    int64_t* field;
+  } overrides[] = {{"--layers", o.layers, &s.n_layer},  {"--embd", o.embd, &s.n_embd},
+                   {"--ff", o.ff, &s.n_ff},              {"--heads", o.heads, &s.n_head},
+                   {"--kv-heads", o.kv_heads, &s.n_head_kv}, {"--head-dim", o.head_dim, &s.head_dim},
+                   {"--n-vocab", o.n_vocab, &s.n_vocab}, {"--ctx", o.ctx, &s.n_ctx}};
+  for (const Override& ov : overrides) {
+    if (!p.seen(ov.opt)) continue;
+    KILN_TRY(check_positive(ov.opt, ov.value));
+    *ov.field = ov.value;
+  }
+  if (s.head_dim == 0) {
+    if (s.n_embd % s.n_head != 0)
+      return make_error(ErrorCode::kInvalidArgument, "--embd %lld is not a multiple of --heads %lld (or give --head-dim)",
+                        static_cast<long long>(s.n_embd), static_cast<long long>(s.n_head));
+    s.head_dim = s.n_embd / s.n_head;
+  }
+  if (s.head_dim % 2 != 0)
+    return make_error(ErrorCode::kInvalidArgument, "--head-dim %lld must be even (RoPE rotates pairs)",
+                      static_cast<long long>(s.head_dim));
+  if (s.n_head % s.n_head_kv != 0)
+    return make_error(ErrorCode::kInvalidArgument, "--heads %lld is not a multiple of --kv-heads %lld",
+                      static_cast<long long>(s.n_head), static_cast<long long>(s.n_head_kv));
+  // Row lengths of the quantized matrices: n_embd (most), n_ff (ffn_down), n_head*head_dim (attn_output).
+  const int64_t blk = t.base == DType::Q4_K ? 256 : dtype_block_size(t.base);
+  const int64_t blk_out = t.base == DType::F16 || t.base == DType::Q8_0 ? blk : 256;  // q6_K output / mixes
+  if (s.n_embd % std::max(blk, blk_out) != 0)
+    return make_error(ErrorCode::kInvalidArgument, "--embd %lld must be a multiple of %lld for --type %s",
+                      static_cast<long long>(s.n_embd), static_cast<long long>(std::max(blk, blk_out)), t.name);
+  if (s.n_ff % std::max(blk, t.base == DType::Q4_K ? int64_t{256} : blk) != 0)
+    return make_error(ErrorCode::kInvalidArgument, "--ff %lld must be a multiple of %lld for --type %s",
+                      static_cast<long long>(s.n_ff), static_cast<long long>(blk), t.name);
+  if ((s.n_head * s.head_dim) % blk != 0)
+    return make_error(ErrorCode::kInvalidArgument, "--heads x head dim = %lld must be a multiple of %lld for --type %s",
+                      static_cast<long long>(s.n_head * s.head_dim), static_cast<long long>(blk), t.name);
+  return s;
+}
+
+int run_synth(int argc, char** argv) {
+  Options o;
+  ArgParser p("synth", "Writes a random-weight model (llama.cpp GGUF conventions) for tests and benchmarks.");
+  std::string shape_help = "model shape:";
+  for (const Shape& s : kShapes) shape_help += std::string(" ") + s.name;
+  p.option({"--shape"}, &o.shape, "S", shape_help);
+  p.option({"--type"}, &o.type, "T", "weights: f16, q8_0, q4_0, q4_k_m, q6_k (default f16)");
+  p.option({"-o", "--output"}, &o.out, "FILE", "output GGUF");
+  p.option({"--vocab"}, &o.vocab, "FILE", "copy the tokenizer of this GGUF (default: a built-in byte-level BPE)");
+  p.option({"--layers"}, &o.layers, "N", "override the layer count");
+  p.option({"--embd"}, &o.embd, "N", "override the embedding width");
+  p.option({"--ff"}, &o.ff, "N", "override the feed-forward width");
+  p.option({"--heads"}, &o.heads, "N", "override the attention head count");
+  p.option({"--kv-heads"}, &o.kv_heads, "N", "override the KV head count");
+  p.option({"--head-dim"}, &o.head_dim, "N", "override the head size");
+  p.option({"--n-vocab"}, &o.n_vocab, "N", "vocabulary size (default: the shape's, or the --vocab file's when larger)");
+  p.option({"--ctx"}, &o.ctx, "N", "context length written to the metadata");
+  p.option({"--seed"}, &o.seed, "N", "random seed (default 42); the output is deterministic for a seed");
+  p.option({"-t", "--threads"}, &o.threads, "N", "threads (default: all cores)");
+  if (Status st = p.parse(argc, argv); !st) return fail("synth", st);
+  if (p.help_requested()) {
+    std::printf("%s", p.usage().c_str());
+    return 0;
+  }
+  if (o.shape.empty()) return fail("synth", make_error(ErrorCode::kInvalidArgument, "--shape is required"));
+  if (o.out.empty()) return fail("synth", make_error(ErrorCode::kInvalidArgument, "-o FILE is required"));
+  const TypeRecipe* recipe = nullptr;
+  for (const TypeRecipe& t : kTypes)
+    if (o.type == t.name) recipe = &t;
+  if (!recipe)
+    return fail("synth", make_error(ErrorCode::kInvalidArgument,
+                                    "--type '%s' is not one of f16, q8_0, q4_0, q4_k_m, q6_k", o.type.c_str()));
+  auto shape = resolve_shape(o, p, *recipe);
+  if (!shape) return fail("synth", shape.status());
+  Shape s = *shape;
+
+  // Vocabulary: an explicit --n-vocab must hold the tokenizer; otherwise the shape's size grows to fit it.
+  std::optional<gguf::File> vocab;
+  int64_t need = synth::builtin_vocab_size();
+  if (!o.vocab.empty()) {
+    auto v = gguf::File::open(o.vocab);
+    if (!v) return fail("synth", v.status().with_context("--vocab"));
+    auto n = synth::vocab_size(*v);
+    if (!n) return fail("synth", n.status().with_context("--vocab"));
+    need = *n;
+    vocab = std::move(*v);
+  }
+  if (p.seen("--n-vocab")) {
+    if (need > s.n_vocab)
+      return fail("synth", make_error(ErrorCode::kInvalidArgument, "--n-vocab %lld is smaller than the %s (%lld tokens)",
+                                      static_cast<long long>(s.n_vocab), vocab ? "--vocab file" : "built-in vocabulary",
+                                      static_cast<long long>(need)));
+  } else if (need > s.n_vocab) {
+    std::fprintf(stderr, "kiln synth: using the vocabulary's size %lld (larger than shape %s's %lld)\n",
+                 static_cast<long long>(need), s.name, static_cast<long long>(s.n_vocab));
+    s.n_vocab = need;
+  }
+
+  ModelBuilder b(s, *recipe, o.seed);
+  Status st = b.build();
+  if (st.is_ok()) st = vocab ? synth::copy_vocab(b.writer(), *vocab, s.n_vocab) : synth::add_builtin_vocab(b.writer(), s.n_vocab);
+  if (!st) return fail("synth", st);
+  vocab.reset();
+
+  const int threads = o.threads > 0 ? o.threads : default_thread_count();
+  Timer timer;
+  st = b.writer().write(o.out, threads);
+  if (!st) return fail("synth", st);
+  const double secs = timer.seconds();
+  const uint64_t bytes = *b.writer().file_size();
+  std::fprintf(stderr,
+               "kiln synth: wrote %s: %s %s (%lld layers, embd %lld, ff %lld, heads %lld/%lld, head dim %lld, vocab "
+               "%lld), %zu tensors, %.2f GB in %.2f s (%.2f GB/s, %d threads)\n",
+               o.out.c_str(), s.name, recipe->name, static_cast<long long>(s.n_layer), static_cast<long long>(s.n_embd),
+               static_cast<long long>(s.n_ff), static_cast<long long>(s.n_head), static_cast<long long>(s.n_head_kv),
+               static_cast<long long>(s.head_dim), static_cast<long long>(s.n_vocab), b.writer().n_tensors(),
+               static_cast<double>(bytes) / 1e9, secs, secs > 0 ? static_cast<double>(bytes) / 1e9 / secs : 0.0,
+               threads);
+  return 0;
+}
+
+}  // namespace
+
+KILN_REGISTER_COMMAND("synth", "write a random-weight model of a known shape and type", run_synth);
+
+}  // namespace kiln::cli

@@ -1,0 +1,148 @@
+// Random tensor data for `kiln synth`.
+//
+// Scale choice: a weight matrix with n_in inputs gets element std sigma = 1/sqrt(n_in) (the caller decides), so
+// y = W x keeps O(1) activations for O(1) inputs (var(y) = n_in * sigma^2 * var(x)). Per type, sigma maps to the
+// f16 block scale d through the std of the random quant values:
+//   Q8_0  x = d*q,          q uniform in [-127, 127]       std(q) = sqrt((255^2-1)/12) = 73.6
+//   Q4_0  x = d*(q-8),      q uniform in [0, 15]           std    = sqrt((16^2-1)/12)  = 4.61
+//   Q4_K  x = d*sc*q - dmin*m, sc = m in [8, 15], dmin = 7.5 d  ->  x = d*sc*(q-7.5), std ~ d * 11.5 * 4.61
+//   Q6_K  x = d*sc*(q-32),  q uniform in [0, 63], sc in [2, 5]  std ~ d * 3.5 * 18.5
+// so even sigma = 1/sqrt(14336) (Llama 3 8B ffn_down) keeps every d above f16's smallest normal (6.1e-5).
+// Each block's scale is jittered by +-25% so blocks differ.
+#include <cmath>
+#include <cstring>
+
+#include "cli/synth.h"
+#include "quant/blocks.h"
+#include "util/fp16.h"
+
+namespace kiln::cli::synth {
+namespace {
+
+inline uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// splitmix64 stream for one block.
+struct Rng {
+  uint64_t s;
+  Rng(uint64_t key, uint64_t block) : s(mix64(key ^ (block * 0xd1b54a32d192ed03ull))) {}
+  uint64_t next() { return mix64(s += 0x9e3779b97f4a7c15ull); }
+  void bytes(uint8_t* dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t r = next();
+      std::memcpy(dst + i, &r, 8);
+    }
+    if (i < n) {
+      uint64_t r = next();
+      std::memcpy(dst + i, &r, n - i);
+    }
+  }
+  // Uniform in [0.75, 1.25).
+  float jitter() { return 0.75f + static_cast<float>(next() >> 40) * (0.5f / 16777216.0f); }
+};
+
+uint16_t f16(float x) { return f32_to_fp16(x); }
+
+template <class Block, class Make>
+gguf::Writer::FillFn blocks(uint64_t key, Make make) {
+  return [key, make](uint8_t* dst, uint64_t begin, uint64_t n) {
+    const uint64_t b0 = begin / sizeof(Block);
+    const uint64_t nb = n / sizeof(Block);
+    for (uint64_t i = 0; i < nb; ++i) {
+      Block blk;
+      Rng rng(key, b0 + i);
+      make(blk, rng);
+      std::memcpy(dst + i * sizeof(Block), &blk, sizeof(Block));
+    }
+  };
+}
+
+// Element e's 16 random bits: four elements share one hash (deterministic per element, independent of chunking).
+inline uint32_t bits16(uint64_t key, uint64_t e) {
+  return static_cast<uint32_t>(mix64(key ^ ((e >> 2) * 0xd1b54a32d192ed03ull)) >> (16 * (e & 3))) & 0xffff;
+}
+inline float unit(uint32_t b16) { return static_cast<float>(b16) * (2.0f / 65536.0f) - 1.0f; }  // [-1, 1)
+
+}  // namespace
+
+gguf::Writer::FillFn uniform_f32(uint64_t key, float center, float spread) {
+  return [key, center, spread](uint8_t* dst, uint64_t begin, uint64_t n) {
+    const uint64_t e0 = begin / 4;
+    for (uint64_t i = 0; i < n / 4; ++i) {
+      const float x = center + spread * unit(bits16(key, e0 + i));
+      std::memcpy(dst + 4 * i, &x, 4);
+    }
+  };
+}
+
+Result<gguf::Writer::FillFn> random_weights(DType type, uint64_t key, float sigma) {
+  switch (type) {
+    case DType::F32:
+      // Uniform in [-a, a] has std a/sqrt(3).
+      return uniform_f32(key, 0.0f, sigma * std::sqrt(3.0f));
+    case DType::F16: {
+      const float a = sigma * std::sqrt(3.0f);
+      return gguf::Writer::FillFn([key, a](uint8_t* dst, uint64_t begin, uint64_t n) {
+        const uint64_t e0 = begin / 2;
+        for (uint64_t i = 0; i < n / 2; ++i) {
+          const uint16_t h = f16(a * unit(bits16(key, e0 + i)));
+          std::memcpy(dst + 2 * i, &h, 2);
+        }
+      });
+    }
+    case DType::Q8_0: {
+      const float d = sigma / 73.6f;
+      return blocks<block_q8_0>(key, [d](block_q8_0& b, Rng& r) {
+        r.bytes(reinterpret_cast<uint8_t*>(b.qs), sizeof(b.qs));
+        for (int8_t& q : b.qs) q = q == -128 ? -127 : q;
+        b.d = f16(d * r.jitter());
+      });
+    }
+    case DType::Q4_0: {
+      const float d = sigma / 4.61f;
+      return blocks<block_q4_0>(key, [d](block_q4_0& b, Rng& r) {
+        r.bytes(b.qs, sizeof(b.qs));
+        b.d = f16(d * r.jitter());
+      });
+    }
+    case DType::Q4_K: {
+      const float d = sigma / (11.5f * 4.61f);
+      return blocks<block_q4_K>(key, [d](block_q4_K& b, Rng& r) {
+        r.bytes(b.qs, sizeof(b.qs));
+        // 8 sub-blocks, scale sc_j = min m_j in [8, 15] (4 bits, so the 6-bit packing's high bits stay 0):
+        // j < 4: scales[j] = sc_j, scales[j+4] = m_j; j >= 4: scales[j+4] = sc_j | m_j << 4.
+        const uint64_t bits = r.next();
+        for (int j = 0; j < 8; ++j) {
+          const uint8_t sc = static_cast<uint8_t>(8 + ((bits >> (4 * j)) & 7));
+          if (j < 4) {
+            b.scales[j] = sc;
+            b.scales[j + 4] = sc;
+          } else {
+            b.scales[j + 4] = static_cast<uint8_t>(sc | (sc << 4));
+          }
+        }
+        const float dj = d * r.jitter();
+        b.d = f16(dj);
+        b.dmin = f16(7.5f * fp16_to_f32(b.d));
+      });
+    }
+    case DType::Q6_K: {
+      const float d = sigma / (3.5f * 18.5f);
+      return blocks<block_q6_K>(key, [d](block_q6_K& b, Rng& r) {
+        r.bytes(b.ql, sizeof(b.ql));
+        r.bytes(b.qh, sizeof(b.qh));
+        const uint64_t bits = r.next();
+        for (int j = 0; j < 16; ++j) b.scales[j] = static_cast<int8_t>(2 + ((bits >> (2 * j)) & 3));
+        b.d = f16(d * r.jitter());
+      });
+    }
+    default:
+      return make_error(ErrorCode::kUnsupported, "synth cannot generate %s tensors", dtype_name(type));
+  }
+}
+
+}  // namespace kiln::cli::synth

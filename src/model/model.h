@@ -22,6 +22,7 @@ struct LoadOptions {
   int n_threads = 0;            // CPU threads (0: all cores)
   bool show_progress = false;   // progress bar on stderr while touching weights of large files
   bool prefetch = true;         // madvise(WILLNEED) the mapping
+  bool reference_backend = false;  // run on the scalar reference CPU backend (tests: the executable spec)
 };
 
 struct ModelStats {

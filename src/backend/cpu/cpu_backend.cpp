@@ -1,0 +1,529 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/ops.h"
+#include "backend/cpu/ops_attention.h"
+#include "quant/reference.h"
+#include "util/fp16.h"
+
+namespace kiln {
+
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& opts) {
+  return std::make_unique<cpu::CpuBackend>(opts);
+}
+
+namespace cpu {
+namespace {
+
+class HostBuffer final : public Buffer {
+ public:
+  HostBuffer(Backend* be, void* p, size_t n) : Buffer(be, p, n) {}
+  ~HostBuffer() override { std::free(data_); }
+};
+
+inline char* row_ptr(const Tensor& t, int64_t r) { return static_cast<char*>(t.data) + static_cast<size_t>(r) * t.nb[1]; }
+inline float* frow(const Tensor& t, int64_t r) { return reinterpret_cast<float*>(row_ptr(t, r)); }
+
+// Tensor `t` (named `name` in op `op`) must be valid, of type `want`, and rows of ne[0] contiguous elements.
+Status check(const char* op, const char* name, const Tensor& t, DType want) {
+  if (!t.valid()) return make_error(ErrorCode::kInvalidArgument, "%s: %s is not set", op, name);
+  if (t.dtype != want)
+    return make_error(ErrorCode::kUnsupported, "%s: %s must be %s, got %s", op, name, dtype_name(want),
+                      dtype_name(t.dtype));
+  if (!t.rows_uniform())
+    return make_error(ErrorCode::kUnsupported, "%s: %s %s must have contiguous rows with one row stride", op, name,
+                      t.shape_string().c_str());
+  return Status::ok();
+}
+
+Status same_shape(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
+  if (a.ne[0] != b.ne[0] || a.n_rows() != b.n_rows())
+    return make_error(ErrorCode::kInvalidArgument, "%s: %s %s and %s %s differ in shape", op, an,
+                      a.shape_string().c_str(), bn, b.shape_string().c_str());
+  return Status::ok();
+}
+
+Status check_ids(const char* op, const char* name, const Tensor& ids, int64_t n) {
+  KILN_TRY(check(op, name, ids, DType::I32));
+  if (ids.ne[0] != n || ids.n_rows() != 1)
+    return make_error(ErrorCode::kInvalidArgument, "%s: %s %s must be [%lld]", op, name, ids.shape_string().c_str(),
+                      static_cast<long long>(n));
+  return Status::ok();
+}
+
+bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+}  // namespace
+
+CpuBackend::CpuBackend(const CpuBackendOptions& opts)
+    : reference_(opts.reference), pool_(opts.reference ? 1 : opts.n_threads) {}
+
+template <class F>
+void CpuBackend::for_rows(int64_t n, F&& fn) {
+  if (n <= 0) return;
+  if (reference_ || pool_.size() == 1 || n == 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  pool_.parallel_for(n, fn);
+}
+
+// ---- memory ----------------------------------------------------------------------------------------------------
+
+Result<std::unique_ptr<Buffer>> CpuBackend::alloc(size_t bytes) {
+  const size_t n = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, n);
+  if (!p) return make_error(ErrorCode::kOutOfRange, "cpu: cannot allocate %zu bytes", bytes);
+  return std::unique_ptr<Buffer>(new HostBuffer(this, p, n));
+}
+
+Status CpuBackend::write(const Tensor& dst, size_t offset, const void* src, size_t n) {
+  if (!dst.valid()) return make_error(ErrorCode::kInvalidArgument, "write: destination tensor is not set");
+  if (n == 0) return Status::ok();
+  std::memcpy(static_cast<char*>(dst.data) + offset, src, n);
+  return Status::ok();
+}
+
+Status CpuBackend::read(const Tensor& src, size_t offset, void* dst, size_t n) {
+  if (!src.valid()) return make_error(ErrorCode::kInvalidArgument, "read: source tensor is not set");
+  if (n == 0) return Status::ok();
+  std::memcpy(dst, static_cast<const char*>(src.data) + offset, n);
+  return Status::ok();
+}
+
+Result<Tensor> CpuBackend::import_weight(DType t, const int64_t ne[4], const void* host, size_t nbytes) {
+  if (ne[0] % dtype_block_size(t) != 0)
+    return make_error(ErrorCode::kInvalidArgument, "import_weight: row of %lld elements is not a multiple of %s's "
+                      "block size", static_cast<long long>(ne[0]), dtype_name(t));
+  Tensor x = Tensor::make(t, const_cast<void*>(host), this, ne[0], ne[1], ne[2], ne[3]);
+  if (x.n_bytes() != nbytes)
+    return make_error(ErrorCode::kInvalidArgument, "import_weight: %s %s needs %zu bytes, got %zu", dtype_name(t),
+                      x.shape_string().c_str(), x.n_bytes(), nbytes);
+  return x;
+}
+
+// ---- ops -------------------------------------------------------------------------------------------------------
+
+Status CpuBackend::get_rows(const Tensor& w, const Tensor& ids, const Tensor& dst) {
+  if (!w.valid() || !w.rows_uniform())
+    return make_error(ErrorCode::kInvalidArgument, "get_rows: w must be a tensor with contiguous rows");
+  if (!can_dequantize(w.dtype))
+    return make_error(ErrorCode::kUnsupported, "get_rows: weight type %s is not supported", dtype_name(w.dtype));
+  KILN_TRY(check("get_rows", "dst", dst, DType::F32));
+  if (dst.ne[0] != w.ne[0])
+    return make_error(ErrorCode::kInvalidArgument, "get_rows: dst row of %lld elements, weight row of %lld",
+                      static_cast<long long>(dst.ne[0]), static_cast<long long>(w.ne[0]));
+  const int64_t n = dst.n_rows();
+  KILN_TRY(check_ids("get_rows", "ids", ids, n));
+  const int32_t* id = static_cast<const int32_t*>(ids.data);
+  const int64_t n_src = w.n_rows();
+  for (int64_t i = 0; i < n; ++i)
+    if (id[i] < 0 || id[i] >= n_src)
+      return make_error(ErrorCode::kInvalidArgument, "get_rows: ids[%lld] = %d is out of range [0, %lld)",
+                        static_cast<long long>(i), id[i], static_cast<long long>(n_src));
+  const int64_t d = w.ne[0];
+  const VecKernels& vk = vec_kernels();
+  Status st;
+  for_rows(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const char* src = row_ptr(w, id[i]);
+      if (!reference_ && w.dtype == DType::F16)
+        vk.f16_to_f32(reinterpret_cast<const uint16_t*>(src), frow(dst, i), d);
+      else if (w.dtype == DType::F32)
+        std::memcpy(frow(dst, i), src, d * sizeof(float));
+      else
+        (void)dequantize_row(w.dtype, src, frow(dst, i), d);  // type and length checked above
+    }
+  });
+  return st;
+}
+
+Status CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& dst) {
+  KILN_TRY(check("rms_norm", "x", x, DType::F32));
+  KILN_TRY(check("rms_norm", "dst", dst, DType::F32));
+  KILN_TRY(same_shape("rms_norm", "x", x, "dst", dst));
+  const int64_t d = x.ne[0];
+  if (w.valid()) {
+    KILN_TRY(check("rms_norm", "w", w, DType::F32));
+    if (w.ne[0] != d || w.n_rows() != 1)
+      return make_error(ErrorCode::kInvalidArgument, "rms_norm: w %s must be [%lld]", w.shape_string().c_str(),
+                        static_cast<long long>(d));
+  }
+  if (!(eps >= 0)) return make_error(ErrorCode::kInvalidArgument, "rms_norm: eps %g must be >= 0", eps);
+  const float* wv = w.valid() ? static_cast<const float*>(w.data) : nullptr;
+  const VecKernels& vk = reference_ ? vec_kernels_scalar() : vec_kernels();
+  for_rows(x.n_rows(), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = frow(x, r);
+      float* y = frow(dst, r);
+      // As ggml: squares in f32, summed in double; mean and scale in f32.
+      const float mean = static_cast<float>(vk.sum_sq(xr, d) / static_cast<double>(d));
+      const float s = 1.0f / std::sqrt(mean + eps);
+      if (wv)
+        for (int64_t i = 0; i < d; ++i) y[i] = xr[i] * s * wv[i];
+      else
+        for (int64_t i = 0; i < d; ++i) y[i] = xr[i] * s;
+    }
+  });
+  return Status::ok();
+}
+
+Status CpuBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst) {
+  if (!w.valid() || !w.rows_uniform())
+    return make_error(ErrorCode::kInvalidArgument, "matmul: w must be a tensor with contiguous rows");
+  if (!matmul_supports(w.dtype))
+    return make_error(ErrorCode::kUnsupported, "matmul: weight type %s is not supported", dtype_name(w.dtype));
+  KILN_TRY(check("matmul", "x", x, DType::F32));
+  KILN_TRY(check("matmul", "dst", dst, DType::F32));
+  if (x.ne[0] != w.ne[0])
+    return make_error(ErrorCode::kInvalidArgument, "matmul: x %s rows do not match w %s (n_in %lld)",
+                      x.shape_string().c_str(), w.shape_string().c_str(), static_cast<long long>(w.ne[0]));
+  if (dst.ne[0] != w.n_rows() || dst.n_rows() != x.n_rows())
+    return make_error(ErrorCode::kInvalidArgument, "matmul: dst %s must be [%lld, %lld]", dst.shape_string().c_str(),
+                      static_cast<long long>(w.n_rows()), static_cast<long long>(x.n_rows()));
+  if (x.data == dst.data) return make_error(ErrorCode::kInvalidArgument, "matmul: dst must not alias x");
+  if (bias.valid()) {
+    KILN_TRY(check("matmul", "bias", bias, DType::F32));
+    if (bias.ne[0] != dst.ne[0] || bias.n_rows() != 1)
+      return make_error(ErrorCode::kInvalidArgument, "matmul: bias %s must be [%lld]", bias.shape_string().c_str(),
+                        static_cast<long long>(dst.ne[0]));
+  }
+  MatmulArgs a;
+  a.wtype = w.dtype;
+  a.w = w.data;
+  a.w_row_bytes = w.nb[1];
+  a.n_out = w.n_rows();
+  a.n_in = w.ne[0];
+  a.x = static_cast<const float*>(x.data);
+  a.x_stride = x.nb[1] / sizeof(float);
+  a.n_tok = x.n_rows();
+  a.y = static_cast<float*>(dst.data);
+  a.y_stride = dst.nb[1] / sizeof(float);
+  KILN_TRY(reference_ ? matmul_ref(a) : cpu::matmul(a, pool_));
+  if (bias.valid()) {
+    const float* bv = static_cast<const float*>(bias.data);
+    for_rows(dst.n_rows(), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        float* y = frow(dst, r);
+        for (int64_t i = 0; i < dst.ne[0]; ++i) y[i] += bv[i];
+      }
+    });
+  }
+  return Status::ok();
+}
+
+Status CpuBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
+  if (!x.valid() || x.dtype != DType::F32 || x.nb[0] != sizeof(float))
+    return make_error(ErrorCode::kUnsupported, "rope: x must be f32 with contiguous heads");
+  const int64_t hd = x.ne[0], n_head = x.ne[1], n_tok = x.ne[2];
+  if (x.ne[3] != 1 || x.nb[1] < hd * sizeof(float) || x.nb[2] < static_cast<size_t>(n_head) * x.nb[1])
+    return make_error(ErrorCode::kInvalidArgument, "rope: x %s must be [head_dim, n_head, n_tok] without overlap",
+                      x.shape_string().c_str());
+  KILN_TRY(check_ids("rope", "pos", pos, n_tok));
+  if (p.n_rot <= 0 || p.n_rot % 2 != 0 || p.n_rot > hd)
+    return make_error(ErrorCode::kInvalidArgument, "rope: n_rot %d must be even and in (0, head_dim %lld]", p.n_rot,
+                      static_cast<long long>(hd));
+  const float* ff = nullptr;
+  if (p.freq_factors.valid()) {
+    KILN_TRY(check("rope", "freq_factors", p.freq_factors, DType::F32));
+    if (p.freq_factors.ne[0] < p.n_rot / 2)
+      return make_error(ErrorCode::kInvalidArgument, "rope: freq_factors %s must hold n_rot/2 = %d values",
+                        p.freq_factors.shape_string().c_str(), p.n_rot / 2);
+    ff = static_cast<const float*>(p.freq_factors.data);
+  }
+  const int32_t* ps = static_cast<const int32_t*>(pos.data);
+  const int half = p.n_rot / 2;
+  // theta_i = freq_scale * pos * base^(-2i/n_rot) / ff[i], with base^(-2i/n_rot) built by repeated multiplication
+  // in f32 (as ggml does, so the angles agree bit for bit).
+  const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+  const bool neox = p.mode == RopeMode::kNeox;
+  auto run_tokens = [&](int64_t b, int64_t e) {
+    std::vector<float> cs(static_cast<size_t>(p.n_rot));
+    for (int64_t t = b; t < e; ++t) {
+      float theta = static_cast<float>(ps[t]);
+      for (int i = 0; i < half; ++i) {
+        const float th = p.freq_scale * (ff ? theta / ff[i] : theta);
+        cs[2 * i] = std::cos(th);
+        cs[2 * i + 1] = std::sin(th);
+        theta *= theta_scale;
+      }
+      for (int64_t h = 0; h < n_head; ++h) {
+        float* v = reinterpret_cast<float*>(static_cast<char*>(x.data) + t * x.nb[2] + h * x.nb[1]);
+        for (int i = 0; i < half; ++i) {
+          const int i0 = neox ? i : 2 * i;
+          const int i1 = neox ? i + half : 2 * i + 1;
+          const float c = cs[2 * i], s = cs[2 * i + 1];
+          const float a0 = v[i0], a1 = v[i1];
+          v[i0] = a0 * c - a1 * s;
+          v[i1] = a0 * s + a1 * c;
+        }
+      }
+    }
+  };
+  if (reference_ || pool_.size() == 1 || n_tok == 1)
+    run_tokens(0, n_tok);
+  else
+    pool_.parallel_for(n_tok, run_tokens);
+  return Status::ok();
+}
+
+Status CpuBackend::kv_store(const Tensor& k, const Tensor& v, const KvLayer& c, const Tensor& slots) {
+  KILN_TRY(check("kv_store", "k", k, DType::F32));
+  KILN_TRY(check("kv_store", "v", v, DType::F32));
+  const DType ct = c.k.dtype;
+  if (c.v.dtype != ct || (ct != DType::F16 && ct != DType::F32 && ct != DType::Q8_0))
+    return make_error(ErrorCode::kUnsupported, "kv_store: cache types k %s / v %s (supported: f16, f32, q8_0)",
+                      dtype_name(ct), dtype_name(c.v.dtype));
+  const int64_t dk = static_cast<int64_t>(c.n_head_kv) * c.head_dim_k, dv = static_cast<int64_t>(c.n_head_kv) * c.head_dim_v;
+  if (k.ne[0] != dk || c.k.ne[0] != dk || v.ne[0] != dv || c.v.ne[0] != dv)
+    return make_error(ErrorCode::kInvalidArgument, "kv_store: k %s / v %s rows do not match the cache (%lld / %lld)",
+                      k.shape_string().c_str(), v.shape_string().c_str(), static_cast<long long>(dk),
+                      static_cast<long long>(dv));
+  const int64_t n = k.n_rows();
+  if (v.n_rows() != n) return make_error(ErrorCode::kInvalidArgument, "kv_store: k and v hold different token counts");
+  KILN_TRY(check_ids("kv_store", "slots", slots, n));
+  const int32_t* sl = static_cast<const int32_t*>(slots.data);
+  const int64_t n_slots = std::min(c.k.n_rows(), c.v.n_rows());
+  for (int64_t i = 0; i < n; ++i)
+    if (sl[i] < 0 || sl[i] >= n_slots)
+      return make_error(ErrorCode::kInvalidArgument, "kv_store: slots[%lld] = %d is out of range [0, %lld)",
+                        static_cast<long long>(i), sl[i], static_cast<long long>(n_slots));
+  const VecKernels& vk = reference_ ? vec_kernels_scalar() : vec_kernels();
+  auto store = [&](const float* src, char* dst, int64_t d) {
+    if (ct == DType::F16)
+      vk.f32_to_f16(src, reinterpret_cast<uint16_t*>(dst), d);
+    else if (ct == DType::F32)
+      std::memcpy(dst, src, d * sizeof(float));
+    else
+      (void)quantize_row(ct, src, dst, d);
+  };
+  for_rows(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      store(frow(k, i), row_ptr(c.k, sl[i]), dk);
+      store(frow(v, i), row_ptr(c.v, sl[i]), dv);
+    }
+  });
+  return Status::ok();
+}
+
+Status CpuBackend::attention(const Tensor& q, const KvLayer& c, const AttnBatch& m, float scale, const Tensor& dst) {
+  if (!q.valid() || q.dtype != DType::F32 || q.nb[0] != sizeof(float))
+    return make_error(ErrorCode::kUnsupported, "attention: q must be f32 with contiguous heads");
+  const int64_t n_head = q.ne[1], n_tok = q.ne[2];
+  if (q.ne[0] != c.head_dim_k || q.ne[3] != 1)
+    return make_error(ErrorCode::kInvalidArgument, "attention: q %s must be [head_dim_k %d, n_head, n_tok]",
+                      q.shape_string().c_str(), c.head_dim_k);
+  if (c.n_head_kv <= 0 || n_head % c.n_head_kv != 0)
+    return make_error(ErrorCode::kInvalidArgument, "attention: n_head %lld is not a multiple of n_head_kv %d",
+                      static_cast<long long>(n_head), c.n_head_kv);
+  KILN_TRY(check("attention", "dst", dst, DType::F32));
+  if (!dst.is_contiguous() || dst.ne[0] != c.head_dim_v || dst.ne[1] != n_head || dst.ne[2] != n_tok)
+    return make_error(ErrorCode::kInvalidArgument, "attention: dst %s must be contiguous [%d, %lld, %lld]",
+                      dst.shape_string().c_str(), c.head_dim_v, static_cast<long long>(n_head),
+                      static_cast<long long>(n_tok));
+  const DType ct = c.k.dtype;
+  if (c.v.dtype != ct || (ct != DType::F16 && ct != DType::F32 && ct != DType::Q8_0))
+    return make_error(ErrorCode::kUnsupported, "attention: cache types k %s / v %s (supported: f16, f32, q8_0)",
+                      dtype_name(ct), dtype_name(c.v.dtype));
+  if (c.block_size <= 0) return make_error(ErrorCode::kInvalidArgument, "attention: block_size must be > 0");
+  if (c.head_dim_k % dtype_block_size(ct) || c.head_dim_v % dtype_block_size(ct))
+    return make_error(ErrorCode::kUnsupported, "attention: head dims %d/%d are not multiples of %s blocks",
+                      c.head_dim_k, c.head_dim_v, dtype_name(ct));
+  KILN_TRY(check("attention", "block_tables", m.block_tables, DType::I32));
+  KILN_TRY(check_ids("attention", "tok_table", m.tok_table, n_tok));
+  KILN_TRY(check_ids("attention", "kv_len", m.kv_len, n_tok));
+  const int32_t* tt = static_cast<const int32_t*>(m.tok_table.data);
+  const int32_t* kl = static_cast<const int32_t*>(m.kv_len.data);
+  const int64_t n_tables = m.block_tables.n_rows(), max_blocks = m.block_tables.ne[0];
+  const int64_t n_blocks = std::min(c.k.n_rows(), c.v.n_rows()) / c.block_size;
+  const int64_t tstride = static_cast<int64_t>(m.block_tables.nb[1] / sizeof(int32_t));
+  const int32_t* tables = static_cast<const int32_t*>(m.block_tables.data);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    if (tt[t] < 0 || tt[t] >= n_tables)
+      return make_error(ErrorCode::kInvalidArgument, "attention: tok_table[%lld] = %d is out of range [0, %lld)",
+                        static_cast<long long>(t), tt[t], static_cast<long long>(n_tables));
+    if (kl[t] < 1 || kl[t] > max_blocks * c.block_size)
+      return make_error(ErrorCode::kInvalidArgument, "attention: kv_len[%lld] = %d is out of range [1, %lld]",
+                        static_cast<long long>(t), kl[t], static_cast<long long>(max_blocks * c.block_size));
+    const int32_t* row = tables + tt[t] * tstride;
+    for (int64_t b = 0; b < (kl[t] + c.block_size - 1) / c.block_size; ++b)
+      if (row[b] < 0 || row[b] >= n_blocks)
+        return make_error(ErrorCode::kInvalidArgument, "attention: block table %d entry %lld = %d is out of range "
+                          "[0, %lld)", tt[t], static_cast<long long>(b), row[b], static_cast<long long>(n_blocks));
+  }
+  AttnArgs a;
+  a.q = static_cast<const float*>(q.data);
+  a.q_tok_stride = q.nb[2] / sizeof(float);
+  a.q_head_stride = q.nb[1] / sizeof(float);
+  a.dst = static_cast<float*>(dst.data);
+  a.k = static_cast<const uint8_t*>(c.k.data);
+  a.v = static_cast<const uint8_t*>(c.v.data);
+  a.k_slot_bytes = c.k.nb[1];
+  a.v_slot_bytes = c.v.nb[1];
+  a.k_head_bytes = c.head_dim_k / dtype_block_size(ct) * dtype_type_size(ct);
+  a.v_head_bytes = c.head_dim_v / dtype_block_size(ct) * dtype_type_size(ct);
+  a.kv_type = ct;
+  a.n_tok = static_cast<int32_t>(n_tok);
+  a.n_head = static_cast<int32_t>(n_head);
+  a.n_head_kv = c.n_head_kv;
+  a.hd_k = c.head_dim_k;
+  a.hd_v = c.head_dim_v;
+  a.block_size = c.block_size;
+  a.tables = tables;
+  a.table_stride = tstride;
+  a.tok_table = tt;
+  a.kv_len = kl;
+  a.scale = scale;
+  if (reference_)
+    attention_ref(a);
+  else
+    attention_fast(a, pool_, scratch_);
+  return Status::ok();
+}
+
+Status CpuBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& dst) {
+  KILN_TRY(check("swiglu", "gate", gate, DType::F32));
+  KILN_TRY(check("swiglu", "up", up, DType::F32));
+  KILN_TRY(check("swiglu", "dst", dst, DType::F32));
+  KILN_TRY(same_shape("swiglu", "gate", gate, "up", up));
+  KILN_TRY(same_shape("swiglu", "gate", gate, "dst", dst));
+  const VecKernels& vk = reference_ ? vec_kernels_scalar() : vec_kernels();
+  const int64_t d = gate.ne[0];
+  for_rows(gate.n_rows(), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) vk.swiglu(frow(gate, r), frow(up, r), frow(dst, r), d);
+  });
+  return Status::ok();
+}
+
+Status CpuBackend::binary(const char* op, const Tensor& a, const Tensor& b, const Tensor& dst, bool is_mul) {
+  KILN_TRY(check(op, "a", a, DType::F32));
+  KILN_TRY(check(op, "b", b, DType::F32));
+  KILN_TRY(check(op, "dst", dst, DType::F32));
+  KILN_TRY(same_shape(op, "a", a, "dst", dst));
+  const bool bcast = b.n_rows() == 1 && a.n_rows() != 1;
+  if (b.ne[0] != a.ne[0] || (!bcast && b.n_rows() != a.n_rows()))
+    return make_error(ErrorCode::kInvalidArgument, "%s: b %s must match a %s or be one row", op,
+                      b.shape_string().c_str(), a.shape_string().c_str());
+  const int64_t d = a.ne[0];
+  for_rows(a.n_rows(), [&](int64_t s, int64_t e) {
+    for (int64_t r = s; r < e; ++r) {
+      const float* x = frow(a, r);
+      const float* y = frow(b, bcast ? 0 : r);
+      float* z = frow(dst, r);
+      if (is_mul)
+        for (int64_t i = 0; i < d; ++i) z[i] = x[i] * y[i];
+      else
+        for (int64_t i = 0; i < d; ++i) z[i] = x[i] + y[i];
+    }
+  });
+  return Status::ok();
+}
+
+Status CpuBackend::add(const Tensor& a, const Tensor& b, const Tensor& dst) { return binary("add", a, b, dst, false); }
+Status CpuBackend::mul(const Tensor& a, const Tensor& b, const Tensor& dst) { return binary("mul", a, b, dst, true); }
+
+Status CpuBackend::scale(const Tensor& x, float s, const Tensor& dst) {
+  KILN_TRY(check("scale", "x", x, DType::F32));
+  KILN_TRY(check("scale", "dst", dst, DType::F32));
+  KILN_TRY(same_shape("scale", "x", x, "dst", dst));
+  const int64_t d = x.ne[0];
+  for_rows(x.n_rows(), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = frow(x, r);
+      float* y = frow(dst, r);
+      for (int64_t i = 0; i < d; ++i) y[i] = xr[i] * s;
+    }
+  });
+  return Status::ok();
+}
+
+Status CpuBackend::softmax(const Tensor& x, const Tensor& dst) {
+  KILN_TRY(check("softmax", "x", x, DType::F32));
+  KILN_TRY(check("softmax", "dst", dst, DType::F32));
+  KILN_TRY(same_shape("softmax", "x", x, "dst", dst));
+  const int64_t d = x.ne[0];
+  for_rows(x.n_rows(), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = frow(x, r);
+      float* y = frow(dst, r);
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < d; ++i) mx = std::max(mx, xr[i]);
+      double sum = 0;
+      for (int64_t i = 0; i < d; ++i) {
+        y[i] = std::exp(xr[i] - mx);
+        sum += y[i];
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t i = 0; i < d; ++i) y[i] *= inv;
+    }
+  });
+  return Status::ok();
+}
+
+Status CpuBackend::argmax(const Tensor& x, const Tensor& dst) {
+  KILN_TRY(check("argmax", "x", x, DType::F32));
+  KILN_TRY(check_ids("argmax", "dst", dst, x.n_rows()));
+  const int64_t d = x.ne[0];
+  int32_t* out = static_cast<int32_t*>(dst.data);
+  for_rows(x.n_rows(), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = frow(x, r);
+      int64_t best = 0;
+      for (int64_t i = 1; i < d; ++i)
+        if (xr[i] > xr[best]) best = i;
+      out[r] = static_cast<int32_t>(best);
+    }
+  });
+  return Status::ok();
+}
+
+Status CpuBackend::copy(const Tensor& src, const Tensor& dst) {
+  if (!src.valid() || !dst.valid()) return make_error(ErrorCode::kInvalidArgument, "copy: tensor not set");
+  if (src.dtype != dst.dtype && (!is_float_type(src.dtype) || !is_float_type(dst.dtype)))
+    return make_error(ErrorCode::kUnsupported, "copy: %s -> %s (conversions between f32, f16, bf16; any type to "
+                      "itself)", dtype_name(src.dtype), dtype_name(dst.dtype));
+  if (!src.rows_uniform() || !dst.rows_uniform())
+    return make_error(ErrorCode::kUnsupported, "copy: tensors must have contiguous rows");
+  KILN_TRY(same_shape("copy", "src", src, "dst", dst));
+  const int64_t d = src.ne[0];
+  const VecKernels& vk = reference_ ? vec_kernels_scalar() : vec_kernels();
+  for_rows(src.n_rows(), [&](int64_t b, int64_t e) {
+    std::vector<float> tmp;
+    for (int64_t r = b; r < e; ++r) {
+      const char* s = row_ptr(src, r);
+      char* o = row_ptr(dst, r);
+      if (src.dtype == dst.dtype) {
+        std::memmove(o, s, src.row_bytes());
+        continue;
+      }
+      const float* f = reinterpret_cast<const float*>(s);
+      if (src.dtype != DType::F32) {
+        tmp.resize(d);
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(s);
+        if (src.dtype == DType::F16)
+          vk.f16_to_f32(h, tmp.data(), d);
+        else
+          for (int64_t i = 0; i < d; ++i) tmp[i] = bf16_to_f32(h[i]);
+        f = tmp.data();
+      }
+      if (dst.dtype == DType::F32) {
+        std::memcpy(o, f, d * sizeof(float));
+      } else if (dst.dtype == DType::F16) {
+        vk.f32_to_f16(f, reinterpret_cast<uint16_t*>(o), d);
+      } else {
+        uint16_t* h = reinterpret_cast<uint16_t*>(o);
+        for (int64_t i = 0; i < d; ++i) h[i] = f32_to_bf16(f[i]);
+      }
+    }
+  });
+  return Status::ok();
+}
+
+}  // namespace cpu
+}  // namespace kiln

@@ -1,0 +1,77 @@
+// Scalar vector kernels (the portable fallback and the spec of the SIMD variants) and the runtime dispatch.
+#include "backend/cpu/ops.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "util/fp16.h"
+
+namespace kiln::cpu {
+namespace {
+
+float dot_f16(const uint16_t* k, const float* q, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += fp16_to_f32(k[i]) * q[i];
+  return s;
+}
+float dot_f32(const float* k, const float* q, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += k[i] * q[i];
+  return s;
+}
+void axpy_f16(float* y, const uint16_t* x, float a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * fp16_to_f32(x[i]);
+}
+void axpy_f32(float* y, const float* x, float a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+void scale_f32(float* y, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] *= s;
+}
+void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_fp16(x[i]);
+}
+void f16_to_f32(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_f32(x[i]);
+}
+void swiglu(const float* g, const float* u, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+double sum_sq(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i] * x[i]);
+  return s;
+}
+
+const VecKernels kScalar = {"scalar", dot_f16, dot_f32, axpy_f16, axpy_f32, scale_f32,
+                            f32_to_f16, f16_to_f32, swiglu, sum_sq};
+
+const VecKernels& pick() {
+  const char* cap = std::getenv("KILN_CPU_SIMD");
+  const bool allow512 = !cap || (std::strcmp(cap, "scalar") != 0 && std::strcmp(cap, "avx2") != 0);
+  const bool allow2 = !cap || std::strcmp(cap, "scalar") != 0;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (allow512 && vec_kernels_avx512() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    return *vec_kernels_avx512();
+  if (allow2 && vec_kernels_avx2() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c"))
+    return *vec_kernels_avx2();
+#endif
+  (void)allow512;
+  (void)allow2;
+  return kScalar;
+}
+
+}  // namespace
+
+const VecKernels& vec_kernels_scalar() { return kScalar; }
+
+const VecKernels& vec_kernels() {
+  static const VecKernels& k = pick();
+  return k;
+}
+
+}  // namespace kiln::cpu

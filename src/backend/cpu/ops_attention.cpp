@@ -1,0 +1,166 @@
+#include "backend/cpu/ops_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/ops.h"
+#include "quant/reference.h"
+#include "util/fp16.h"
+
+namespace kiln::cpu {
+namespace {
+
+inline const uint8_t* k_row(const AttnArgs& a, int64_t slot, int g) {
+  return a.k + static_cast<size_t>(slot) * a.k_slot_bytes + static_cast<size_t>(g) * a.k_head_bytes;
+}
+inline const uint8_t* v_row(const AttnArgs& a, int64_t slot, int g) {
+  return a.v + static_cast<size_t>(slot) * a.v_slot_bytes + static_cast<size_t>(g) * a.v_head_bytes;
+}
+inline int64_t slot_of(const AttnArgs& a, const int32_t* table, int64_t pos) {
+  return static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
+}
+
+// Row of n elements of the cache type -> f32 (Q8_0 through the reference dequantizer; the caller checked n).
+inline void to_f32(DType t, const uint8_t* src, float* dst, int64_t n) {
+  if (t == DType::F16) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(h[i]);
+  } else if (t == DType::F32) {
+    std::copy_n(reinterpret_cast<const float*>(src), n, dst);
+  } else {
+    (void)dequantize_row(t, src, dst, n);
+  }
+}
+
+}  // namespace
+
+void attention_ref(const AttnArgs& a) {
+  const int n_rep = a.n_head / a.n_head_kv;
+  std::vector<float> q(a.hd_k), kr(a.hd_k), vr(a.hd_v), s, out(a.hd_v);
+  for (int t = 0; t < a.n_tok; ++t) {
+    const int32_t* table = a.tables + static_cast<int64_t>(a.tok_table[t]) * a.table_stride;
+    const int64_t len = a.kv_len[t];
+    s.assign(len, 0.0f);
+    for (int h = 0; h < a.n_head; ++h) {
+      const int g = h / n_rep;
+      const float* qs = a.q + t * a.q_tok_stride + h * a.q_head_stride;
+      for (int i = 0; i < a.hd_k; ++i) q[i] = a.kv_type == DType::F16 ? fp16_to_f32(f32_to_fp16(qs[i])) : qs[i];
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < len; ++j) {
+        to_f32(a.kv_type, k_row(a, slot_of(a, table, j), g), kr.data(), a.hd_k);
+        float d = 0;
+        for (int i = 0; i < a.hd_k; ++i) d += kr[i] * q[i];
+        s[j] = d * a.scale;
+        mx = std::max(mx, s[j]);
+      }
+      float sum = 0;
+      for (int64_t j = 0; j < len; ++j) {
+        s[j] = std::exp(s[j] - mx);
+        sum += s[j];
+      }
+      std::fill(out.begin(), out.end(), 0.0f);
+      for (int64_t j = 0; j < len; ++j) {
+        to_f32(a.kv_type, v_row(a, slot_of(a, table, j), g), vr.data(), a.hd_v);
+        for (int i = 0; i < a.hd_v; ++i) out[i] += s[j] * vr[i];
+      }
+      float* d = a.dst + (static_cast<size_t>(t) * a.n_head + h) * a.hd_v;
+      for (int i = 0; i < a.hd_v; ++i) d[i] = out[i] / sum;
+    }
+  }
+}
+
+void attention_fast(const AttnArgs& a, ThreadPool& pool, std::vector<std::vector<float>>& scratch) {
+  const VecKernels& vk = vec_kernels();
+  const int n_rep = a.n_head / a.n_head_kv;
+  const int bs = a.block_size;
+  const bool f16 = a.kv_type == DType::F16, f32 = a.kv_type == DType::F32;
+  // Per-thread floats: q [n_rep][hd_k], acc [n_rep][hd_v], M/S [n_rep], scores [bs], converted K/V [bs][hd].
+  const size_t need = static_cast<size_t>(n_rep) * (a.hd_k + a.hd_v + 2) + bs +
+                      (f16 || f32 ? 0 : static_cast<size_t>(bs) * (a.hd_k + a.hd_v));
+  if (scratch.size() < static_cast<size_t>(pool.size())) scratch.resize(pool.size());
+  for (auto& s : scratch)
+    if (s.size() < need) s.resize(need);
+  const int64_t n_items = static_cast<int64_t>(a.n_tok) * a.n_head_kv;
+
+  pool.run([&](int ith, int nth) {
+    float* base = scratch[ith].data();
+    float* q = base;
+    float* acc = q + static_cast<size_t>(n_rep) * a.hd_k;
+    float* M = acc + static_cast<size_t>(n_rep) * a.hd_v;
+    float* S = M + n_rep;
+    float* sc = S + n_rep;
+    float* kbuf = sc + bs;
+    float* vbuf = kbuf + static_cast<size_t>(bs) * a.hd_k;
+    for (int64_t item = ith; item < n_items; item += nth) {
+      const int t = static_cast<int>(item / a.n_head_kv);
+      const int g = static_cast<int>(item % a.n_head_kv);
+      const int32_t* table = a.tables + static_cast<int64_t>(a.tok_table[t]) * a.table_stride;
+      const int64_t len = a.kv_len[t];
+      for (int r = 0; r < n_rep; ++r) {
+        const float* qs = a.q + t * a.q_tok_stride + (g * n_rep + r) * a.q_head_stride;
+        float* qr = q + static_cast<size_t>(r) * a.hd_k;
+        if (f16) {
+          for (int i = 0; i < a.hd_k; ++i) qr[i] = fp16_to_f32(f32_to_fp16(qs[i]));
+        } else {
+          std::copy_n(qs, a.hd_k, qr);
+        }
+        M[r] = -std::numeric_limits<float>::infinity();
+        S[r] = 0;
+      }
+      std::fill_n(acc, static_cast<size_t>(n_rep) * a.hd_v, 0.0f);
+      for (int64_t start = 0; start < len; start += bs) {
+        const int nj = static_cast<int>(std::min<int64_t>(bs, len - start));
+        const int64_t slot0 = static_cast<int64_t>(table[start / bs]) * bs;
+        if (!f16 && !f32) {
+          for (int j = 0; j < nj; ++j) {
+            to_f32(a.kv_type, k_row(a, slot0 + j, g), kbuf + static_cast<size_t>(j) * a.hd_k, a.hd_k);
+            to_f32(a.kv_type, v_row(a, slot0 + j, g), vbuf + static_cast<size_t>(j) * a.hd_v, a.hd_v);
+          }
+        }
+        for (int r = 0; r < n_rep; ++r) {
+          const float* qr = q + static_cast<size_t>(r) * a.hd_k;
+          float* ar = acc + static_cast<size_t>(r) * a.hd_v;
+          float mx = -std::numeric_limits<float>::infinity();
+          for (int j = 0; j < nj; ++j) {
+            float d;
+            if (f16)
+              d = vk.dot_f16(reinterpret_cast<const uint16_t*>(k_row(a, slot0 + j, g)), qr, a.hd_k);
+            else if (f32)
+              d = vk.dot_f32(reinterpret_cast<const float*>(k_row(a, slot0 + j, g)), qr, a.hd_k);
+            else
+              d = vk.dot_f32(kbuf + static_cast<size_t>(j) * a.hd_k, qr, a.hd_k);
+            sc[j] = d * a.scale;
+            mx = std::max(mx, sc[j]);
+          }
+          if (mx > M[r]) {
+            if (S[r] > 0) {
+              const float f = std::exp(M[r] - mx);
+              vk.scale_f32(ar, f, a.hd_v);
+              S[r] *= f;
+            }
+            M[r] = mx;
+          }
+          for (int j = 0; j < nj; ++j) {
+            const float p = std::exp(sc[j] - M[r]);
+            S[r] += p;
+            if (f16)
+              vk.axpy_f16(ar, reinterpret_cast<const uint16_t*>(v_row(a, slot0 + j, g)), p, a.hd_v);
+            else if (f32)
+              vk.axpy_f32(ar, reinterpret_cast<const float*>(v_row(a, slot0 + j, g)), p, a.hd_v);
+            else
+              vk.axpy_f32(ar, vbuf + static_cast<size_t>(j) * a.hd_v, p, a.hd_v);
+          }
+        }
+      }
+      for (int r = 0; r < n_rep; ++r) {
+        float* d = a.dst + (static_cast<size_t>(t) * a.n_head + g * n_rep + r) * a.hd_v;
+        const float inv = 1.0f / S[r];
+        const float* ar = acc + static_cast<size_t>(r) * a.hd_v;
+        for (int i = 0; i < a.hd_v; ++i) d[i] = ar[i] * inv;
+      }
+    }
+  });
+}
+
+}  // namespace kiln::cpu

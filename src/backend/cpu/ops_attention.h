@@ -1,0 +1,40 @@
+// CPU paged attention kernels (the op contract is Backend::attention in backend/backend.h). Arguments are checked
+// by the caller (cpu_backend.cpp): every block id a token reads is in range, kv_len[t] >= 1, dtypes supported.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "quant/dtype.h"
+#include "util/thread_pool.h"
+
+namespace kiln::cpu {
+
+struct AttnArgs {
+  const float* q = nullptr;  // token t, head h at q + t * q_tok_stride + h * q_head_stride (floats)
+  size_t q_tok_stride = 0, q_head_stride = 0;
+  float* dst = nullptr;      // contiguous [hd_v, n_head, n_tok]
+  const uint8_t* k = nullptr;  // slot s, kv head g at k + s * k_slot_bytes + g * k_head_bytes
+  const uint8_t* v = nullptr;
+  size_t k_slot_bytes = 0, v_slot_bytes = 0, k_head_bytes = 0, v_head_bytes = 0;
+  DType kv_type = DType::F16;  // F16, F32 or Q8_0
+  int32_t n_tok = 0, n_head = 0, n_head_kv = 0, hd_k = 0, hd_v = 0, block_size = 0;
+  const int32_t* tables = nullptr;  // row r at tables + r * table_stride
+  int64_t table_stride = 0;
+  const int32_t* tok_table = nullptr;
+  const int32_t* kv_len = nullptr;
+  float scale = 1.0f;
+};
+
+// Scalar reference: per (token, head), all scores, then max, exp, sum, weighted sum of V (two passes).
+// Numerics (as llama.cpp's CPU attention): for an F16 cache q is rounded to f16 before the dot product; scores,
+// softmax and the V accumulation are f32.
+void attention_ref(const AttnArgs& a);
+
+// Fast path: flash-style online softmax over the sequence's blocks, one work item per (token, kv head) covering
+// the n_head / n_head_kv query heads that share it (each K/V row is loaded once per group); items interleaved over
+// the pool's threads. scratch: per-thread buffers, grown on demand.
+void attention_fast(const AttnArgs& a, ThreadPool& pool, std::vector<std::vector<float>>& scratch);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,94 @@
+// kiln logits: raw logits of a token sequence, for parity checks against llama.cpp (fixtures README).
+//   kiln logits -m MODEL --tokens ID,... [--all] [-b N] [-t N] [-c N] --out FILE
+// Output: little-endian f32, row-major [n_rows][n_vocab]: the last position, or every position with --all. The ids
+// are fed verbatim (no BOS added), in chunks of -b tokens through the KV cache.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "model/model.h"
+#include "runtime/batch.h"
+#include "runtime/kv_cache.h"
+#include "util/timer.h"
+
+namespace kiln::cli {
+namespace {
+
+int run_logits(int argc, char** argv) {
+  ArgParser ap("logits", "write raw f32 logits of a token sequence ([n_rows][n_vocab], little-endian)");
+  std::string model_path, tokens_text, out_path;
+  bool all = false;
+  int64_t n_batch = 512, n_ctx = 0;
+  int n_threads = 0;
+  ap.option({"-m", "--model"}, &model_path, "FILE", "GGUF model");
+  ap.option({"--tokens"}, &tokens_text, "IDS", "token ids, e.g. 1,2,3 (fed verbatim: no BOS is added)");
+  ap.flag({"--all"}, &all, "write the logits of every position (default: the last one)");
+  ap.option({"-b", "--batch-size"}, &n_batch, "N", "tokens per forward pass (default 512)");
+  ap.option({"-t", "--threads"}, &n_threads, "N", "CPU threads (default: all cores)");
+  ap.option({"-c", "--ctx-size"}, &n_ctx, "N", "KV cache size in tokens (default: the number of tokens)");
+  ap.option({"-o", "--out"}, &out_path, "FILE", "output file");
+  Status st = ap.parse(argc, argv);
+  if (!st.is_ok()) return fail("logits", st);
+  if (ap.help_requested()) {
+    std::printf("%s", ap.usage().c_str());
+    return 0;
+  }
+  if (model_path.empty()) return fail("logits", make_error(ErrorCode::kInvalidArgument, "-m MODEL is required"));
+  if (out_path.empty()) return fail("logits", make_error(ErrorCode::kInvalidArgument, "--out FILE is required"));
+  if (tokens_text.empty()) return fail("logits", make_error(ErrorCode::kInvalidArgument, "--tokens is required"));
+  if (n_batch <= 0)
+    return fail("logits", make_error(ErrorCode::kInvalidArgument, "-b %lld: must be > 0", static_cast<long long>(n_batch)));
+  auto ids = parse_id_list(tokens_text);
+  if (!ids) return fail("logits", ids.status().with_context("--tokens"));
+  const std::vector<int32_t>& tokens = ids.value();
+  if (tokens.empty()) return fail("logits", make_error(ErrorCode::kInvalidArgument, "--tokens: no ids given"));
+
+  LoadOptions lo;
+  lo.n_threads = n_threads;
+  auto model = Model::load(model_path, lo);
+  if (!model) return fail("logits", model.status());
+  Model& m = *model.value();
+  const int64_t n_vocab = m.hparams().n_vocab;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= n_vocab)
+      return fail("logits", make_error(ErrorCode::kInvalidArgument, "--tokens: token %zu (id %d) is out of range "
+                                       "[0, %lld)", i, tokens[i], static_cast<long long>(n_vocab)));
+
+  KvCacheConfig kc;
+  kc.n_ctx = n_ctx > 0 ? n_ctx : static_cast<int64_t>(tokens.size());
+  auto cache = KvCache::create(m.hparams(), kc);
+  if (!cache) return fail("logits", cache.status());
+
+  std::FILE* f = std::fopen(out_path.c_str(), "wb");
+  if (!f) return fail("logits", make_error(ErrorCode::kIo, "cannot open '%s' for writing", out_path.c_str()));
+  Timer timer;
+  Batch batch;
+  std::vector<float> logits;
+  size_t rows = 0;
+  for (size_t b = 0; b < tokens.size(); b += static_cast<size_t>(n_batch)) {
+    const size_t e = std::min(tokens.size(), b + static_cast<size_t>(n_batch));
+    batch.clear();
+    for (size_t i = b; i < e; ++i) batch.add(tokens[i], static_cast<int32_t>(i), 0, all || i + 1 == tokens.size());
+    st = m.forward(batch, *cache.value(), &logits);
+    if (!st.is_ok()) {
+      std::fclose(f);
+      return fail("logits", st);
+    }
+    if (!logits.empty() && std::fwrite(logits.data(), sizeof(float), logits.size(), f) != logits.size()) {
+      std::fclose(f);
+      return fail("logits", make_error(ErrorCode::kIo, "writing '%s' failed", out_path.c_str()));
+    }
+    rows += logits.size() / static_cast<size_t>(n_vocab);
+  }
+  if (std::fclose(f) != 0) return fail("logits", make_error(ErrorCode::kIo, "closing '%s' failed", out_path.c_str()));
+  std::fprintf(stderr, "logits: %zu tokens, %zu rows x %lld to %s in %.3f s\n", tokens.size(), rows,
+               static_cast<long long>(n_vocab), out_path.c_str(), timer.seconds());
+  return 0;
+}
+
+}  // namespace
+
+KILN_REGISTER_COMMAND("logits", "raw f32 logits of a token sequence (parity checks)", run_logits);
+
+}  // namespace kiln::cli

@@ -1,0 +1,72 @@
+// What an architecture file (model/arch/<name>.cpp) provides, the weights it binds, and the registry.
+// An architecture = which GGUF keys it reads (on top of the common ones), which tensors it expects with which
+// shapes, and its transformer block written with the shared pieces of model/forward.h. Adding a Llama-like
+// architecture means one new file and one registry line (model/arch/registry.cpp).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/tensor.h"
+#include "gguf/gguf.h"
+#include "model/hparams.h"
+#include "util/status.h"
+
+namespace kiln {
+
+struct LayerWeights {
+  Tensor attn_norm;              // f32 [n_embd]
+  Tensor wq, wk, wv, wo;         // [n_embd, n_head*hd_k], [n_embd, n_head_kv*hd_k], [n_embd, n_head_kv*hd_v],
+                                 // [n_head*hd_v, n_embd]   (GGUF order: ne[0] = n_in)
+  Tensor bq, bk, bv;             // optional f32 biases [n_head*hd_k], [n_head_kv*hd_k], [n_head_kv*hd_v]
+  Tensor q_norm, k_norm;         // optional f32 [hd_k] per-head RMS norm weights (qwen3)
+  Tensor ffn_norm;               // f32 [n_embd]
+  Tensor w_gate, w_up, w_down;   // [n_embd, n_ff], [n_embd, n_ff], [n_ff, n_embd]
+};
+
+struct Weights {
+  Tensor tok_embd;     // [n_embd, n_vocab], any dequantizable type
+  Tensor output_norm;  // f32 [n_embd]
+  Tensor output;       // [n_embd, n_vocab]; = tok_embd when tied
+  Tensor rope_freqs;   // optional f32 [n_rot/2] (llama3 frequency factors)
+  std::vector<LayerWeights> layers;
+};
+
+// One entry of an architecture's tensor manifest: the file must hold `name` with exactly `shape` (ne order);
+// optional tensors may be absent. kind says which types are accepted.
+struct TensorSpec {
+  enum Kind { kMatrix, kEmbedding, kF32 } kind = kMatrix;
+  std::string name;
+  std::vector<int64_t> shape;
+  Tensor* dst = nullptr;
+  bool required = true;
+};
+
+struct ForwardCtx;
+
+struct ArchDef {
+  const char* name;  // general.architecture
+  // Arch-specific keys and defaults on top of read_common_hparams (model/hparams.cpp), e.g. the RoPE type.
+  Status (*read_hparams)(const gguf::File& file, HParams& hp);
+  // The tensor manifest, binding into `w` (w.layers is sized n_layer by the caller).
+  std::vector<TensorSpec> (*manifest)(const HParams& hp, Weights& w);
+  // After binding: derived settings (e.g. tied output), extra checks.
+  Status (*finish)(const HParams& hp, Weights& w, HParams& hp_out);
+  // One transformer block, in place on ctx.x.
+  Status (*block)(ForwardCtx& ctx, int64_t il);
+};
+
+const ArchDef* find_arch(std::string_view name);
+std::string supported_archs();  // "llama, qwen2, qwen3"
+
+// Common hyperparameters: general.* and <arch>.* keys (see hparams.h), then validate_hparams.
+Status read_common_hparams(const gguf::File& file, HParams& hp);
+// Zero/negative sizes, head divisibility, n_rot range; errors name the key.
+Status validate_hparams(const HParams& hp);
+
+// The standard pre-norm decoder tensors (token_embd, output_norm, output (optional), per layer attn_norm, q/k/v/o,
+// ffn_norm, gate/up/down). Architectures add their extras.
+std::vector<TensorSpec> standard_manifest(const HParams& hp, Weights& w);
+
+}  // namespace kiln

@@ -1,0 +1,32 @@
+// The architecture registry: one line per model/arch/<name>.cpp.
+#include <string>
+
+#include "model/arch.h"
+
+namespace kiln {
+
+extern const ArchDef kArchLlama;
+extern const ArchDef kArchQwen2;
+extern const ArchDef kArchQwen3;
+
+namespace {
+const ArchDef* const kArchs[] = {
+    &kArchLlama,
+    &kArchQwen2,
+    &kArchQwen3,
+};
+}  // namespace
+
+const ArchDef* find_arch(std::string_view name) {
+  for (const ArchDef* a : kArchs)
+    if (name == a->name) return a;
+  return nullptr;
+}
+
+std::string supported_archs() {
+  std::string s;
+  for (const ArchDef* a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a->name);
+  return s;
+}
+
+}  // namespace kiln

@@ -1,0 +1,50 @@
+// The shared pieces of every block (model/forward.h), top to bottom.
+#include "model/forward.h"
+
+#include "runtime/kv_cache_paged.h"
+
+namespace kiln::pieces {
+
+Status self_attention(ForwardCtx& c, int64_t il) {
+  Backend& be = *c.be;
+  const HParams& hp = *c.hp;
+  const LayerWeights& L = c.w->layers[il];
+  const int64_t n = c.n;
+
+  KILN_TRY(be.rms_norm(c.x, L.attn_norm, hp.rms_eps, c.h));
+  KILN_TRY(be.matmul(L.wq, c.h, L.bq, c.q));
+  KILN_TRY(be.matmul(L.wk, c.h, L.bk, c.k));
+  KILN_TRY(be.matmul(L.wv, c.h, L.bv, c.v));
+
+  // Per-head views: q [hd_k, n_head, n], k [hd_k, n_head_kv, n].
+  const Tensor q3 = c.q.reshape(hp.head_dim_k, hp.n_head, n);
+  const Tensor k3 = c.k.reshape(hp.head_dim_k, hp.n_head_kv, n);
+  if (L.q_norm.valid()) {  // qwen3: RMS norm over each head's vector, before RoPE
+    const Tensor qh = c.q.reshape(hp.head_dim_k, hp.n_head * n), kh = c.k.reshape(hp.head_dim_k, hp.n_head_kv * n);
+    KILN_TRY(be.rms_norm(qh, L.q_norm, hp.rms_eps, qh));
+    KILN_TRY(be.rms_norm(kh, L.k_norm, hp.rms_eps, kh));
+  }
+  KILN_TRY(be.rope(q3, c.pos, c.rope));
+  KILN_TRY(be.rope(k3, c.pos, c.rope));
+
+  // The batch's K/V go into the cache first; each token then attends to positions [0, pos] of its sequence.
+  const KvLayer layer = c.cache->layer(il);
+  KILN_TRY(be.kv_store(c.k, c.v, layer, c.slots));
+  KILN_TRY(be.attention(q3, layer, c.meta, c.attn_scale, c.attn.reshape(hp.head_dim_v, hp.n_head, n)));
+
+  KILN_TRY(be.matmul(L.wo, c.attn, Tensor{}, c.h));
+  return be.add(c.x, c.h, c.x);
+}
+
+Status swiglu_ffn(ForwardCtx& c, int64_t il) {
+  Backend& be = *c.be;
+  const LayerWeights& L = c.w->layers[il];
+  KILN_TRY(be.rms_norm(c.x, L.ffn_norm, c.hp->rms_eps, c.h));
+  KILN_TRY(be.matmul(L.w_gate, c.h, Tensor{}, c.g));
+  KILN_TRY(be.matmul(L.w_up, c.h, Tensor{}, c.u));
+  KILN_TRY(be.swiglu(c.g, c.u, c.g));
+  KILN_TRY(be.matmul(L.w_down, c.g, Tensor{}, c.h));
+  return be.add(c.x, c.h, c.x);
+}
+
+}  // namespace kiln::pieces

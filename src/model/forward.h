@@ -1,0 +1,47 @@
+// The forward pass, written once against Backend (DESIGN.md section 2). Model::forward (model/model.cpp) fills a
+// ForwardCtx for the batch (token ids, positions, cache slots, block tables in backend memory), embeds, runs the
+// architecture's block per layer (model/arch/*.cpp, built from the pieces below), and projects the rows that want
+// logits.
+//
+// Activations, n = tokens in the batch (ggml order [row width, rows]):
+//   x    [n_embd, n]            residual stream (in place across layers)
+//   h    [n_embd, n]            normed input of a sublayer, then its output before the residual add
+//   q    [hd_k, n_head, n]      k [hd_k, n_head_kv, n]   v [hd_v, n_head_kv, n]
+//   attn [hd_v, n_head, n]      g, u [n_ff, n]
+#pragma once
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "model/arch.h"
+
+namespace kiln {
+
+class PagedKvCache;
+
+struct ForwardCtx {
+  Backend* be = nullptr;
+  const HParams* hp = nullptr;
+  const Weights* w = nullptr;
+  PagedKvCache* cache = nullptr;
+  int64_t n = 0;  // tokens in the batch
+
+  Tensor x, h, q, k, v, attn, g, u;
+  Tensor pos, slots;  // I32 [n]
+  AttnBatch meta;
+  RopeParams rope;
+  float attn_scale = 1.0f;
+};
+
+namespace pieces {
+
+// h = rms_norm(x) * attn_norm; q/k/v projections (+ biases when the layer has them); per-head q/k RMS norm when
+// the layer has q_norm/k_norm; RoPE on q and k; K/V into the cache; paged causal attention; output projection;
+// x += result.
+Status self_attention(ForwardCtx& c, int64_t il);
+
+// h = rms_norm(x) * ffn_norm; x += down(silu(gate(h)) * up(h)).
+Status swiglu_ffn(ForwardCtx& c, int64_t il);
+
+}  // namespace pieces
+}  // namespace kiln

@@ -1,0 +1,125 @@
+// Common hyperparameter keys and their validation (HParams, model/hparams.h).
+#include <string>
+
+#include "model/arch.h"
+
+namespace kiln {
+namespace {
+
+std::string key(const HParams& hp, const char* suffix) { return hp.arch + "." + suffix; }
+
+Result<int64_t> get_int(const gguf::File& f, const std::string& k) {
+  const gguf::Value* v = f.find(k);
+  if (!v) return make_error(ErrorCode::kNotFound, "missing metadata key '%s'", k.c_str());
+  if (v->is_array())
+    return make_error(ErrorCode::kUnsupported, "metadata key '%s' is an array (per-layer values are not supported)",
+                      k.c_str());
+  return f.get_i64(k);
+}
+
+Result<int64_t> get_int_or(const gguf::File& f, const std::string& k, int64_t fallback) {
+  if (!f.has(k)) return fallback;
+  return get_int(f, k);
+}
+
+}  // namespace
+
+Status read_common_hparams(const gguf::File& f, HParams& hp) {
+  KILN_ASSIGN_OR_RETURN(hp.name, f.get_str_or("general.name", ""));
+  KILN_ASSIGN_OR_RETURN(hp.n_ctx_train, get_int(f, key(hp, "context_length")));
+  KILN_ASSIGN_OR_RETURN(hp.n_embd, get_int(f, key(hp, "embedding_length")));
+  KILN_ASSIGN_OR_RETURN(hp.n_layer, get_int(f, key(hp, "block_count")));
+  KILN_ASSIGN_OR_RETURN(hp.n_ff, get_int(f, key(hp, "feed_forward_length")));
+  KILN_ASSIGN_OR_RETURN(hp.n_head, get_int(f, key(hp, "attention.head_count")));
+  KILN_ASSIGN_OR_RETURN(hp.n_head_kv, get_int_or(f, key(hp, "attention.head_count_kv"), hp.n_head));
+  if (hp.n_head <= 0)
+    return make_error(ErrorCode::kInvalidFile, "%s is %lld: need at least one attention head",
+                      key(hp, "attention.head_count").c_str(), static_cast<long long>(hp.n_head));
+  KILN_ASSIGN_OR_RETURN(hp.head_dim_k, get_int_or(f, key(hp, "attention.key_length"), hp.n_embd / hp.n_head));
+  KILN_ASSIGN_OR_RETURN(hp.head_dim_v, get_int_or(f, key(hp, "attention.value_length"), hp.head_dim_k));
+  KILN_ASSIGN_OR_RETURN(hp.rms_eps, f.get_f32(key(hp, "attention.layer_norm_rms_epsilon")));
+  KILN_ASSIGN_OR_RETURN(hp.n_rot, get_int_or(f, key(hp, "rope.dimension_count"), hp.head_dim_k));
+  KILN_ASSIGN_OR_RETURN(hp.rope_freq_base, f.get_f32_or(key(hp, "rope.freq_base"), 10000.0f));
+  KILN_ASSIGN_OR_RETURN(const std::string scaling, f.get_str_or(key(hp, "rope.scaling.type"), "none"));
+  hp.rope_freq_scale = 1.0f;
+  if (scaling == "linear") {
+    KILN_ASSIGN_OR_RETURN(const float factor, f.get_f32(key(hp, "rope.scaling.factor")));
+    if (!(factor > 0))
+      return make_error(ErrorCode::kInvalidFile, "%s is %g: must be > 0", key(hp, "rope.scaling.factor").c_str(),
+                        factor);
+    hp.rope_freq_scale = 1.0f / factor;
+  } else if (scaling != "none" && scaling != "llama3") {
+    // llama3 scaling is carried by rope_freqs.weight; yarn/longrope are not implemented.
+    return make_error(ErrorCode::kUnsupported, "%s '%s' is not supported (none, linear, llama3)",
+                      key(hp, "rope.scaling.type").c_str(), scaling.c_str());
+  }
+  // Vocabulary size: explicit key, else the tokenizer's token list, else token_embd's rows (checked again by the
+  // manifest against token_embd.weight).
+  if (f.has(key(hp, "vocab_size"))) {
+    KILN_ASSIGN_OR_RETURN(hp.n_vocab, get_int(f, key(hp, "vocab_size")));
+  } else if (const gguf::Value* toks = f.find("tokenizer.ggml.tokens"); toks && toks->is_array()) {
+    hp.n_vocab = static_cast<int64_t>(toks->arr().items.size());
+  } else if (const gguf::TensorInfo* te = f.find_tensor("token_embd.weight")) {
+    hp.n_vocab = te->ne[1];
+  } else {
+    return make_error(ErrorCode::kNotFound, "cannot tell the vocabulary size: no '%s', no tokenizer.ggml.tokens, "
+                      "no token_embd.weight", key(hp, "vocab_size").c_str());
+  }
+  return Status::ok();
+}
+
+Status validate_hparams(const HParams& hp) {
+  struct Pos { const char* k; int64_t v; };
+  const Pos pos[] = {{"context_length", hp.n_ctx_train}, {"embedding_length", hp.n_embd},
+                     {"block_count", hp.n_layer},        {"feed_forward_length", hp.n_ff},
+                     {"attention.head_count", hp.n_head}, {"attention.head_count_kv", hp.n_head_kv},
+                     {"attention.key_length", hp.head_dim_k}, {"attention.value_length", hp.head_dim_v},
+                     {"rope.dimension_count", hp.n_rot}};
+  for (const Pos& p : pos)
+    if (p.v <= 0)
+      return make_error(ErrorCode::kInvalidFile, "%s.%s is %lld: must be > 0", hp.arch.c_str(), p.k,
+                        static_cast<long long>(p.v));
+  if (hp.n_vocab <= 0)
+    return make_error(ErrorCode::kInvalidFile, "vocabulary size is %lld: must be > 0", static_cast<long long>(hp.n_vocab));
+  if (hp.n_vocab > INT32_MAX)
+    return make_error(ErrorCode::kUnsupported, "vocabulary size %lld exceeds int32 token ids",
+                      static_cast<long long>(hp.n_vocab));
+  if (hp.n_head % hp.n_head_kv != 0)
+    return make_error(ErrorCode::kInvalidFile, "%s.attention.head_count %lld is not a multiple of "
+                      "%s.attention.head_count_kv %lld", hp.arch.c_str(), static_cast<long long>(hp.n_head),
+                      hp.arch.c_str(), static_cast<long long>(hp.n_head_kv));
+  if (hp.n_rot > hp.head_dim_k || hp.n_rot % 2 != 0)
+    return make_error(ErrorCode::kInvalidFile, "%s.rope.dimension_count %lld must be even and <= the head size %lld",
+                      hp.arch.c_str(), static_cast<long long>(hp.n_rot), static_cast<long long>(hp.head_dim_k));
+  if (!(hp.rms_eps > 0) || !(hp.rope_freq_base > 0))
+    return make_error(ErrorCode::kInvalidFile, "%s: rms epsilon %g and rope freq_base %g must be > 0",
+                      hp.arch.c_str(), hp.rms_eps, hp.rope_freq_base);
+  return Status::ok();
+}
+
+std::vector<TensorSpec> standard_manifest(const HParams& hp, Weights& w) {
+  using K = TensorSpec::Kind;
+  const int64_t e = hp.n_embd, q = hp.n_head * hp.head_dim_k, kk = hp.n_head_kv * hp.head_dim_k,
+                v = hp.n_head_kv * hp.head_dim_v, o = hp.n_head * hp.head_dim_v;
+  std::vector<TensorSpec> m = {
+      {K::kEmbedding, "token_embd.weight", {e, hp.n_vocab}, &w.tok_embd, true},
+      {K::kF32, "output_norm.weight", {e}, &w.output_norm, true},
+      {K::kMatrix, "output.weight", {e, hp.n_vocab}, &w.output, false},
+  };
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    LayerWeights& L = w.layers[il];
+    const std::string b = "blk." + std::to_string(il) + ".";
+    m.push_back({K::kF32, b + "attn_norm.weight", {e}, &L.attn_norm, true});
+    m.push_back({K::kMatrix, b + "attn_q.weight", {e, q}, &L.wq, true});
+    m.push_back({K::kMatrix, b + "attn_k.weight", {e, kk}, &L.wk, true});
+    m.push_back({K::kMatrix, b + "attn_v.weight", {e, v}, &L.wv, true});
+    m.push_back({K::kMatrix, b + "attn_output.weight", {o, e}, &L.wo, true});
+    m.push_back({K::kF32, b + "ffn_norm.weight", {e}, &L.ffn_norm, true});
+    m.push_back({K::kMatrix, b + "ffn_gate.weight", {e, hp.n_ff}, &L.w_gate, true});
+    m.push_back({K::kMatrix, b + "ffn_up.weight", {e, hp.n_ff}, &L.w_up, true});
+    m.push_back({K::kMatrix, b + "ffn_down.weight", {hp.n_ff, e}, &L.w_down, true});
+  }
+  return m;
+}
+
+}  // namespace kiln

@@ -209,6 +209,16 @@ Result<Shape> resolve_shape(const Options& o, ArgParser& p, const TypeRecipe& t)
     KILN_TRY(check_positive(ov.opt, ov.value));
     *ov.field = ov.value;
   }
+  // Row lengths of the quantized matrices: n_embd (most; the q6_K output of the 4-bit mixes too), n_ff
+  // (ffn_down) and n_head * head_dim (attn_output) must be whole blocks.
+  const int64_t blk = t.base == DType::Q4_K ? 256 : dtype_block_size(t.base);
+  const int64_t embd_blk = t.base == DType::F16 || t.base == DType::Q8_0 ? blk : 256;
+  if (s.n_embd % embd_blk != 0)
+    return make_error(ErrorCode::kInvalidArgument, "--embd %lld must be a multiple of %lld for --type %s",
+                      static_cast<long long>(s.n_embd), static_cast<long long>(embd_blk), t.name);
+  if (s.n_ff % blk != 0)
+    return make_error(ErrorCode::kInvalidArgument, "--ff %lld must be a multiple of %lld for --type %s",
+                      static_cast<long long>(s.n_ff), static_cast<long long>(blk), t.name);
   if (s.head_dim == 0) {
     if (s.n_embd % s.n_head != 0)
       return make_error(ErrorCode::kInvalidArgument, "--embd %lld is not a multiple of --heads %lld (or give --head-dim)",
@@ -216,22 +226,14 @@ Result<Shape> resolve_shape(const Options& o, ArgParser& p, const TypeRecipe& t)
     s.head_dim = s.n_embd / s.n_head;
   }
   if (s.head_dim % 2 != 0)
-    return make_error(ErrorCode::kInvalidArgument, "--head-dim %lld must be even (RoPE rotates pairs)",
+    return make_error(ErrorCode::kInvalidArgument, "head dim %lld (--head-dim, or --embd / --heads) must be even",
                       static_cast<long long>(s.head_dim));
   if (s.n_head % s.n_head_kv != 0)
     return make_error(ErrorCode::kInvalidArgument, "--heads %lld is not a multiple of --kv-heads %lld",
                       static_cast<long long>(s.n_head), static_cast<long long>(s.n_head_kv));
-  // Row lengths of the quantized matrices: n_embd (most), n_ff (ffn_down), n_head*head_dim (attn_output).
-  const int64_t blk = t.base == DType::Q4_K ? 256 : dtype_block_size(t.base);
-  const int64_t blk_out = t.base == DType::F16 || t.base == DType::Q8_0 ? blk : 256;  // q6_K output / mixes
-  if (s.n_embd % std::max(blk, blk_out) != 0)
-    return make_error(ErrorCode::kInvalidArgument, "--embd %lld must be a multiple of %lld for --type %s",
-                      static_cast<long long>(s.n_embd), static_cast<long long>(std::max(blk, blk_out)), t.name);
-  if (s.n_ff % std::max(blk, t.base == DType::Q4_K ? int64_t{256} : blk) != 0)
-    return make_error(ErrorCode::kInvalidArgument, "--ff %lld must be a multiple of %lld for --type %s",
-                      static_cast<long long>(s.n_ff), static_cast<long long>(blk), t.name);
   if ((s.n_head * s.head_dim) % blk != 0)
-    return make_error(ErrorCode::kInvalidArgument, "--heads x head dim = %lld must be a multiple of %lld for --type %s",
+    return make_error(ErrorCode::kInvalidArgument,
+                      "--heads x head dim = %lld must be a multiple of %lld for --type %s (attn_output rows)",
                       static_cast<long long>(s.n_head * s.head_dim), static_cast<long long>(blk), t.name);
   return s;
 }

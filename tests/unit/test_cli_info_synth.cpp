@@ -1,0 +1,308 @@
+// `kiln info` and `kiln synth` end to end through the binary: outputs parse, written models reload with the
+// reader with llama.cpp's tensor names/types/shapes, bad arguments fail naming the option.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "common/test_util.h"
+#include "gguf/gguf.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int code;
+  std::string out;  // stdout and stderr together
+};
+
+RunResult run_kiln(const std::string& args, bool with_stderr = true) {
+  const std::string cmd = "'" + test::kiln_binary() + "' " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  RunResult r{-1, ""};
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int st = ::pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::string temp_path(const std::string& name) {
+  return (fs::temp_directory_path() / ("kiln_cli_test_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+const std::string kModel = test::data_path("models/fixture-llama-q4_k_m.gguf");
+const std::string kVocab = test::data_path("tokenizer/ggml-vocab-gpt-2.gguf");
+
+TEST(CliInfo, TextShowsHeaderArchTensorsTotals) {
+  auto r = run_kiln("info '" + kModel + "'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* s : {"version 3", "arch:        llama", "block_count", "vocab:       1000 tokens, model gpt2",
+                        "tokenizer.ggml.tokens", "[string x 1000]", "blk.1.ffn_down.weight", "q6_K", "totals:",
+                        "22 tensors", "bits per weight"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << "missing '" << s << "' in:\n" << r.out;
+}
+
+TEST(CliInfo, JsonParsesAndMatchesTheReader) {
+  auto r = run_kiln("info --json '" + kModel + "'", false);
+  ASSERT_EQ(r.code, 0);
+  auto j = nlohmann::json::parse(r.out);
+  auto f = gguf::File::open(kModel);
+  ASSERT_TRUE(f.is_ok());
+  EXPECT_EQ(j["version"], 3);
+  EXPECT_EQ(j["architecture"], "llama");
+  EXPECT_EQ(j["hparams"]["block_count"], 2);
+  EXPECT_EQ(j["hparams"]["embedding_length"], 256);
+  EXPECT_EQ(j["vocab"]["size"], 1000);
+  EXPECT_EQ(j["vocab"]["pre"], "llama-bpe");
+  EXPECT_EQ(j["metadata"]["tokenizer.ggml.tokens"]["count"], 1000);
+  EXPECT_EQ(j["metadata"]["tokenizer.ggml.tokens"]["head"].size(), 8u);
+  ASSERT_EQ(j["tensors"].size(), f->tensors().size());
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < f->tensors().size(); ++i) {
+    const auto& t = f->tensors()[i];
+    EXPECT_EQ(j["tensors"][i]["name"], t.name);
+    EXPECT_EQ(j["tensors"][i]["type"], dtype_name(t.type));
+    EXPECT_EQ(j["tensors"][i]["shape"][0], t.ne[0]);
+    EXPECT_EQ(j["tensors"][i]["bytes"], t.nbytes);
+    bytes += t.nbytes;
+  }
+  EXPECT_EQ(j["totals"]["bytes"], bytes);
+  EXPECT_GT(j["totals"]["bits_per_weight"].get<double>(), 4.0);
+}
+
+TEST(CliInfo, VocabOnlyFilesAndErrors) {
+  auto r = run_kiln("info --json '" + kVocab + "'", false);
+  ASSERT_EQ(r.code, 0);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["vocab"]["size"], 50257);
+  EXPECT_EQ(j["totals"]["tensors"], 0);
+  auto text = run_kiln("info '" + kVocab + "'");
+  EXPECT_EQ(text.code, 0);
+  auto missing = run_kiln("info /nonexistent/x.gguf");
+  EXPECT_NE(missing.code, 0);
+  EXPECT_NE(missing.out.find("/nonexistent/x.gguf"), std::string::npos) << missing.out;
+  auto none = run_kiln("info");
+  EXPECT_NE(none.code, 0);
+  EXPECT_NE(none.out.find("FILE"), std::string::npos) << none.out;
+}
+
+TEST(CliInfo, EveryFixtureModelAndVocab) {
+  KILN_REQUIRE_FIXTURES();
+  std::vector<std::string> files;
+  for (auto& e : fs::directory_iterator(test::fixtures_dir() + "/models"))
+    if (e.path().extension() == ".gguf") files.push_back(e.path().string());
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator("/tmp/tok/tokenizer", ec))
+    if (e.path().extension() == ".gguf") files.push_back(e.path().string());
+  for (const auto& p : files) {
+    auto r = run_kiln("info --json '" + p + "'", false);
+    ASSERT_EQ(r.code, 0) << p;
+    EXPECT_NO_THROW((void)nlohmann::json::parse(r.out)) << p;
+    EXPECT_EQ(run_kiln("info '" + p + "' > /dev/null").code, 0) << p;
+  }
+}
+
+// Expected type of a synth tensor for --type `t` (llama.cpp's recipes).
+DType expected_type(const std::string& t, const std::string& name, int layer, int n_layer, bool tied) {
+  if (name.find("norm") != std::string::npos || name.find("bias") != std::string::npos || name == "rope_freqs.weight")
+    return DType::F32;
+  if (t == "f16") return DType::F16;
+  if (t == "q8_0") return DType::Q8_0;
+  if (t == "q6_k") return DType::Q6_K;
+  const bool output = name == "output.weight" || (tied && name == "token_embd.weight");
+  if (output) return DType::Q6_K;
+  if (t == "q4_0") return DType::Q4_0;
+  const bool more = layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+  if ((name.find("attn_v") != std::string::npos || name.find("ffn_down") != std::string::npos) && more)
+    return DType::Q6_K;
+  return DType::Q4_K;
+}
+
+void check_synth(const std::string& shape, const std::string& type, const std::string& extra, int n_layer,
+                 bool tied, const std::string& arch) {
+  SCOPED_TRACE(shape + " " + type + " " + extra);
+  const std::string path = temp_path(shape + "-" + type + ".gguf");
+  auto r = run_kiln("synth --shape " + shape + " --type " + type + " -t 2 -o '" + path + "' " + extra);
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto f = gguf::File::open(path);
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  EXPECT_EQ(*f->get_str("general.architecture"), arch);
+  EXPECT_EQ(*f->get_u32(arch + ".block_count"), static_cast<uint32_t>(n_layer));
+  const int64_t n_embd = *f->get_u32(arch + ".embedding_length");
+  const int64_t n_ff = *f->get_u32(arch + ".feed_forward_length");
+  const int64_t n_head = *f->get_u32(arch + ".attention.head_count");
+  const int64_t n_kv = *f->get_u32(arch + ".attention.head_count_kv");
+  const int64_t hd = *f->get_u32(arch + ".attention.key_length");
+  const int64_t n_vocab = static_cast<int64_t>(f->get_str_array("tokenizer.ggml.tokens")->size());
+  EXPECT_EQ(*f->get_u32(arch + ".vocab_size"), static_cast<uint32_t>(n_vocab));
+  struct Want {
+    std::string name;
+    std::vector<int64_t> shape;
+    int layer;
+  };
+  std::vector<Want> want = {{"token_embd.weight", {n_embd, n_vocab}, 0}, {"output_norm.weight", {n_embd}, 0}};
+  if (!tied) want.push_back({"output.weight", {n_embd, n_vocab}, 0});
+  if (shape.rfind("llama3", 0) == 0) want.push_back({"rope_freqs.weight", {hd / 2}, 0});  // Llama 3 RoPE factors
+  for (int i = 0; i < n_layer; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    for (Want w : std::vector<Want>{{"attn_norm.weight", {n_embd}, i},
+                                    {"attn_q.weight", {n_embd, n_head * hd}, i},
+                                    {"attn_k.weight", {n_embd, n_kv * hd}, i},
+                                    {"attn_v.weight", {n_embd, n_kv * hd}, i},
+                                    {"attn_output.weight", {n_head * hd, n_embd}, i},
+                                    {"ffn_norm.weight", {n_embd}, i},
+                                    {"ffn_gate.weight", {n_embd, n_ff}, i},
+                                    {"ffn_up.weight", {n_embd, n_ff}, i},
+                                    {"ffn_down.weight", {n_ff, n_embd}, i}}) {
+      w.name = p + w.name;
+      want.push_back(w);
+    }
+    if (arch == "qwen3") {
+      want.push_back({p + "attn_q_norm.weight", {hd}, i});
+      want.push_back({p + "attn_k_norm.weight", {hd}, i});
+    }
+    if (arch == "qwen2") {
+      want.push_back({p + "attn_q.bias", {n_head * hd}, i});
+      want.push_back({p + "attn_k.bias", {n_kv * hd}, i});
+      want.push_back({p + "attn_v.bias", {n_kv * hd}, i});
+    }
+  }
+  EXPECT_EQ(f->tensors().size(), want.size());
+  for (const Want& w : want) {
+    const gguf::TensorInfo* t = f->find_tensor(w.name);
+    ASSERT_NE(t, nullptr) << w.name;
+    EXPECT_EQ(t->n_dims, w.shape.size()) << w.name;
+    for (size_t d = 0; d < w.shape.size(); ++d) EXPECT_EQ(t->ne[d], w.shape[d]) << w.name;
+    EXPECT_EQ(t->type, expected_type(type, w.name, w.layer, n_layer, tied)) << w.name << " is " << dtype_name(t->type);
+  }
+  // Norm weights are near 1.
+  const gguf::TensorInfo* norm = f->find_tensor("output_norm.weight");
+  for (int64_t i = 0; i < norm->ne[0]; ++i) {
+    float x;
+    std::memcpy(&x, norm->data + 4 * i, 4);
+    ASSERT_NEAR(x, 1.0f, 0.11f);
+  }
+  fs::remove(path);
+}
+
+TEST(CliSynth, TinyEveryType) {
+  for (const char* t : {"f16", "q8_0", "q4_0", "q4_k_m", "q6_k"}) check_synth("tiny", t, "", 2, false, "llama");
+}
+
+TEST(CliSynth, QwenShapesAndOverrides) {
+  check_synth("tiny-qwen3", "q4_k_m", "", 2, true, "qwen3");
+  check_synth("tiny-qwen2", "q8_0", "", 2, false, "qwen2");
+  // 16 layers exercise the q4_k_m "more bits" pattern; overrides shrink a big shape.
+  check_synth("qwen3-0.6b", "q4_k_m", "--layers 16 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 --n-vocab 2000",
+              16, true, "qwen3");
+  check_synth("llama3-8b", "q4_0", "--layers 3 --embd 256 --ff 768 --heads 4 --kv-heads 1 --n-vocab 700", 3, false,
+              "llama");
+}
+
+TEST(CliSynth, DeterministicForASeed) {
+  const std::string a = temp_path("a.gguf"), b = temp_path("b.gguf"), c = temp_path("c.gguf");
+  ASSERT_EQ(run_kiln("synth --shape tiny --type q4_k_m -t 1 --seed 7 -o '" + a + "'").code, 0);
+  ASSERT_EQ(run_kiln("synth --shape tiny --type q4_k_m -t 2 --seed 7 -o '" + b + "'").code, 0);
+  ASSERT_EQ(run_kiln("synth --shape tiny --type q4_k_m -t 2 --seed 8 -o '" + c + "'").code, 0);
+  EXPECT_EQ(test::read_file(a), test::read_file(b));
+  EXPECT_NE(test::read_file(a), test::read_file(c));
+  for (auto& p : {a, b, c}) fs::remove(p);
+}
+
+TEST(CliSynth, CopiesAndPadsAVocabulary) {
+  auto src = gguf::File::open(kVocab);
+  ASSERT_TRUE(src.is_ok());
+  auto src_tokens = *src->get_str_array("tokenizer.ggml.tokens");
+  const std::string path = temp_path("vocab.gguf");
+  // The vocabulary (50257) is larger than tiny's 1024: its size is used, and said so.
+  auto r = run_kiln("synth --shape tiny --type q8_0 --vocab '" + kVocab + "' -o '" + path + "'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("50257"), std::string::npos) << r.out;
+  auto f = gguf::File::open(path);
+  ASSERT_TRUE(f.is_ok());
+  EXPECT_EQ(*f->get_str_array("tokenizer.ggml.tokens"), src_tokens);
+  EXPECT_EQ(f->find_tensor("token_embd.weight")->ne[1], 50257);
+  for (const auto& kv : src->kvs())
+    if (kv.key.rfind("tokenizer.", 0) == 0) EXPECT_TRUE(f->has(kv.key)) << kv.key;
+  // Explicit larger --n-vocab pads with control tokens.
+  r = run_kiln("synth --shape tiny --type q8_0 --vocab '" + kVocab + "' --n-vocab 50300 -o '" + path + "'");
+  ASSERT_EQ(r.code, 0) << r.out;
+  f = gguf::File::open(path);
+  ASSERT_TRUE(f.is_ok());
+  auto tokens = *f->get_str_array("tokenizer.ggml.tokens");
+  ASSERT_EQ(tokens.size(), 50300u);
+  EXPECT_EQ(tokens[50299], "[PAD50299]");
+  EXPECT_EQ((*f->get_i32_array("tokenizer.ggml.token_type"))[50299], 3);
+  EXPECT_EQ(f->find_tensor("output.weight")->ne[1], 50300);
+  // Explicit smaller --n-vocab is an error.
+  r = run_kiln("synth --shape tiny --vocab '" + kVocab + "' --n-vocab 1000 -o '" + path + "'");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--n-vocab"), std::string::npos) << r.out;
+  fs::remove(path);
+}
+
+TEST(CliSynth, BuiltinVocabulary) {
+  const std::string path = temp_path("builtin.gguf");
+  ASSERT_EQ(run_kiln("synth --shape tiny -o '" + path + "'").code, 0);
+  auto f = gguf::File::open(path);
+  ASSERT_TRUE(f.is_ok());
+  EXPECT_EQ(*f->get_str("tokenizer.ggml.model"), "gpt2");
+  EXPECT_EQ(*f->get_str("tokenizer.ggml.pre"), "gpt-2");
+  auto tokens = *f->get_str_array("tokenizer.ggml.tokens");
+  auto types = *f->get_i32_array("tokenizer.ggml.token_type");
+  auto merges = *f->get_str_array("tokenizer.ggml.merges");
+  ASSERT_EQ(tokens.size(), 1024u);
+  EXPECT_EQ(tokens[0], "!");      // GPT-2's byte order: printable bytes first
+  EXPECT_EQ(tokens[188], "Ā");    // byte 0 maps to U+0100
+  EXPECT_GE(merges.size(), 200u);
+  const uint32_t eot = *f->get_u32("tokenizer.ggml.eos_token_id");
+  EXPECT_EQ(*f->get_u32("tokenizer.ggml.bos_token_id"), eot);
+  EXPECT_EQ(tokens[eot], "<|endoftext|>");
+  EXPECT_EQ(types[eot], 3);
+  EXPECT_EQ(tokens[1023], "[PAD1023]");
+  // Every merge's result is a token.
+  std::set<std::string> have(tokens.begin(), tokens.end());
+  for (const auto& m : merges) {
+    const size_t sp = m.find(' ');
+    ASSERT_NE(sp, std::string::npos);
+    EXPECT_TRUE(have.count(m.substr(0, sp) + m.substr(sp + 1))) << m;
+  }
+  fs::remove(path);
+}
+
+TEST(CliSynth, BadArgumentsNameTheOption) {
+  const std::string out = "-o '" + temp_path("bad.gguf") + "'";
+  struct Case {
+    std::string args, needle;
+  } cases[] = {
+      {"synth --shape nope " + out, "--shape"},
+      {"synth --shape tiny --type q5_k " + out, "--type"},
+      {"synth --shape tiny --type q4_k_m --embd 100 " + out, "--embd"},
+      {"synth --shape tiny --layers 0 " + out, "--layers"},
+      {"synth --shape tiny --kv-heads 3 " + out, "--kv-heads"},
+      {"synth --shape tiny --layers x " + out, "--layers"},
+      {"synth --shape tiny", "-o"},
+      {"synth " + out, "--shape"},
+      {"synth --shape tiny --n-vocab 10 " + out, "--n-vocab"},
+      {"synth --shape tiny --vocab /nonexistent.gguf " + out, "--vocab"},
+      {"synth --shape tiny --bogus " + out, "--bogus"},
+  };
+  for (const Case& c : cases) {
+    auto r = run_kiln(c.args);
+    EXPECT_NE(r.code, 0) << c.args;
+    EXPECT_NE(r.out.find(c.needle), std::string::npos) << c.args << " -> " << r.out;
+  }
+  EXPECT_FALSE(fs::exists(temp_path("bad.gguf")));
+}
+
+}  // namespace
+}  // namespace kiln

@@ -273,8 +273,9 @@ TEST(ModelBatching, SeveralSequencesInOneBatchMatchEachAlone) {
 
 // q8_0 K/V storage vs f16 storage on the F16 model. Q8_0 keeps 8 bits per element with a per-32 scale: relative
 // RMS error ~0.3% on K and V, which perturbs attention scores and outputs by about that much; through two layers
-// the logits move by NMSE ~1e-5..1e-4. The bound 2e-3 is the quantized-model floor of the parity check (a
-// K/V layout or scale bug gives NMSE ~1e-1 or worse).
+// the logits move by NMSE ~1e-5..1e-4 (measured 6.7e-5). Bound 5e-4: the error of Q8_0 on all weights (manifest
+// nmse_vs_f16_prompt_max of the q8_0 fixtures is ~5e-4) must dominate that of Q8_0 on K/V alone; a K/V layout or
+// scale bug gives NMSE ~1e-1 or worse.
 TEST(ModelKvQ8, Q8CacheStaysCloseToF16) {
   Fixture* fx = load_fixture("fixture-llama-f16");
   ASSERT_NE(fx, nullptr);
@@ -291,7 +292,7 @@ TEST(ModelKvQ8, Q8CacheStaysCloseToF16) {
   double mx = 0;
   for (size_t r = 0; r < ids.size(); ++r) mx = std::max(mx, test::nmse(b.data() + r * nv, a.data() + r * nv, nv));
   std::printf("[kv-q8_0] max NMSE vs f16 cache: %.3e\n", mx);
-  EXPECT_LE(mx, 2e-3);
+  EXPECT_LE(mx, 5e-4);
 }
 
 }  // namespace

@@ -1,0 +1,108 @@
+// kiln bench: llama-bench's output formats and field names.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "common/test_util.h"
+
+namespace {
+
+struct CmdResult {
+  int rc = -1;
+  std::string out, err;
+};
+
+CmdResult kiln(const std::string& args) {
+  static int counter = 0;
+  const std::string base = ::testing::TempDir() + "kiln_cli_bench_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
+  std::string cmd = "'" + kiln::test::kiln_binary() + "' " + args + " >" + base + ".out 2>" + base + ".err </dev/null";
+  CmdResult r;
+  int st = std::system(cmd.c_str());
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  auto slurp = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  r.out = slurp(base + ".out");
+  r.err = slurp(base + ".err");
+  std::remove((base + ".out").c_str());
+  std::remove((base + ".err").c_str());
+  return r;
+}
+
+std::string model() { return kiln::test::data_path("models/fixture-llama-q8_0.gguf"); }
+
+TEST(CliBench, JsonHasLlamaBenchFields) {
+  CmdResult r = kiln("bench -m '" + model() + "' -p 8,16 -n 4 -d 0,8 -r 2 -t 1 -o json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.is_array());
+  // Per depth: pp8, pp16, tg4.
+  ASSERT_EQ(j.size(), 6u);
+  const char* tests[] = {"pp8", "pp16", "tg4", "pp8 @ d8", "pp16 @ d8", "tg4 @ d8"};
+  for (size_t i = 0; i < j.size(); ++i) {
+    auto& e = j[i];
+    SCOPED_TRACE(e.dump());
+    for (const char* k : {"model_type", "model_size", "model_n_params", "backends", "n_threads", "n_batch", "n_ubatch",
+                          "n_prompt", "n_gen", "n_depth", "avg_ts", "stddev_ts", "avg_ns", "stddev_ns", "samples_ts",
+                          "samples_ns", "model_filename", "type_k", "type_v", "test_time"})
+      EXPECT_TRUE(e.contains(k)) << k;
+    EXPECT_EQ(e["test"], tests[i]);
+    EXPECT_EQ(e["n_threads"], 1);
+    EXPECT_EQ(e["backends"], "CPU");
+    EXPECT_EQ(e["model_type"], "llama ?B Q8_0");  // what llama-bench says for this file
+    EXPECT_EQ(e["model_n_params"], 2086176);      // llama-bench: 2086176
+    EXPECT_EQ(e["model_size"], 2220416);          // llama-bench: 2220416 (tensor data bytes)
+    EXPECT_EQ(e["n_depth"], i < 3 ? 0 : 8);
+    EXPECT_EQ(e["samples_ts"].size(), 2u);
+    EXPECT_EQ(e["samples_ns"].size(), 2u);
+    EXPECT_GT(e["avg_ts"].get<double>(), 0);
+    EXPECT_GE(e["stddev_ts"].get<double>(), 0);
+    // avg_ts is the mean of the per-sample rates.
+    double mean = (e["samples_ts"][0].get<double>() + e["samples_ts"][1].get<double>()) / 2;
+    EXPECT_NEAR(e["avg_ts"].get<double>(), mean, mean * 1e-4);
+  }
+  EXPECT_EQ(j[0]["n_prompt"], 8);
+  EXPECT_EQ(j[0]["n_gen"], 0);
+  EXPECT_EQ(j[2]["n_prompt"], 0);
+  EXPECT_EQ(j[2]["n_gen"], 4);
+}
+
+TEST(CliBench, MarkdownAndCsv) {
+  CmdResult md = kiln("bench -m '" + model() + "' -p 8 -n 2 -r 1");
+  ASSERT_EQ(md.rc, 0) << md.err;
+  EXPECT_NE(md.out.find("| model "), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("t/s"), std::string::npos);
+  EXPECT_NE(md.out.find("pp8"), std::string::npos);
+  EXPECT_NE(md.out.find("tg2"), std::string::npos);
+  EXPECT_NE(md.out.find("2.12 MiB"), std::string::npos);  // llama-bench: 2.12 MiB, 2.09 M
+  EXPECT_NE(md.out.find("2.09 M"), std::string::npos);
+  EXPECT_NE(md.out.find(" ± "), std::string::npos);
+  CmdResult csv = kiln("bench -m '" + model() + "' -p 8 -n 0 -r 1 -o csv");
+  ASSERT_EQ(csv.rc, 0) << csv.err;
+  std::istringstream lines(csv.out);
+  std::string header, row;
+  std::getline(lines, header);
+  std::getline(lines, row);
+  EXPECT_NE(header.find("n_prompt,n_gen,n_depth"), std::string::npos) << header;
+  EXPECT_NE(header.find("avg_ts,stddev_ts"), std::string::npos) << header;
+  EXPECT_EQ(std::count(header.begin(), header.end(), ','), std::count(row.begin(), row.end(), ',')) << row;
+}
+
+TEST(CliBench, BadOptions) {
+  for (std::string a : {"-o xml", "-p 8,x", "-r 0", "-p 0 -n 0", "-b 0"}) {
+    CmdResult r = kiln("bench -m '" + model() + "' " + a);
+    EXPECT_EQ(r.rc, 1) << a;
+    EXPECT_NE(r.err.find("kiln bench: error"), std::string::npos) << a << ": " << r.err;
+  }
+}
+
+}  // namespace

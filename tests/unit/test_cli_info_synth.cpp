@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <filesystem>
@@ -100,15 +101,21 @@ TEST(CliInfo, EveryFixtureModelAndVocab) {
   std::vector<std::string> files;
   for (auto& e : fs::directory_iterator(test::fixtures_dir() + "/models"))
     if (e.path().extension() == ".gguf") files.push_back(e.path().string());
-  std::error_code ec;
-  for (auto& e : fs::directory_iterator("/tmp/tok/tokenizer", ec))
-    if (e.path().extension() == ".gguf") files.push_back(e.path().string());
+  std::string tmp = (fs::temp_directory_path() / "kiln_info_vocab_XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmp.data()), nullptr);
+  const std::string cmd = "tar xJf '" + test::fixtures_dir() + "/tokenizer.tar.xz' -C '" + tmp + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  size_t n_vocabs = 0;
+  for (auto& e : fs::directory_iterator(tmp + "/tokenizer"))
+    if (e.path().extension() == ".gguf") files.push_back(e.path().string()), ++n_vocabs;
+  EXPECT_GE(n_vocabs, 15u);
   for (const auto& p : files) {
     auto r = run_kiln("info --json '" + p + "'", false);
     ASSERT_EQ(r.code, 0) << p;
     EXPECT_NO_THROW((void)nlohmann::json::parse(r.out)) << p;
     EXPECT_EQ(run_kiln("info '" + p + "' > /dev/null").code, 0) << p;
   }
+  fs::remove_all(tmp);
 }
 
 // Expected type of a synth tensor for --type `t` (llama.cpp's recipes).

@@ -77,7 +77,7 @@ TEST(CliBench, JsonHasLlamaBenchFields) {
 }
 
 TEST(CliBench, MarkdownAndCsv) {
-  CmdResult md = kiln("bench -m '" + model() + "' -p 8 -n 2 -r 1");
+  CmdResult md = kiln("bench -m '" + model() + "' -p 8 -n 2 -r 1 -t 1");
   ASSERT_EQ(md.rc, 0) << md.err;
   EXPECT_NE(md.out.find("| model "), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("t/s"), std::string::npos);
@@ -86,7 +86,7 @@ TEST(CliBench, MarkdownAndCsv) {
   EXPECT_NE(md.out.find("2.12 MiB"), std::string::npos);  // llama-bench: 2.12 MiB, 2.09 M
   EXPECT_NE(md.out.find("2.09 M"), std::string::npos);
   EXPECT_NE(md.out.find(" ± "), std::string::npos);
-  CmdResult csv = kiln("bench -m '" + model() + "' -p 8 -n 0 -r 1 -o csv");
+  CmdResult csv = kiln("bench -m '" + model() + "' -p 8 -n 0 -r 1 -t 1 -o csv");
   ASSERT_EQ(csv.rc, 0) << csv.err;
   std::istringstream lines(csv.out);
   std::string header, row;

@@ -31,12 +31,15 @@ Status self_attention(ForwardCtx& c, int64_t il) {
   const KvLayer layer = c.cache->layer(il);
   KILN_TRY(be.kv_store(c.k, c.v, layer, c.slots));
   KILN_TRY(be.attention(q3, layer, c.meta, c.attn_scale, c.attn.reshape(hp.head_dim_v, hp.n_head, n)));
+  if (il == hp.n_layer - 1 && c.n_out < c.n) KILN_TRY(keep_output_rows(c));
+  if (c.n == 0) return Status::ok();
 
   KILN_TRY(be.matmul(L.wo, c.attn, Tensor{}, c.h));
   return be.add(c.x, c.h, c.x);
 }
 
 Status swiglu_ffn(ForwardCtx& c, int64_t il) {
+  if (c.n == 0) return Status::ok();
   Backend& be = *c.be;
   const LayerWeights& L = c.w->layers[il];
   KILN_TRY(be.rms_norm(c.x, L.ffn_norm, c.hp->rms_eps, c.h));
@@ -45,6 +48,21 @@ Status swiglu_ffn(ForwardCtx& c, int64_t il) {
   KILN_TRY(be.swiglu(c.g, c.u, c.g));
   KILN_TRY(be.matmul(L.w_down, c.g, Tensor{}, c.h));
   return be.add(c.x, c.h, c.x);
+}
+
+Status keep_output_rows(ForwardCtx& c) {
+  const int64_t m = c.n_out;
+  if (m > 0) {
+    KILN_TRY(c.be->get_rows(c.x, c.out_ids, c.x_keep.rows(0, m)));
+    KILN_TRY(c.be->get_rows(c.attn, c.out_ids, c.attn_keep.rows(0, m)));
+  }
+  c.x = c.x_keep.rows(0, m);
+  c.attn = c.attn_keep.rows(0, m);
+  c.h = c.h.rows(0, m);
+  c.g = c.g.rows(0, m);
+  c.u = c.u.rows(0, m);
+  c.n = m;
+  return Status::ok();
 }
 
 }  // namespace kiln::pieces

@@ -28,6 +28,10 @@ struct ForwardCtx {
 
   Tensor x, h, q, k, v, attn, g, u;
   Tensor pos, slots;  // I32 [n]
+  // Rows that want logits: I32 [n_out], increasing. In the last layer only these rows go on past attention
+  // (keep_output_rows), into x_keep/attn_keep; then n = n_out.
+  Tensor out_ids, x_keep, attn_keep;
+  int64_t n_out = 0;
   AttnBatch meta;
   RopeParams rope;
   float attn_scale = 1.0f;
@@ -42,6 +46,10 @@ Status self_attention(ForwardCtx& c, int64_t il);
 
 // h = rms_norm(x) * ffn_norm; x += down(silu(gate(h)) * up(h)).
 Status swiglu_ffn(ForwardCtx& c, int64_t il);
+
+// Last layer, after attention: keeps only the rows of x and attn that want logits (the K/V of every token are
+// already in the cache, nothing after this point feeds another token) and shrinks the batch to them.
+Status keep_output_rows(ForwardCtx& c);
 
 }  // namespace pieces
 }  // namespace kiln

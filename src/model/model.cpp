@@ -55,8 +55,9 @@ class LoadedModel final : public Model {
   // Workspace (backend memory) and host staging for the batch's index arrays.
   int64_t cap_tok_ = 0;
   Slab act_, idx_, tables_, logits_;
+  Tensor ws_[10];  // activation buffers of cap_tok_ rows: x h q k v attn g u x_keep attn_keep
   ForwardCtx ctx_;
-  Tensor tokens_t_, out_ids_t_;
+  Tensor tokens_t_;
   std::vector<int32_t> h_idx_, h_tables_;
 };
 
@@ -151,15 +152,15 @@ Status LoadedModel::ensure_workspace(int64_t n, int64_t n_out, int64_t table_int
   const HParams& hp = hp_;
   if (n > cap_tok_) {
     const int64_t widths[] = {hp.n_embd, hp.n_embd, hp.n_head * hp.head_dim_k, hp.n_head_kv * hp.head_dim_k,
-                              hp.n_head_kv * hp.head_dim_v, hp.n_head * hp.head_dim_v, hp.n_ff, hp.n_ff};
+                              hp.n_head_kv * hp.head_dim_v, hp.n_head * hp.head_dim_v, hp.n_ff, hp.n_ff,
+                              hp.n_embd, hp.n_head * hp.head_dim_v};
     size_t total = 0;
     for (int64_t wd : widths) total += (static_cast<size_t>(wd * n) * sizeof(float) + 63) / 64 * 64;
     KILN_TRY(act_.ensure(be, total));
     KILN_TRY(idx_.ensure(be, static_cast<size_t>(n) * 6 * sizeof(int32_t)));
-    Tensor* dst[] = {&ctx_.x, &ctx_.h, &ctx_.q, &ctx_.k, &ctx_.v, &ctx_.attn, &ctx_.g, &ctx_.u};
     char* p = static_cast<char*>(act_.buf->data());
-    for (int i = 0; i < 8; ++i) {
-      *dst[i] = Tensor::make(DType::F32, p, &be, widths[i], n);
+    for (int i = 0; i < 10; ++i) {
+      ws_[i] = Tensor::make(DType::F32, p, &be, widths[i], n);
       p += (static_cast<size_t>(widths[i] * n) * sizeof(float) + 63) / 64 * 64;
     }
     cap_tok_ = n;
@@ -258,7 +259,8 @@ Status LoadedModel::forward(const Batch& batch, KvCache& cache_base, std::vector
   c.cache = &cache;
   c.n = n;
   // The workspace tensors cover cap_tok_ rows; this batch uses the first n.
-  for (Tensor* t : {&c.x, &c.h, &c.q, &c.k, &c.v, &c.attn, &c.g, &c.u}) *t = t->reshape(t->ne[0], cap_tok_).rows(0, n);
+  Tensor* act[] = {&c.x, &c.h, &c.q, &c.k, &c.v, &c.attn, &c.g, &c.u, &c.x_keep, &c.attn_keep};
+  for (int i = 0; i < 10; ++i) *act[i] = ws_[i].rows(0, n);
   tokens_t_ = idx.rows(0, 1).reshape(n);
   c.pos = idx.rows(1, 1).reshape(n);
   c.slots = idx.rows(2, 1).reshape(n);
@@ -266,7 +268,8 @@ Status LoadedModel::forward(const Batch& batch, KvCache& cache_base, std::vector
   c.meta.tok_table = idx.rows(3, 1).reshape(n);
   c.meta.kv_len = idx.rows(4, 1).reshape(n);
   c.meta.max_kv_len = max_len;
-  out_ids_t_ = idx.rows(5, 1).reshape(n_out > 0 ? n_out : 1);
+  c.out_ids = idx.rows(5, 1).reshape(n_out > 0 ? n_out : 1);
+  c.n_out = logits ? n_out : 0;
   c.rope.mode = hp.rope_type == RopeType::kNeox ? RopeMode::kNeox : RopeMode::kNormal;
   c.rope.n_rot = static_cast<int32_t>(hp.n_rot);
   c.rope.freq_base = hp.rope_freq_base;
@@ -279,11 +282,12 @@ Status LoadedModel::forward(const Batch& batch, KvCache& cache_base, std::vector
   for (int64_t il = 0; il < hp.n_layer; ++il) KILN_TRY(arch_->block(c, il));
   for (int32_t s : seqs) KILN_TRY(cache.commit(s, count[s]));
 
-  // 4. Logits for the rows that asked: gather, final norm, output projection.
-  if (n_out == 0 || !logits) return Status::ok();
+  // 4. Logits for the rows that asked (the last layer kept only those, in order): final norm, output projection.
+  if (c.n_out == 0) return Status::ok();
+  if (c.n != c.n_out) return make_error(ErrorCode::kInternal, "forward: %lld rows left for %lld logits",
+                                        static_cast<long long>(c.n), static_cast<long long>(c.n_out));
   const Tensor xo = c.h.rows(0, n_out);
-  KILN_TRY(be.get_rows(c.x, out_ids_t_, xo));
-  KILN_TRY(be.rms_norm(xo, w_.output_norm, hp.rms_eps, xo));
+  KILN_TRY(be.rms_norm(c.x, w_.output_norm, hp.rms_eps, xo));
   const Tensor lt = Tensor::make(DType::F32, logits_.buf->data(), &be, hp.n_vocab, n_out);
   KILN_TRY(be.matmul(w_.output, xo, Tensor{}, lt));
   logits->resize(static_cast<size_t>(n_out * hp.n_vocab));

@@ -246,6 +246,10 @@ TEST(MatmulActivations, FastQuantizersMatchReferenceBytes) {
       for (int64_t i = 0; i < n; ++i) x[i] = std::round(x[i] * 4.f) / 8.f;  // many exact .5 ties
     if (rep % 4 == 1)
       for (int64_t i = 256; i < 512; ++i) x[i] = 0.f;  // an all-zero Q8_K block
+    if (rep % 7 == 6) {
+      // Exact .5 ties: every block's |max| is 127, so Q8_0's d = 1 and Q8_K's iscale = -1 keep x * id exact.
+      for (int64_t i = 0; i < n; ++i) x[i] = i % 32 == 0 ? 127.f : static_cast<float>((i * 37) % 255 - 127) * 0.5f;
+    }
     if (rep % 5 == 2) {
       x[300] = 1000.f;
       x[301] = -1000.f;

@@ -339,17 +339,22 @@ struct KQuantKern {
             isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(wq[r], xv), sc[r]);
         }
       }
+      __m512 dw[R], dmw[R];
+      for (int r = 0; r < R; ++r) {
+        dw[r] = _mm512_set1_ps(kr[r].d);
+        if constexpr (WT != DType::Q6_K) dmw[r] = _mm512_set1_ps(kr[r].dmin);
+      }
       for (int c = 0; c < C; ++c) {
         const __m512i bs = _mm512_maskz_loadu_epi16(0xFFFF, xs[c] + b * 16);
-        const float da = xd[c][b];
+        const __m512 da = _mm512_set1_ps(xd[c][b]);
         for (int r = 0; r < R; ++r) {
           if constexpr (WT == DType::Q6_K) {
             const __m512i s = _mm512_dpwssd_epi32(isum[r][c], bs, kr[r].aux16);
-            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_set1_ps(kr[r].d * da), acc[r][c]);
+            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[r], da), acc[r][c]);
           } else {
             const __m512 mins = _mm512_cvtepi32_ps(_mm512_madd_epi16(bs, kr[r].aux16));
-            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_set1_ps(kr[r].d * da), acc[r][c]);
-            acc[r][c] = _mm512_fnmadd_ps(mins, _mm512_set1_ps(kr[r].dmin * da), acc[r][c]);
+            acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_mul_ps(dw[r], da), acc[r][c]);
+            acc[r][c] = _mm512_fnmadd_ps(mins, _mm512_mul_ps(dmw[r], da), acc[r][c]);
           }
         }
       }
@@ -361,7 +366,7 @@ struct KQuantKern {
 
 template <class Kern, int RG, int CG>
 void gemm_with(const GemmJob& j, int64_t o0, int64_t o1) {
-  if (j.n_tok == 1) drive_tiles<4, 1, Kern>(j, o0, o1);  // GEMV: 4 weight streams, no reuse to exploit
+  if (j.n_tok == 1) drive_tiles<2, 1, Kern>(j, o0, o1);  // GEMV: weight streams, no reuse to exploit
   else drive_tiles<RG, CG, Kern>(j, o0, o1);
 }
 
@@ -391,7 +396,7 @@ void gemm(const GemmJob& j, int64_t o0, int64_t o1) {
   }
 }
 
-const FastKernels kKernels = {"avx512", true, has, quantize_act_row_scalar, gemm};
+const FastKernels kKernels = {"avx512", true, has, quantize_act_row_avx512, gemm};
 
 }  // namespace
 

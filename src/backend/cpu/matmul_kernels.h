@@ -50,6 +50,8 @@ ActLayout act_layout(DType wtype, int64_t n_in, bool bias128);
 // Quantizes/rounds x[0..n_in) into one row of the layout (scalar; through quant/reference.h, so exact by
 // construction).
 void quantize_act_row_scalar(const ActLayout& l, const float* x, uint8_t* row);
+// The same bytes, with AVX-512 (matmul_act_avx512.cpp; only call where the CPU has it).
+void quantize_act_row_avx512(const ActLayout& l, const float* x, uint8_t* row);
 // Rebuilds the standard blocks (block_q8_0 / block_q8_K rows, or f16/bf16/f32 elements) from a layout row, for tests.
 void act_row_to_blocks(const ActLayout& l, const uint8_t* row, void* blocks);
 

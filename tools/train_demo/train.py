@@ -258,7 +258,7 @@ def main():
     step, elapsed = 0, 0.0
     ckpt = f'{args.ckpt_dir}/ckpt.pt' if args.ckpt_dir else None
     if args.resume and ckpt and os.path.exists(ckpt):
-        s = torch.load(ckpt, map_location=device)
+        s = torch.load(ckpt, map_location='cpu')  # RNG states must stay CPU ByteTensors; load_state_dict moves the rest
         model.load_state_dict(s['model'])
         opt.load_state_dict(s['opt'])
         step, elapsed = s['step'], s['elapsed']

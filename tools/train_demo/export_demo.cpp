@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -68,8 +69,12 @@ Status read_safetensors(const std::string& path, Safetensors& out) {
   const uint64_t data_begin = 8 + n;
   for (auto& [name, t] : h.items()) {
     if (name == "__metadata__") continue;
-    if (!t.is_object() || t.value("dtype", "") != "F32" || !t.contains("shape") || !t.contains("data_offsets"))
-      return make_error(ErrorCode::kInvalidFile, "%s: tensor %s: expected dtype F32 with shape and data_offsets",
+    const bool well_formed = t.is_object() && t.contains("dtype") && t["dtype"] == "F32" && t.contains("shape") &&
+                             t["shape"].is_array() && t.contains("data_offsets") && t["data_offsets"].is_array() &&
+                             t["data_offsets"].size() == 2 && t["data_offsets"][0].is_number_unsigned() &&
+                             t["data_offsets"][1].is_number_unsigned();
+    if (!well_formed)
+      return make_error(ErrorCode::kInvalidFile, "%s: tensor %s: expected dtype F32, a shape and two data_offsets",
                         path.c_str(), name.c_str());
     F32Tensor ft;
     uint64_t count = 1;
@@ -78,12 +83,19 @@ Status read_safetensors(const std::string& path, Safetensors& out) {
                                                      path.c_str(), name.c_str());
       ft.shape.push_back(d.get<int64_t>());
       count *= d.get<uint64_t>();
+      if (count > size) return make_error(ErrorCode::kInvalidFile, "%s: tensor %s: shape larger than the file",
+                                          path.c_str(), name.c_str());
     }
     const uint64_t b = t["data_offsets"][0].get<uint64_t>(), e = t["data_offsets"][1].get<uint64_t>();
-    if (e < b || e - b != count * 4 || e > size - data_begin || (data_begin + b) % 4 != 0)
-      return make_error(ErrorCode::kInvalidFile, "%s: tensor %s: data_offsets [%llu, %llu) do not fit %llu floats",
-                        path.c_str(), name.c_str(), static_cast<unsigned long long>(b),
-                        static_cast<unsigned long long>(e), static_cast<unsigned long long>(count));
+    if (e < b || e - b != count * 4 || (data_begin + b) % 4 != 0)
+      return make_error(ErrorCode::kInvalidFile,
+                        "%s: tensor %s: data_offsets [%llu, %llu) do not hold %llu aligned floats", path.c_str(),
+                        name.c_str(), static_cast<unsigned long long>(b), static_cast<unsigned long long>(e),
+                        static_cast<unsigned long long>(count));
+    if (e > size - data_begin)
+      return make_error(ErrorCode::kInvalidFile, "%s: tensor %s: data ends at byte %llu, the file has %llu",
+                        path.c_str(), name.c_str(), static_cast<unsigned long long>(data_begin + e),
+                        static_cast<unsigned long long>(size));
     ft.data = reinterpret_cast<const float*>(p + data_begin + b);
     out.tensors[name] = ft;
   }
@@ -101,10 +113,17 @@ Result<std::vector<std::string>> read_lines(const std::string& path) {
 
 Status run(const std::string& weights_dir, const std::string& tok_dir, DType type, const std::string& out_path) {
   KILN_ASSIGN_OR_RETURN(json cfg, read_json(weights_dir + "/config.json"));
-  for (const char* k : {"n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "n_ff", "n_ctx", "rms_eps",
-                        "rope_freq_base", "bos_id", "eos_id", "n_shards"})
+  for (const char* k : {"n_vocab", "n_embd", "n_layer", "n_head", "n_head_kv", "n_ff", "n_ctx", "bos_id", "eos_id",
+                        "n_shards"})
+    if (!cfg.contains(k) || !cfg[k].is_number_unsigned() || cfg[k].get<uint64_t>() > UINT32_MAX)
+      return make_error(ErrorCode::kInvalidFile, "%s/config.json: %s must be an integer in [0, 2^32)",
+                        weights_dir.c_str(), k);
+  for (const char* k : {"rms_eps", "rope_freq_base"})
     if (!cfg.contains(k) || !cfg[k].is_number())
-      return make_error(ErrorCode::kInvalidFile, "%s/config.json: missing number %s", weights_dir.c_str(), k);
+      return make_error(ErrorCode::kInvalidFile, "%s/config.json: %s must be a number", weights_dir.c_str(), k);
+  if (cfg["n_head"].get<uint32_t>() == 0 || cfg["n_embd"].get<uint32_t>() % cfg["n_head"].get<uint32_t>() != 0)
+    return make_error(ErrorCode::kInvalidFile, "%s/config.json: n_embd must be a multiple of n_head",
+                      weights_dir.c_str());
   auto u32 = [&](const char* k) { return cfg[k].get<uint32_t>(); };
 
   Safetensors st;

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <unordered_map>
 
 #include "backend/backend.h"
 #include "backend/cpu/matmul.h"
@@ -58,7 +57,8 @@ class LoadedModel final : public Model {
   Tensor ws_[10];  // activation buffers of cap_tok_ rows: x h q k v attn g u x_keep attn_keep
   ForwardCtx ctx_;
   Tensor tokens_t_;
-  std::vector<int32_t> h_idx_, h_tables_;
+  std::vector<int32_t> h_idx_, h_tables_, h_seqs_, h_seq_row_;
+  std::vector<int64_t> h_count_;
 };
 
 Status LoadedModel::bind(const std::vector<TensorSpec>& manifest) {
@@ -186,8 +186,14 @@ Status LoadedModel::forward(const Batch& batch, KvCache& cache_base, std::vector
                       static_cast<long long>(cache.n_layer()), static_cast<long long>(hp.n_layer));
 
   // 1. Checks; sequences in order of first appearance, with their token counts.
-  std::vector<int32_t> seqs;
-  std::unordered_map<int32_t, int64_t> count;  // seq -> tokens so far in this batch
+  // seq -> tokens of it so far in this batch / its block-table row (-1: not in the batch). Host scratch sized
+  // max_seqs, reused across calls.
+  std::vector<int32_t>& seqs = h_seqs_;
+  std::vector<int64_t>& count = h_count_;
+  std::vector<int32_t>& seq_row = h_seq_row_;
+  seqs.clear();
+  count.assign(cache.config().max_seqs, 0);
+  seq_row.assign(cache.config().max_seqs, -1);
   int64_t n_out = 0;
   for (int64_t i = 0; i < n; ++i) {
     const BatchToken& t = batch.tokens[i];
@@ -197,13 +203,15 @@ Status LoadedModel::forward(const Batch& batch, KvCache& cache_base, std::vector
     if (!cache.valid_seq(t.seq_id))
       return make_error(ErrorCode::kInvalidArgument, "batch token %lld: sequence id %d is out of range [0, %d)",
                         static_cast<long long>(i), t.seq_id, cache.config().max_seqs);
-    auto [it, fresh] = count.try_emplace(t.seq_id, 0);
-    if (fresh) seqs.push_back(t.seq_id);
-    const int64_t expect = cache.seq_len(t.seq_id) + it->second;
+    if (seq_row[t.seq_id] < 0) {
+      seq_row[t.seq_id] = static_cast<int32_t>(seqs.size());
+      seqs.push_back(t.seq_id);
+    }
+    const int64_t expect = cache.seq_len(t.seq_id) + count[t.seq_id];
     if (t.pos != expect)
       return make_error(ErrorCode::kInvalidArgument, "batch token %lld: position %d does not continue sequence %d "
                         "(expected %lld)", static_cast<long long>(i), t.pos, t.seq_id, static_cast<long long>(expect));
-    ++it->second;
+    ++count[t.seq_id];
     n_out += t.want_logits;
   }
   for (size_t s = 0; s < seqs.size(); ++s) {
@@ -219,10 +227,8 @@ Status LoadedModel::forward(const Batch& batch, KvCache& cache_base, std::vector
   int64_t max_blocks = 1;
   for (int32_t s : seqs) max_blocks = std::max<int64_t>(max_blocks, static_cast<int64_t>(cache.table(s).size()));
   KILN_TRY(ensure_workspace(n, n_out, static_cast<int64_t>(seqs.size()) * max_blocks));
-  std::unordered_map<int32_t, int32_t> seq_row;
   h_tables_.assign(seqs.size() * max_blocks, -1);
   for (size_t s = 0; s < seqs.size(); ++s) {
-    seq_row[seqs[s]] = static_cast<int32_t>(s);
     const auto& tb = cache.table(seqs[s]);
     std::copy(tb.begin(), tb.end(), h_tables_.begin() + s * max_blocks);
   }

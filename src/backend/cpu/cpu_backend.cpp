@@ -244,7 +244,10 @@ Status CpuBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p)
   const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   const bool neox = p.mode == RopeMode::kNeox;
   auto run_tokens = [&](int64_t b, int64_t e) {
-    std::vector<float> cs(static_cast<size_t>(p.n_rot));
+    // cos/sin of each rotated pair for one token (n_rot <= head_dim; heads of up to 512 stay on the stack).
+    float stack_cs[512];
+    std::vector<float> heap_cs(p.n_rot > 512 ? p.n_rot : 0);
+    float* cs = p.n_rot > 512 ? heap_cs.data() : stack_cs;
     for (int64_t t = b; t < e; ++t) {
       float theta = static_cast<float>(ps[t]);
       for (int i = 0; i < half; ++i) {

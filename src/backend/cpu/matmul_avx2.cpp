@@ -1,12 +1,297 @@
-// AVX2 (+FMA, F16C) matmul kernels: placeholder table until the kernels land (every type takes the threaded
-// scalar path).
+// AVX2 (+FMA, F16C) matmul kernels for CPUs without AVX-512 VNNI: F32/F16/BF16, Q4_0/Q8_0 and Q4_K/Q6_K; the other
+// types take the threaded scalar path. Same tiling as matmul_avx512.cpp with 256-bit vectors (16 registers, so
+// smaller tiles) and 32-element chunks.
+//
+// Numerics (agree with matmul_ref.cpp up to f32 summation order):
+//  - F32/F16/BF16: as the AVX-512 kernels, 8 f32 lanes per (row, token).
+//  - Q4_0/Q8_0 x Q8_0 (signed activations): w decoded to int8 in [-128, 127]; vpmaddubsw(|w|, sign(a, w)) gives
+//    int16 pair sums of a*w (|a| <= 127 so the largest pair, 2*128*127, does not saturate), vpmaddwd with ones
+//    widens them to int32 exactly; each block's 8 lanes are converted and fma'd with d_w * d_a.
+//  - Q4_K/Q6_K x Q8_K: uint8 q (Q6_K: q in [0, 63] with -32 * sum_g sc_g * bsums_g added in int32);
+//    vpmaddubsw(q, a) -> int16 (max 2*63*127), vpmaddwd with the sub-block scale -> int32, exact per super-block;
+//    acc += (d_w d_a) * isum - (dmin_w d_a) * summs per super-block in f32 lanes.
+#include <immintrin.h>
+
+#include <cstring>
+
 #include "backend/cpu/matmul_kernels.h"
+#include "quant/blocks.h"
 
 namespace kiln::cpu::detail {
+
 namespace {
-bool has(DType) { return false; }
-void gemm(const GemmJob&, int64_t, int64_t) {}
+
+inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+inline float hsum(__m256 v) {
+  __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+  b = _mm_add_ss(b, _mm_movehdup_ps(b));
+  return _mm_cvtss_f32(b);
+}
+
+inline void store_sum(const GemmJob& j, int64_t o, int64_t t, int r, int c, __m256 v) {
+  j.y[(t + c) * j.y_stride + o + r] = hsum(v);
+}
+
+// ---- F32 / F16 / BF16 -----------------------------------------------------------------------------------------
+
+template <DType WT>
+inline __m256 load_w8(const uint8_t* row, int64_t i) {
+  if constexpr (WT == DType::F32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
+  } else if constexpr (WT == DType::F16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+  } else {
+    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+  }
+}
+
+template <DType WT>
+inline float load_w1(const uint8_t* row, int64_t i) {
+  uint16_t h;
+  if constexpr (WT == DType::F32) {
+    float f;
+    std::memcpy(&f, row + 4 * i, 4);
+    return f;
+  }
+  std::memcpy(&h, row + 2 * i, 2);
+  if constexpr (WT == DType::F16) return h2f(h);
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+template <DType WT>
+struct FloatKern {
+  template <int R, int C>
+  static void run(const GemmJob& j, int64_t o, int64_t t) {
+    const uint8_t* w[R];
+    const float* x[C];
+    for (int r = 0; r < R; ++r) w[r] = j.w + (o + r) * j.w_row_bytes;
+    for (int c = 0; c < C; ++c) x[c] = reinterpret_cast<const float*>(j.act + (t + c) * j.layout.row_bytes);
+    __m256 acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    const int64_t n = j.n_in;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      __m256 xv[C];
+      for (int c = 0; c < C; ++c) xv[c] = _mm256_load_ps(x[c] + i);
+      for (int r = 0; r < R; ++r) {
+        const __m256 wv = load_w8<WT>(w[r], i);
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) {
+        float s = hsum(acc[r][c]);
+        for (int64_t k = i; k < n; ++k) s += load_w1<WT>(w[r], k) * x[c][k];
+        j.y[(t + c) * j.y_stride + o + r] = s;
+      }
+  }
+};
+
+// ---- Q4_0 / Q8_0 x Q8_0 ---------------------------------------------------------------------------------------
+
+template <DType WT>
+inline __m256i decode_b32(const uint8_t* row, int64_t b, float* d) {
+  if constexpr (WT == DType::Q8_0) {
+    const block_q8_0* x = reinterpret_cast<const block_q8_0*>(row) + b;
+    *d = h2f(x->d);
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qs));
+  } else {
+    const block_q4_0* x = reinterpret_cast<const block_q4_0*>(row) + b;
+    *d = h2f(x->d);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x->qs));
+    const __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+    return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+  }
+}
+
+template <DType WT>
+struct Block32Kern {
+  template <int R, int C>
+  static void run(const GemmJob& j, int64_t o, int64_t t) {
+    const uint8_t* w[R];
+    const uint8_t* xq[C];
+    const float* xd[C];
+    for (int r = 0; r < R; ++r) w[r] = j.w + (o + r) * j.w_row_bytes;
+    for (int c = 0; c < C; ++c) {
+      xq[c] = j.act + (t + c) * j.layout.row_bytes;
+      xd[c] = reinterpret_cast<const float*>(xq[c] + j.layout.d_off);
+    }
+    __m256 acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < j.n_in / 32; ++b) {
+      __m256i aw[R], wq[R];
+      __m256 dw[R];
+      for (int r = 0; r < R; ++r) {
+        float d;
+        wq[r] = decode_b32<WT>(w[r], b, &d);
+        aw[r] = _mm256_sign_epi8(wq[r], wq[r]);  // |w| (-128 -> 128 as uint8)
+        dw[r] = _mm256_set1_ps(d);
+      }
+      for (int c = 0; c < C; ++c) {
+        const __m256i xv = _mm256_load_si256(reinterpret_cast<const __m256i*>(xq[c] + 32 * b));
+        const __m256 dx = _mm256_load_ps(xd[c] + 8 * b);
+        for (int r = 0; r < R; ++r) {
+          const __m256i p = _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(xv, wq[r]));
+          const __m256i s = _mm256_madd_epi16(p, ones);
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw[r], dx), acc[r][c]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) store_sum(j, o, t, r, c, acc[r][c]);
+  }
+};
+
+// ---- Q4_K / Q6_K x Q8_K -----------------------------------------------------------------------------------------
+
+inline void unpack_k4_scales(const uint8_t* s, uint8_t* sc, uint8_t* mn) {
+  for (int k = 0; k < 8; ++k) {
+    if (k < 4) {
+      sc[k] = s[k] & 63;
+      mn[k] = s[k + 4] & 63;
+    } else {
+      sc[k] = static_cast<uint8_t>((s[k + 4] & 0xF) | ((s[k - 4] >> 6) << 4));
+      mn[k] = static_cast<uint8_t>((s[k + 4] >> 4) | ((s[k] >> 6) << 4));
+    }
+  }
+}
+
+template <DType WT>
+struct KQuantKern {
+  template <int R, int C>
+  static void run(const GemmJob& j, int64_t o, int64_t t) {
+    constexpr size_t kBlockBytes = WT == DType::Q4_K ? sizeof(block_q4_K) : sizeof(block_q6_K);
+    const uint8_t* w[R];
+    const uint8_t* xq[C];
+    const float* xd[C];
+    const int16_t* xs[C];
+    for (int r = 0; r < R; ++r) w[r] = j.w + (o + r) * j.w_row_bytes;
+    for (int c = 0; c < C; ++c) {
+      xq[c] = j.act + (t + c) * j.layout.row_bytes;
+      xd[c] = reinterpret_cast<const float*>(xq[c] + j.layout.d_off);
+      xs[c] = reinterpret_cast<const int16_t*>(xq[c] + j.layout.bsum_off);
+    }
+    __m256 acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(0x03);
+    for (int64_t b = 0; b < j.n_in / QK_K; ++b) {
+      const uint8_t* blk[R];
+      int16_t sc[R][16];
+      __m256i aux[R];  // Q4_K: mins paired for vpmaddwd with bsums; Q6_K: -32 * scales
+      float dw[R], dmw[R];
+      for (int r = 0; r < R; ++r) {
+        blk[r] = w[r] + b * kBlockBytes;
+        if constexpr (WT == DType::Q4_K) {
+          const block_q4_K* x = reinterpret_cast<const block_q4_K*>(blk[r]);
+          uint8_t s8[8], m8[8];
+          unpack_k4_scales(x->scales, s8, m8);
+          int16_t mp[16];
+          for (int k = 0; k < 8; ++k) {
+            sc[r][k] = s8[k];
+            mp[2 * k] = mp[2 * k + 1] = m8[k];
+          }
+          aux[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(mp));
+          dw[r] = h2f(x->d);
+          dmw[r] = h2f(x->dmin);
+        } else {
+          const block_q6_K* x = reinterpret_cast<const block_q6_K*>(blk[r]);
+          for (int k = 0; k < 16; ++k) sc[r][k] = x->scales[k];
+          aux[r] = _mm256_mullo_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sc[r])), _mm256_set1_epi16(-32));
+          dw[r] = h2f(x->d);
+          dmw[r] = 0.0f;
+        }
+      }
+      __m256i isum[R][C];
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) isum[r][c] = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) {  // chunk k: elements 32k..32k+31
+        __m256i wq[R], scv[R];
+        for (int r = 0; r < R; ++r) {
+          if constexpr (WT == DType::Q4_K) {
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                reinterpret_cast<const block_q4_K*>(blk[r])->qs + 32 * (k / 2)));
+            wq[r] = _mm256_and_si256(k % 2 ? _mm256_srli_epi16(q, 4) : q, m4);
+            scv[r] = _mm256_set1_epi16(sc[r][k]);
+          } else {
+            const block_q6_K* x = reinterpret_cast<const block_q6_K*>(blk[r]);
+            const int h = k / 4, p = k % 4;
+            const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->ql + 64 * h + 32 * (p % 2)));
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qh + 32 * h));
+            const __m256i lo = _mm256_and_si256(p < 2 ? ql : _mm256_srli_epi16(ql, 4), m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * p), m3);
+            wq[r] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+            scv[r] = _mm256_set_m128i(_mm_set1_epi16(sc[r][2 * k + 1]), _mm_set1_epi16(sc[r][2 * k]));
+          }
+        }
+        for (int c = 0; c < C; ++c) {
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[c] + b * QK_K + 32 * k));
+          for (int r = 0; r < R; ++r)
+            isum[r][c] = _mm256_add_epi32(isum[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(wq[r], xv), scv[r]));
+        }
+      }
+      for (int c = 0; c < C; ++c) {
+        const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs[c] + 16 * b));
+        const float da = xd[c][b];
+        for (int r = 0; r < R; ++r) {
+          const __m256i m = _mm256_madd_epi16(bs, aux[r]);
+          if constexpr (WT == DType::Q6_K) {
+            const __m256i s = _mm256_add_epi32(isum[r][c], m);
+            acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw[r] * da), acc[r][c]);
+          } else {
+            acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][c]), _mm256_set1_ps(dw[r] * da), acc[r][c]);
+            acc[r][c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_set1_ps(dmw[r] * da), acc[r][c]);
+          }
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) store_sum(j, o, t, r, c, acc[r][c]);
+  }
+};
+
+template <class Kern, int RG, int CG>
+void gemm_with(const GemmJob& j, int64_t o0, int64_t o1) {
+  if (j.n_tok == 1) drive_tiles<2, 1, Kern>(j, o0, o1);
+  else drive_tiles<RG, CG, Kern>(j, o0, o1);
+}
+
+bool has(DType t) {
+  switch (t) {
+    case DType::F32: case DType::F16: case DType::BF16:
+    case DType::Q4_0: case DType::Q8_0: case DType::Q4_K: case DType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void gemm(const GemmJob& j, int64_t o0, int64_t o1) {
+  switch (j.wtype) {
+    case DType::F32: return gemm_with<FloatKern<DType::F32>, 2, 4>(j, o0, o1);
+    case DType::F16: return gemm_with<FloatKern<DType::F16>, 2, 4>(j, o0, o1);
+    case DType::BF16: return gemm_with<FloatKern<DType::BF16>, 2, 4>(j, o0, o1);
+    case DType::Q4_0: return gemm_with<Block32Kern<DType::Q4_0>, 1, 4>(j, o0, o1);
+    case DType::Q8_0: return gemm_with<Block32Kern<DType::Q8_0>, 1, 4>(j, o0, o1);
+    case DType::Q4_K: return gemm_with<KQuantKern<DType::Q4_K>, 1, 4>(j, o0, o1);
+    case DType::Q6_K: return gemm_with<KQuantKern<DType::Q6_K>, 1, 4>(j, o0, o1);
+    default: return;
+  }
+}
+
 const FastKernels kKernels = {"avx2", false, has, quantize_act_row_scalar, gemm};
+
 }  // namespace
+
 const FastKernels* fast_kernels_avx2() { return &kKernels; }
+
 }  // namespace kiln::cpu::detail

@@ -1,8 +1,8 @@
 // CPU matmul: argument checks, SIMD level dispatch, threading and the per-call activation scratch.
 //
-// Work split: the activation rows are quantized once per call (rows spread over the threads) into a scratch
-// buffer owned by the calling thread (thread_local, so concurrent callers on different pools never share it);
-// after a spin barrier every thread takes chunks of output rows from an atomic counter (dynamic, so a thread
+// Work split: the activation rows are quantized once per call (rows claimed dynamically by the threads) into a
+// scratch buffer owned by the calling thread (thread_local, so concurrent callers on different pools never share
+// it); once all rows are quantized every thread takes chunks of output rows from an atomic counter (dynamic, so a thread
 // slowed by another process does not hold the call up) and computes them for all tokens. Within a chunk the SIMD
 // files block the loops (matmul_kernels.h drive_tiles): a block of weight rows small enough to stay in L2 is
 // swept once per tile of C activation rows, so for n_tok > 1 each weight block is read from memory once and the
@@ -47,9 +47,18 @@ struct Scratch {
 
 thread_local Scratch tl_scratch;
 
-void spin_barrier(std::atomic<int>& arrived, int nth) {
-  arrived.fetch_add(1, std::memory_order_acq_rel);
-  while (arrived.load(std::memory_order_acquire) < nth) KILN_MM_PAUSE();
+// Activation rows are claimed from `next` by whichever threads are running and counted in `done`; every thread
+// waits until all rows are done. A thread the OS has not scheduled yet therefore never holds the others up (the
+// machine may be shared): the first threads to arrive quantize everything.
+template <class F>
+void quantize_rows_shared(int64_t n_tok, std::atomic<int64_t>& next, std::atomic<int64_t>& done, F&& quantize_row_t) {
+  for (;;) {
+    const int64_t t = next.fetch_add(1, std::memory_order_relaxed);
+    if (t >= n_tok) break;
+    quantize_row_t(t);
+    done.fetch_add(1, std::memory_order_release);
+  }
+  while (done.load(std::memory_order_acquire) < n_tok) KILN_MM_PAUSE();
 }
 
 // Output-row chunks handed out dynamically: a multiple of 16 rows, about 4 per thread.
@@ -72,13 +81,12 @@ Status matmul_fast(const MatmulArgs& a, ThreadPool& pool, const detail::FastKern
   uint8_t* act = tl_scratch.get(job.layout.row_bytes * static_cast<size_t>(a.n_tok));
   if (!act) return make_error(ErrorCode::kInternal, "matmul: cannot allocate the activation scratch");
   job.act = act;
-  std::atomic<int> arrived{0};
-  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> next_t{0}, done_t{0}, next{0};
   const int64_t chunk = chunk_rows(a.n_out, pool.size());
-  pool.run([&](int ith, int nth) {
-    for (int64_t t = ith; t < a.n_tok; t += nth)
+  pool.run([&](int, int) {
+    quantize_rows_shared(a.n_tok, next_t, done_t, [&](int64_t t) {
       fk.quantize(job.layout, a.x + t * a.x_stride, act + t * job.layout.row_bytes);
-    spin_barrier(arrived, nth);
+    });
     for (;;) {
       const int64_t o0 = next.fetch_add(chunk, std::memory_order_relaxed);
       if (o0 >= a.n_out) break;
@@ -96,12 +104,12 @@ Status matmul_scalar(const MatmulArgs& a, ThreadPool& pool) {
   uint8_t* act = tl_scratch.get(rb * static_cast<size_t>(a.n_tok));
   if (!act) return make_error(ErrorCode::kInternal, "matmul: cannot allocate the activation scratch");
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
-  std::atomic<int> arrived{0};
-  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> next_t{0}, done_t{0}, next{0};
   const int64_t chunk = chunk_rows(a.n_out, pool.size());
-  pool.run([&](int ith, int nth) {
-    for (int64_t t = ith; t < a.n_tok; t += nth) (void)quantize_row(at, a.x + t * a.x_stride, act + t * rb, a.n_in);
-    spin_barrier(arrived, nth);
+  pool.run([&](int, int) {
+    quantize_rows_shared(a.n_tok, next_t, done_t, [&](int64_t t) {
+      (void)quantize_row(at, a.x + t * a.x_stride, act + t * rb, a.n_in);
+    });
     for (;;) {
       const int64_t o0 = next.fetch_add(chunk, std::memory_order_relaxed);
       if (o0 >= a.n_out) break;

@@ -1,5 +1,6 @@
 // kiln info FILE [--json]: what a GGUF file holds (header, architecture and hyperparameters, vocabulary,
 // metadata with long arrays summarized, tensor table, totals).
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <nlohmann/json.hpp>

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <numbers>
 #include <optional>
 #include <string>
 #include <vector>
@@ -74,7 +75,7 @@ std::vector<float> llama3_rope_factors(int64_t head_dim, float base) {
   std::vector<float> f;
   for (int64_t i = 0; i < head_dim; i += 2) {
     const double freq = 1.0 / std::pow(static_cast<double>(base), static_cast<double>(i) / head_dim);
-    const double wavelen = 2 * M_PI / freq;
+    const double wavelen = 2 * std::numbers::pi / freq;
     if (wavelen < high_wavelen) {
       f.push_back(1.0f);
     } else if (wavelen > low_wavelen) {
@@ -88,7 +89,7 @@ std::vector<float> llama3_rope_factors(int64_t head_dim, float base) {
 }
 
 struct Options {
-  std::string shape = "", type = "f16", out, vocab;
+  std::string shape, type = "f16", out, vocab;
   int64_t layers = 0, embd = 0, ff = 0, heads = 0, kv_heads = 0, head_dim = 0, n_vocab = 0, ctx = 0;
   uint64_t seed = 42;
   int threads = 0;

@@ -6,6 +6,7 @@
 // recursion). Every error names the byte offset of the field at fault.
 #include <algorithm>
 #include <cinttypes>
+#include <cstdarg>
 #include <cstring>
 #include <limits>
 

@@ -3,6 +3,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -81,6 +82,8 @@ const std::vector<Group>& groups() {
 
 // \s as a class body: the Unicode White_Space code points (\t..\r, U+0085 and the Z categories).
 constexpr const char* kSpaceBody = R"(\t-\r\x{85}\p{Z})";
+// "(?:" + a look-ahead refusing the non-ASCII White_Space code points; closed with ")" after the guarded class.
+constexpr const char* kNonAsciiSpaceGuard = R"((?:(?![\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}]))";
 
 }  // namespace
 
@@ -108,10 +111,38 @@ Result<PreTokenizerSpec> pretokenizer_spec(const std::string& pre) {
   return make_error(ErrorCode::kUnsupported, "tokenizer.ggml.pre: unknown pre-tokenizer '%s'", pre.c_str());
 }
 
+namespace {
+
+// Whether the class body starting at re[i] (just after '[') up to its ']' names a code point >= 0x80, either as
+// a literal byte or as \x{HEX}.
+bool class_has_non_ascii(const std::string& re, size_t i) {
+  bool non_ascii = false;
+  if (i < re.size() && re[i] == '^') ++i;
+  if (i < re.size() && re[i] == ']') ++i;  // a leading ']' is a member
+  for (; i < re.size() && re[i] != ']'; ++i) {
+    if (static_cast<unsigned char>(re[i]) >= 0x80) non_ascii = true;
+    if (re[i] == '\\' && i + 1 < re.size()) {
+      if (re[i + 1] == 'x' && i + 2 < re.size() && re[i + 2] == '{') {
+        const size_t close = re.find('}', i + 3);
+        if (close != std::string::npos && std::strtoul(re.substr(i + 3, close - i - 3).c_str(), nullptr, 16) >= 0x80)
+          non_ascii = true;
+      }
+      ++i;
+    }
+  }
+  return non_ascii;
+}
+
+}  // namespace
+
 std::string rewrite_regex_for_pcre2(const std::string& re) {
+  // llama.cpp matches a regex without \p{..} classes against text in which every non-ASCII whitespace code point
+  // was replaced by U+000B, so there a class of non-ASCII members never matches such whitespace (e.g. DeepSeek's
+  // [\x{3000}-\x{3002}] does not match U+3000): those classes get a guard.
+  const bool guard_classes = re.find("\\p{") == std::string::npos;
   std::string out;
   out.reserve(re.size() + 64);
-  bool in_class = false;
+  bool in_class = false, guarded = false;
   for (size_t i = 0; i < re.size(); ++i) {
     const char c = re[i];
     if (c == '\\' && i + 1 < re.size()) {
@@ -137,13 +168,21 @@ std::string rewrite_regex_for_pcre2(const std::string& re) {
     }
     if (c == '[' && !in_class) {
       in_class = true;
+      guarded = guard_classes && class_has_non_ascii(re, i + 1);
+      if (guarded) out += kNonAsciiSpaceGuard;
       out += c;
       // A ']' right after '[' or '[^' is a literal member.
       if (i + 1 < re.size() && re[i + 1] == '^') out += re[++i];
       if (i + 1 < re.size() && re[i + 1] == ']') out += re[++i];
       continue;
     }
-    if (c == ']' && in_class) in_class = false;
+    if (c == ']' && in_class) {
+      in_class = false;
+      out += c;
+      if (guarded) out += ')';
+      guarded = false;
+      continue;
+    }
     out += c;
   }
   return out;

@@ -244,6 +244,10 @@ TEST(PreTokenizer, WhitespaceRewrite) {
   EXPECT_EQ(kiln::tok::rewrite_regex_for_pcre2(R"(\s+(?!\S)|[^\s\p{L}])"),
             R"([\t-\r\x{85}\p{Z}]+(?![^\t-\r\x{85}\p{Z}])|[^\t-\r\x{85}\p{Z}\p{L}])");
   EXPECT_EQ(kiln::tok::rewrite_regex_for_pcre2(R"([\]\s])"), R"([\]\t-\r\x{85}\p{Z}])");
+  // Regexes without \p{..}: classes of non-ASCII members never match non-ASCII whitespace (llama.cpp's wregex path).
+  EXPECT_EQ(kiln::tok::rewrite_regex_for_pcre2(R"([a\x{3000}-\x{3002}]+)"),
+            R"((?:(?![\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}])[a\x{3000}-\x{3002}])+)");
+  EXPECT_EQ(kiln::tok::rewrite_regex_for_pcre2(R"(\p{N}|[\x{3000}])"), R"(\p{N}|[\x{3000}])");
   auto spec = kiln::tok::pretokenizer_spec("llama-bpe");
   ASSERT_TRUE(spec.is_ok());
   EXPECT_TRUE(spec->ignore_merges);

@@ -128,6 +128,19 @@ void check_vocab(const std::string& dir, const std::string& name, bool lossless)
 TEST(TokenizerVectors, Gpt2Committed) { check_vocab(kiln::test::data_path("tokenizer"), "gpt-2", true); }
 TEST(TokenizerVectors, LlamaSpmCommitted) { check_vocab(kiln::test::data_path("tokenizer"), "llama-spm", true); }
 
+// DeepSeek's punctuation class names U+3000, but llama.cpp (wregex on text with non-ASCII spaces replaced by
+// U+000B) never matches it there: "\xA0 \u3000" stays one whitespace word. Found by differential testing.
+TEST(TokenizerVectors, DeepseekLlmUnicodeSpaceInClass) {
+  KILN_REQUIRE_FIXTURES();
+  const std::string& d = FixtureVocabs::dir();
+  if (d.empty()) GTEST_SKIP() << "skipped: could not unpack tokenizer.tar.xz";
+  auto file = kiln::gguf::File::open(d + "/ggml-vocab-deepseek-llm.gguf");
+  ASSERT_TRUE(file.is_ok());
+  auto tok = kiln::Tokenizer::from_gguf(*file);
+  ASSERT_TRUE(tok.is_ok());
+  EXPECT_EQ((*tok)->encode("\xC2\xA0 \xE3\x80\x80", false, false), (std::vector<int32_t>{64116, 88946}));
+}
+
 KILN_FIXTURE_VOCAB_TEST(Gpt2, "gpt-2", true)
 KILN_FIXTURE_VOCAB_TEST(LlamaBpe, "llama-bpe", true)
 KILN_FIXTURE_VOCAB_TEST(Qwen2, "qwen2", true)

@@ -261,7 +261,7 @@ struct KQuantKern {
 
 template <class Kern, int RG, int CG>
 void gemm_with(const GemmJob& j, int64_t o0, int64_t o1) {
-  if (j.n_tok == 1) drive_tiles<2, 1, Kern>(j, o0, o1);
+  if (j.n_tok == 1) drive_tiles<1, 1, Kern>(j, o0, o1);  // GEMV: one sequential weight stream (see avx512)
   else drive_tiles<RG, CG, Kern>(j, o0, o1);
 }
 

@@ -391,9 +391,9 @@ void gemm(const GemmJob& j, int64_t o0, int64_t o1) {
     case DType::Q4_0: return gemm_with<Block32Kern<DType::Q4_0>, 2, 4>(j, o0, o1);
     case DType::Q5_0: return gemm_with<Block32Kern<DType::Q5_0>, 2, 4>(j, o0, o1);
     case DType::Q8_0: return gemm_with<Block32Kern<DType::Q8_0>, 2, 4>(j, o0, o1);
-    case DType::Q4_K: return gemm_with<KQuantKern<DType::Q4_K>, 2, 4>(j, o0, o1);
-    case DType::Q5_K: return gemm_with<KQuantKern<DType::Q5_K>, 2, 4>(j, o0, o1);
-    case DType::Q6_K: return gemm_with<KQuantKern<DType::Q6_K>, 2, 4>(j, o0, o1);
+    case DType::Q4_K: return gemm_with<KQuantKern<DType::Q4_K>, 1, 4>(j, o0, o1);
+    case DType::Q5_K: return gemm_with<KQuantKern<DType::Q5_K>, 1, 4>(j, o0, o1);
+    case DType::Q6_K: return gemm_with<KQuantKern<DType::Q6_K>, 1, 4>(j, o0, o1);
     default: return;
   }
 }

@@ -19,7 +19,7 @@ namespace kiln::cli {
 
 bool have_embedded_model() {
 #ifdef KILN_HAVE_EMBEDDED_MODEL
-  return kiln_embedded_model_end > kiln_embedded_model_begin;
+  return kiln_embedded_model_end - kiln_embedded_model_begin > 0;
 #else
   return false;
 #endif

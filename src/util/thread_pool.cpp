@@ -27,23 +27,42 @@ ThreadPool::~ThreadPool() {
   for (auto& t : threads_) t.join();
 }
 
+// Waiting is tiered so the pool stays fast when it owns the cores and degrades gracefully when they are
+// oversubscribed (parallel ctest, other processes): spin with PAUSE for the common back-to-back ops of a decode
+// step, then yield the core a few times (lets a descheduled peer finish), then sleep on the futex.
+namespace {
+constexpr int kSpinIters = 4000;
+constexpr int kYieldIters = 32;
+
+template <class Pred>
+bool spin_then_yield(Pred done) {
+  for (int i = 0; i < kSpinIters; ++i) {
+    if (done()) return true;
+    KILN_PAUSE();
+  }
+  for (int i = 0; i < kYieldIters; ++i) {
+    if (done()) return true;
+    std::this_thread::yield();
+  }
+  return done();
+}
+}  // namespace
+
 void ThreadPool::worker(int ith) {
   uint64_t seen = 0;
   for (;;) {
-    // Spin ~tens of microseconds for the next job, then block.
     uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < 20000; ++spin) {
-      KILN_PAUSE();
-      g = generation_.load(std::memory_order_acquire);
-    }
-    while (g == seen) {
-      generation_.wait(seen, std::memory_order_acquire);
-      g = generation_.load(std::memory_order_acquire);
+    if (g == seen) {
+      spin_then_yield([&] { return (g = generation_.load(std::memory_order_acquire)) != seen; });
+      while (g == seen) {
+        generation_.wait(seen, std::memory_order_acquire);
+        g = generation_.load(std::memory_order_acquire);
+      }
     }
     seen = g;
     if (stop_.load()) return;
     (*job_)(ith, n_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
 }
 
@@ -57,7 +76,10 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
   fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) KILN_PAUSE();
+  if (!spin_then_yield([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
+    for (int p = pending_.load(std::memory_order_acquire); p != 0; p = pending_.load(std::memory_order_acquire))
+      pending_.wait(p, std::memory_order_acquire);
+  }
   job_ = nullptr;
 }
 

@@ -1,6 +1,7 @@
 #include "util/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -16,29 +17,22 @@ int default_thread_count() {
   return n == 0 ? 1 : static_cast<int>(n);
 }
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads > 0 ? n_threads : default_thread_count()) {
-  for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
-}
-
-ThreadPool::~ThreadPool() {
-  stop_.store(true);
-  generation_.fetch_add(1);
-  generation_.notify_all();
-  for (auto& t : threads_) t.join();
-}
-
-// Waiting is tiered so the pool stays fast when it owns the cores and degrades gracefully when they are
-// oversubscribed (parallel ctest, other processes): spin with PAUSE for the common back-to-back ops of a decode
-// step, then yield the core a few times (lets a descheduled peer finish), then sleep on the futex.
 namespace {
-constexpr int kSpinIters = 4000;
-constexpr int kYieldIters = 32;
 
+constexpr auto kSpinTime = std::chrono::microseconds(100);
+constexpr int kYieldIters = 16;
+
+// Spins (PAUSE) up to kSpinTime, then yields a few times; true as soon as done() holds. The yields let a peer
+// that the OS descheduled finish its share when the cores are oversubscribed (parallel ctest, other processes).
 template <class Pred>
 bool spin_then_yield(Pred done) {
-  for (int i = 0; i < kSpinIters; ++i) {
-    if (done()) return true;
-    KILN_PAUSE();
+  const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      KILN_PAUSE();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
   }
   for (int i = 0; i < kYieldIters; ++i) {
     if (done()) return true;
@@ -46,12 +40,24 @@ bool spin_then_yield(Pred done) {
   }
   return done();
 }
+
 }  // namespace
 
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads > 0 ? n_threads : default_thread_count()) {
+  for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
 void ThreadPool::worker(int ith) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
-    uint64_t g = generation_.load(std::memory_order_acquire);
+    uint32_t g = generation_.load(std::memory_order_acquire);
     if (g == seen) {
       spin_then_yield([&] { return (g = generation_.load(std::memory_order_acquire)) != seen; });
       while (g == seen) {
@@ -60,7 +66,7 @@ void ThreadPool::worker(int ith) {
       }
     }
     seen = g;
-    if (stop_.load()) return;
+    if (stop_.load(std::memory_order_acquire)) return;
     (*job_)(ith, n_threads_);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
   }
@@ -77,7 +83,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   generation_.notify_all();
   fn(0, n_threads_);
   if (!spin_then_yield([&] { return pending_.load(std::memory_order_acquire) == 0; })) {
-    for (int p = pending_.load(std::memory_order_acquire); p != 0; p = pending_.load(std::memory_order_acquire))
+    for (int32_t p = pending_.load(std::memory_order_acquire); p != 0; p = pending_.load(std::memory_order_acquire))
       pending_.wait(p, std::memory_order_acquire);
   }
   job_ = nullptr;

@@ -1,6 +1,8 @@
 // A fork-join pool for compute ops: run(fn) calls fn(thread_index, n_threads) on every thread (the caller is
-// thread 0) and returns when all are done. Workers spin briefly between jobs, then sleep, so the many small ops
-// of a decode step do not pay a futex round trip each.
+// thread 0) and returns when all are done. Waiting is tiered: spin with PAUSE for ~100 us (the back-to-back ops of
+// a decode step never leave it), then yield the core a few times, then sleep on a futex. The generation counter
+// and the pending count are 32-bit so std::atomic::wait/notify map to a plain futex (64-bit atomics go through
+// libstdc++'s proxy pool, whose wake-ups were measured at milliseconds).
 #pragma once
 
 #include <atomic>
@@ -31,8 +33,8 @@ class ThreadPool {
   int n_threads_;
   std::vector<std::thread> threads_;
   const std::function<void(int, int)>* job_ = nullptr;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<uint32_t> generation_{0};  // bumped once per run(); wraps harmlessly
+  std::atomic<int32_t> pending_{0};      // workers still inside the current job
   std::atomic<bool> stop_{false};
 };
 

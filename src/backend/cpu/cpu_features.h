@@ -1,5 +1,5 @@
-// x86 CPU features relevant to the CPU backend's SIMD kernels, read once from CPUID (via the compiler's
-// __builtin_cpu_supports, which also checks that the OS saves the wide registers), and the SIMD level the matmul
+// x86 CPU features relevant to the CPU backend's SIMD kernels, read once from CPUID and XGETBV (a feature counts
+// only when the OS also saves its registers), and the SIMD level the matmul
 // dispatches to: avx512 (F/BW/VL/DQ + VNNI) -> avx2 (AVX2 + FMA + F16C) -> scalar, capped by KILN_CPU_SIMD.
 #pragma once
 
@@ -20,6 +20,8 @@ SimdLevel cpu_simd_level();
 // cpu_simd_level() capped by the environment variable KILN_CPU_SIMD=scalar|avx2|avx512 (read once
 // at first use; an unknown value is ignored).
 SimdLevel matmul_simd_level();
+// The cap KILN_CPU_SIMD sets (kAvx512 = no cap), for the other ops' own dispatch.
+SimdLevel env_simd_cap();
 const char* simd_level_name(SimdLevel level);  // "scalar", "avx2", "avx512"
 
 }  // namespace kiln::cpu

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/cpu_features.h"
 #include "util/fp16.h"
 
 namespace kiln::cpu {
@@ -47,21 +48,13 @@ double sum_sq(const float* x, int64_t n) {
 const VecKernels kScalar = {"scalar", dot_f16, dot_f32, axpy_f16, axpy_f32, scale_f32,
                             f32_to_f16, f16_to_f32, swiglu, sum_sq};
 
+// The elementwise/attention kernels need AVX-512 F/BW/VL/DQ (no VNNI) or AVX2/FMA/F16C; KILN_CPU_SIMD caps both.
 const VecKernels& pick() {
-  const char* cap = std::getenv("KILN_CPU_SIMD");
-  const bool allow512 = !cap || (std::strcmp(cap, "scalar") != 0 && std::strcmp(cap, "avx2") != 0);
-  const bool allow2 = !cap || std::strcmp(cap, "scalar") != 0;
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (allow512 && vec_kernels_avx512() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+  const CpuFeatures& f = cpu_features();
+  const SimdLevel cap = env_simd_cap();
+  if (cap >= SimdLevel::kAvx512 && vec_kernels_avx512() && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq)
     return *vec_kernels_avx512();
-  if (allow2 && vec_kernels_avx2() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c"))
-    return *vec_kernels_avx2();
-#endif
-  (void)allow512;
-  (void)allow2;
+  if (cap >= SimdLevel::kAvx2 && vec_kernels_avx2() && f.avx2 && f.fma && f.f16c) return *vec_kernels_avx2();
   return kScalar;
 }
 

@@ -49,7 +49,7 @@ bool is_eog_text(std::string_view t) {
   static const char* const kEog[] = {
       "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
       "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
-      "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+      "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", ("<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"),
       "[e~["};
   for (const char* e : kEog)
     if (t == e) return true;
@@ -59,7 +59,7 @@ bool is_eog_text(std::string_view t) {
 bool is_eot_text(std::string_view t) {
   static const char* const kEot[] = {
       "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
-      "[EOT]", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "<end_of_utterance>"};
+      "[EOT]", ("<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"), "<end_of_utterance>"};
   for (const char* e : kEot)
     if (t == e) return true;
   return false;

@@ -112,7 +112,7 @@ TEST(CliInfo, EveryFixtureModelAndVocab) {
   for (const auto& p : files) {
     auto r = run_kiln("info --json '" + p + "'", false);
     ASSERT_EQ(r.code, 0) << p;
-    EXPECT_NO_THROW((void)nlohmann::json::parse(r.out)) << p;
+    EXPECT_TRUE(nlohmann::json::accept(r.out)) << p;
     EXPECT_EQ(run_kiln("info '" + p + "' > /dev/null").code, 0) << p;
   }
   fs::remove_all(tmp);
@@ -238,8 +238,11 @@ TEST(CliSynth, CopiesAndPadsAVocabulary) {
   ASSERT_TRUE(f.is_ok());
   EXPECT_EQ(*f->get_str_array("tokenizer.ggml.tokens"), src_tokens);
   EXPECT_EQ(f->find_tensor("token_embd.weight")->ne[1], 50257);
-  for (const auto& kv : src->kvs())
-    if (kv.key.rfind("tokenizer.", 0) == 0) EXPECT_TRUE(f->has(kv.key)) << kv.key;
+  for (const auto& kv : src->kvs()) {
+    if (kv.key.rfind("tokenizer.", 0) == 0) {
+      EXPECT_TRUE(f->has(kv.key)) << kv.key;
+    }
+  }
   // Explicit larger --n-vocab pads with control tokens.
   r = run_kiln("synth --shape tiny --type q8_0 --vocab '" + kVocab + "' --n-vocab 50300 -o '" + path + "'");
   ASSERT_EQ(r.code, 0) << r.out;

@@ -21,8 +21,10 @@
 // GCC 12's own intrinsic headers (_mm512_extractf64x4_pd, _mm512_cvtph_ps) pass _mm256_undefined_*() values and
 // then warn about them being uninitialized (GCC bug 105593); nothing in this file reads an undefined lane.
 #if defined(__GNUC__) && !defined(__clang__)
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #endif
 
 #include "backend/cpu/matmul_kernels.h"

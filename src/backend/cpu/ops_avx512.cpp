@@ -2,8 +2,10 @@
 // dots sum in 16 partial lanes, then reduce. exp uses the polynomial of exp_approx below (identical in the AVX2
 // file, so both SIMD levels give the same swiglu bits).
 // GCC 12 flags the intrinsics headers' own _mm512_undefined_* temporaries as uninitialized (a false positive).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <cstdint>

@@ -68,5 +68,12 @@ Status validate_hparams(const HParams& hp);
 // The standard pre-norm decoder tensors (token_embd, output_norm, output (optional), per layer attn_norm, q/k/v/o,
 // ffn_norm, gate/up/down). Architectures add their extras.
 std::vector<TensorSpec> standard_manifest(const HParams& hp, Weights& w);
+// Extras some architectures carry, appended to a manifest:
+//   blk.N.attn_{q,k,v}.bias  f32 [n_head*hd_k], [n_head_kv*hd_k], [n_head_kv*hd_v]
+void add_qkv_bias_specs(const HParams& hp, Weights& w, bool required, std::vector<TensorSpec>& m);
+//   blk.N.attn_{q,k}_norm.weight  f32 [hd_k]  (per-head RMS norm of q and k before RoPE)
+void add_qk_norm_specs(const HParams& hp, Weights& w, bool required, std::vector<TensorSpec>& m);
+// ArchDef::finish for the common case: no output.weight means the output projection is token_embd (tied).
+Status tie_output_to_embedding(const HParams& hp, Weights& w, HParams& hp_out);
 
 }  // namespace kiln

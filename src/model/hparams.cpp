@@ -122,4 +122,29 @@ std::vector<TensorSpec> standard_manifest(const HParams& hp, Weights& w) {
   return m;
 }
 
+void add_qkv_bias_specs(const HParams& hp, Weights& w, bool required, std::vector<TensorSpec>& m) {
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    LayerWeights& L = w.layers[il];
+    const std::string b = "blk." + std::to_string(il) + ".";
+    m.push_back({TensorSpec::kF32, b + "attn_q.bias", {hp.n_head * hp.head_dim_k}, &L.bq, required});
+    m.push_back({TensorSpec::kF32, b + "attn_k.bias", {hp.n_head_kv * hp.head_dim_k}, &L.bk, required});
+    m.push_back({TensorSpec::kF32, b + "attn_v.bias", {hp.n_head_kv * hp.head_dim_v}, &L.bv, required});
+  }
+}
+
+void add_qk_norm_specs(const HParams& hp, Weights& w, bool required, std::vector<TensorSpec>& m) {
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    LayerWeights& L = w.layers[il];
+    const std::string b = "blk." + std::to_string(il) + ".";
+    m.push_back({TensorSpec::kF32, b + "attn_q_norm.weight", {hp.head_dim_k}, &L.q_norm, required});
+    m.push_back({TensorSpec::kF32, b + "attn_k_norm.weight", {hp.head_dim_k}, &L.k_norm, required});
+  }
+}
+
+Status tie_output_to_embedding(const HParams&, Weights& w, HParams& hp) {
+  hp.tied_embeddings = !w.output.valid();
+  if (hp.tied_embeddings) w.output = w.tok_embd;
+  return Status::ok();
+}
+
 }  // namespace kiln

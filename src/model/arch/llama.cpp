@@ -16,20 +16,8 @@ Status read_hparams(const gguf::File&, HParams& hp) {
 std::vector<TensorSpec> manifest(const HParams& hp, Weights& w) {
   std::vector<TensorSpec> m = standard_manifest(hp, w);
   m.push_back({TensorSpec::kF32, "rope_freqs.weight", {hp.n_rot / 2}, &w.rope_freqs, false});
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    LayerWeights& L = w.layers[il];
-    const std::string b = "blk." + std::to_string(il) + ".";
-    m.push_back({TensorSpec::kF32, b + "attn_q.bias", {hp.n_head * hp.head_dim_k}, &L.bq, false});
-    m.push_back({TensorSpec::kF32, b + "attn_k.bias", {hp.n_head_kv * hp.head_dim_k}, &L.bk, false});
-    m.push_back({TensorSpec::kF32, b + "attn_v.bias", {hp.n_head_kv * hp.head_dim_v}, &L.bv, false});
-  }
+  add_qkv_bias_specs(hp, w, /*required=*/false, m);
   return m;
-}
-
-Status finish(const HParams&, Weights& w, HParams& hp) {
-  hp.tied_embeddings = !w.output.valid();
-  if (hp.tied_embeddings) w.output = w.tok_embd;
-  return Status::ok();
 }
 
 Status block(ForwardCtx& c, int64_t il) {
@@ -39,6 +27,6 @@ Status block(ForwardCtx& c, int64_t il) {
 
 }  // namespace
 
-extern const ArchDef kArchLlama = {"llama", read_hparams, manifest, finish, block};
+extern const ArchDef kArchLlama = {"llama", read_hparams, manifest, tie_output_to_embedding, block};
 
 }  // namespace kiln

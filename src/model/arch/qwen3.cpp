@@ -16,19 +16,8 @@ Status read_hparams(const gguf::File&, HParams& hp) {
 
 std::vector<TensorSpec> manifest(const HParams& hp, Weights& w) {
   std::vector<TensorSpec> m = standard_manifest(hp, w);
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    LayerWeights& L = w.layers[il];
-    const std::string b = "blk." + std::to_string(il) + ".";
-    m.push_back({TensorSpec::kF32, b + "attn_q_norm.weight", {hp.head_dim_k}, &L.q_norm, true});
-    m.push_back({TensorSpec::kF32, b + "attn_k_norm.weight", {hp.head_dim_k}, &L.k_norm, true});
-  }
+  add_qk_norm_specs(hp, w, /*required=*/true, m);
   return m;
-}
-
-Status finish(const HParams&, Weights& w, HParams& hp) {
-  hp.tied_embeddings = !w.output.valid();
-  if (hp.tied_embeddings) w.output = w.tok_embd;
-  return Status::ok();
 }
 
 Status block(ForwardCtx& c, int64_t il) {
@@ -38,6 +27,6 @@ Status block(ForwardCtx& c, int64_t il) {
 
 }  // namespace
 
-extern const ArchDef kArchQwen3 = {"qwen3", read_hparams, manifest, finish, block};
+extern const ArchDef kArchQwen3 = {"qwen3", read_hparams, manifest, tie_output_to_embedding, block};
 
 }  // namespace kiln

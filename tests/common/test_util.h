@@ -2,11 +2,16 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,6 +30,42 @@ inline std::string kiln_binary() { return KILN_BINARY; }
 inline std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+struct CmdResult {
+  int rc = -1;  // exit status (-1: killed by a signal)
+  std::string out, err;
+};
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Runs `kiln <args>` through the shell (args may hold quotes and redirections), stdin from `input` (or
+// /dev/null); captures stdout and stderr separately through temp files.
+inline CmdResult run_kiln(const std::string& args, const std::string& input = "") {
+  static int counter = 0;
+  const std::string base =
+      ::testing::TempDir() + "kiln_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
+  std::string cmd = "'" + kiln_binary() + "' " + args + " >" + base + ".out 2>" + base + ".err";
+  if (!input.empty()) {
+    std::ofstream(base + ".in") << input;
+    cmd += " <" + base + ".in";
+  } else {
+    cmd += " </dev/null";
+  }
+  CmdResult r;
+  const int st = std::system(cmd.c_str());
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = slurp(base + ".out");
+  r.err = slurp(base + ".err");
+  std::remove((base + ".out").c_str());
+  std::remove((base + ".err").c_str());
+  std::remove((base + ".in").c_str());
+  return r;
 }
 
 // sum((a-b)^2) / sum(b^2) over n elements.

@@ -13,30 +13,8 @@
 
 namespace {
 
-struct CmdResult {
-  int rc = -1;
-  std::string out, err;
-};
-
-CmdResult kiln(const std::string& args) {
-  static int counter = 0;
-  const std::string base = ::testing::TempDir() + "kiln_cli_bench_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
-  std::string cmd = "'" + kiln::test::kiln_binary() + "' " + args + " >" + base + ".out 2>" + base + ".err </dev/null";
-  CmdResult r;
-  int st = std::system(cmd.c_str());
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  };
-  r.out = slurp(base + ".out");
-  r.err = slurp(base + ".err");
-  std::remove((base + ".out").c_str());
-  std::remove((base + ".err").c_str());
-  return r;
-}
+using kiln::test::CmdResult;
+CmdResult kiln(const std::string& args) { return kiln::test::run_kiln(args); }
 
 std::string model() { return kiln::test::data_path("models/fixture-llama-q8_0.gguf"); }
 

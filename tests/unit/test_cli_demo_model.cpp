@@ -53,33 +53,9 @@ constexpr double kVsKilnMax = 1e-5;
 // quantization error above moves logits by a few hundredths (fixtures README uses the same 0.25).
 constexpr float kDecisiveMargin = 0.25f;
 
-struct CmdResult {
-  int rc = -1;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-CmdResult kiln(const std::string& args) {
-  static int counter = 0;
-  const std::string base =
-      ::testing::TempDir() + "kiln_demo_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
-  const std::string cmd =
-      "'" + kiln::test::kiln_binary() + "' " + args + " >" + base + ".out 2>" + base + ".err </dev/null";
-  CmdResult r;
-  const int st = std::system(cmd.c_str());
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.out = slurp(base + ".out");
-  r.err = slurp(base + ".err");
-  std::remove((base + ".out").c_str());
-  std::remove((base + ".err").c_str());
-  return r;
-}
+using kiln::test::CmdResult;
+using kiln::test::slurp;
+CmdResult kiln(const std::string& args) { return kiln::test::run_kiln(args); }
 
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;

@@ -15,37 +15,9 @@
 
 namespace {
 
-struct CmdResult {
-  int rc = -1;
-  std::string out, err;
-};
-
-// Runs `kiln <args>` through the shell (stdin from `input` when given); captures stdout and stderr.
+using kiln::test::CmdResult;
 CmdResult kiln(const std::string& args, const std::string& input = "") {
-  static int counter = 0;
-  const std::string base = ::testing::TempDir() + "kiln_cli_run_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
-  std::string cmd = "'" + kiln::test::kiln_binary() + "' " + args + " >" + base + ".out 2>" + base + ".err";
-  if (!input.empty()) {
-    std::ofstream(base + ".in") << input;
-    cmd += " <" + base + ".in";
-  } else {
-    cmd += " </dev/null";
-  }
-  CmdResult r;
-  int st = std::system(cmd.c_str());
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  auto slurp = [](const std::string& p) {
-    std::ifstream f(p, std::ios::binary);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  };
-  r.out = slurp(base + ".out");
-  r.err = slurp(base + ".err");
-  std::remove((base + ".out").c_str());
-  std::remove((base + ".err").c_str());
-  std::remove((base + ".in").c_str());
-  return r;
+  return kiln::test::run_kiln(args, input);
 }
 
 std::string slurp_line(const std::string& path) {

@@ -1,5 +1,5 @@
 // CUDA device discovery. The CUDA backend (kernels per op family) builds on this in the next issue; for now kiln
-// reports what it finds so `kiln info --devices` can say which GPUs a run would use.
+// reports what it finds (`kiln devices`).
 #pragma once
 
 #include <string>

@@ -82,6 +82,17 @@ class Backend {
   // bias: F32 [n_out] or invalid; dst: F32 [n_out, n_tok] (must not alias x).
   virtual Status matmul(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst) = 0;
 
+  // Several matmuls of one input: dst_i = W_i x (+ bias_i) for i < n, each as matmul (same results bit for bit).
+  // The dst_i must not overlap each other or x. A backend may run them as one launch / parallel region and convert
+  // x once (the CPU backend quantizes it once per activation type); the default runs matmul on each.
+  struct MatmulOut {
+    Tensor w, bias, dst;
+  };
+  virtual Status matmul_group(const Tensor& x, const MatmulOut* outs, int n) {
+    for (int i = 0; i < n; ++i) KILN_TRY(matmul(outs[i].w, x, outs[i].bias, outs[i].dst));
+    return Status::ok();
+  }
+
   // Rotary embedding in place per head.   x: F32 [head_dim, n_head, n_tok] (rows of heads may be strided:
   // nb[2] >= n_head * nb[1]); pos: I32 [n_tok].
   virtual Status rope(const Tensor& x, const Tensor& pos, const RopeParams& p) = 0;

@@ -12,9 +12,8 @@ Status self_attention(ForwardCtx& c, int64_t il) {
   const int64_t n = c.n;
 
   KILN_TRY(be.rms_norm(c.x, L.attn_norm, hp.rms_eps, c.h));
-  KILN_TRY(be.matmul(L.wq, c.h, L.bq, c.q));
-  KILN_TRY(be.matmul(L.wk, c.h, L.bk, c.k));
-  KILN_TRY(be.matmul(L.wv, c.h, L.bv, c.v));
+  const Backend::MatmulOut qkv[] = {{L.wq, L.bq, c.q}, {L.wk, L.bk, c.k}, {L.wv, L.bv, c.v}};
+  KILN_TRY(be.matmul_group(c.h, qkv, 3));
 
   // Per-head views: q [hd_k, n_head, n], k [hd_k, n_head_kv, n].
   const Tensor q3 = c.q.reshape(hp.head_dim_k, hp.n_head, n);
@@ -43,8 +42,8 @@ Status swiglu_ffn(ForwardCtx& c, int64_t il) {
   Backend& be = *c.be;
   const LayerWeights& L = c.w->layers[il];
   KILN_TRY(be.rms_norm(c.x, L.ffn_norm, c.hp->rms_eps, c.h));
-  KILN_TRY(be.matmul(L.w_gate, c.h, Tensor{}, c.g));
-  KILN_TRY(be.matmul(L.w_up, c.h, Tensor{}, c.u));
+  const Backend::MatmulOut gate_up[] = {{L.w_gate, Tensor{}, c.g}, {L.w_up, Tensor{}, c.u}};
+  KILN_TRY(be.matmul_group(c.h, gate_up, 2));
   KILN_TRY(be.swiglu(c.g, c.u, c.g));
   KILN_TRY(be.matmul(L.w_down, c.g, Tensor{}, c.h));
   return be.add(c.x, c.h, c.x);

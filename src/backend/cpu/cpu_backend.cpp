@@ -174,7 +174,7 @@ Status CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const T
   return Status::ok();
 }
 
-Status CpuBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst) {
+Status CpuBackend::matmul_operands(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst) {
   if (!w.valid() || !w.rows_uniform())
     return make_error(ErrorCode::kInvalidArgument, "matmul: w must be a tensor with contiguous rows");
   if (!matmul_supports(w.dtype))
@@ -194,6 +194,12 @@ Status CpuBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& bias, 
       return make_error(ErrorCode::kInvalidArgument, "matmul: bias %s must be [%lld]", bias.shape_string().c_str(),
                         static_cast<long long>(dst.ne[0]));
   }
+  return Status::ok();
+}
+
+namespace {
+
+MatmulArgs matmul_args(const Tensor& w, const Tensor& x, const Tensor& dst) {
   MatmulArgs a;
   a.wtype = w.dtype;
   a.w = w.data;
@@ -205,16 +211,46 @@ Status CpuBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& bias, 
   a.n_tok = x.n_rows();
   a.y = static_cast<float*>(dst.data);
   a.y_stride = dst.nb[1] / sizeof(float);
+  return a;
+}
+
+}  // namespace
+
+Status CpuBackend::add_bias(const Tensor& bias, const Tensor& dst) {
+  if (!bias.valid()) return Status::ok();
+  const float* bv = static_cast<const float*>(bias.data);
+  for_rows(dst.n_rows(), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      float* y = frow(dst, r);
+      for (int64_t i = 0; i < dst.ne[0]; ++i) y[i] += bv[i];
+    }
+  });
+  return Status::ok();
+}
+
+Status CpuBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst) {
+  KILN_TRY(matmul_operands(w, x, bias, dst));
+  const MatmulArgs a = matmul_args(w, x, dst);
   KILN_TRY(reference_ ? matmul_ref(a) : cpu::matmul(a, pool_));
-  if (bias.valid()) {
-    const float* bv = static_cast<const float*>(bias.data);
-    for_rows(dst.n_rows(), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) {
-        float* y = frow(dst, r);
-        for (int64_t i = 0; i < dst.ne[0]; ++i) y[i] += bv[i];
-      }
-    });
+  return add_bias(bias, dst);
+}
+
+Status CpuBackend::matmul_group(const Tensor& x, const MatmulOut* outs, int n) {
+  constexpr int kMax = 8;
+  if (reference_ || n > kMax) return Backend::matmul_group(x, outs, n);
+  MatmulArgs a[kMax];
+  for (int i = 0; i < n; ++i) {
+    KILN_TRY(matmul_operands(outs[i].w, x, outs[i].bias, outs[i].dst));
+    a[i] = matmul_args(outs[i].w, x, outs[i].dst);
+    const char* b0 = static_cast<const char*>(outs[i].dst.data);
+    for (int k = 0; k < i; ++k) {
+      const char* b1 = static_cast<const char*>(outs[k].dst.data);
+      if (b0 < b1 + outs[k].dst.n_bytes() && b1 < b0 + outs[i].dst.n_bytes())
+        return make_error(ErrorCode::kInvalidArgument, "matmul_group: dst %d overlaps dst %d", i, k);
+    }
   }
+  KILN_TRY(cpu::matmul_group(a, n, pool_));
+  for (int i = 0; i < n; ++i) KILN_TRY(add_bias(outs[i].bias, outs[i].dst));
   return Status::ok();
 }
 

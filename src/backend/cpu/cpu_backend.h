@@ -26,6 +26,7 @@ class CpuBackend final : public Backend {
   Status get_rows(const Tensor& w, const Tensor& ids, const Tensor& dst) override;
   Status rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& dst) override;
   Status matmul(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst) override;
+  Status matmul_group(const Tensor& x, const MatmulOut* outs, int n) override;
   Status rope(const Tensor& x, const Tensor& pos, const RopeParams& p) override;
   Status kv_store(const Tensor& k, const Tensor& v, const KvLayer& cache, const Tensor& slots) override;
   Status attention(const Tensor& q, const KvLayer& cache, const AttnBatch& meta, float scale,
@@ -42,6 +43,9 @@ class CpuBackend final : public Backend {
   // Runs fn(begin, end) over [0, n) rows: on the pool (fast) or in one call (reference).
   template <class F>
   void for_rows(int64_t n, F&& fn);
+  // Checks one matmul's operands; the error names the operand at fault.
+  Status matmul_operands(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst);
+  Status add_bias(const Tensor& bias, const Tensor& dst);
   Status binary(const char* op, const Tensor& a, const Tensor& b, const Tensor& dst, bool is_mul);
 
   bool reference_;

@@ -1,9 +1,10 @@
 // CPU matmul: argument checks, SIMD level dispatch, threading and the per-call activation scratch.
 //
-// Work split: the activation rows are quantized once per call (rows claimed dynamically by the threads) into a
-// scratch buffer owned by the calling thread (thread_local, so concurrent callers on different pools never share
-// it); once all rows are quantized every thread takes chunks of output rows from an atomic counter (dynamic, so a thread
-// slowed by another process does not hold the call up) and computes them for all tokens. Within a chunk the SIMD
+// Work split: the activation rows are quantized once per call (rows claimed dynamically by the threads; once per
+// distinct input of a matmul_group) into a scratch buffer owned by the calling thread (thread_local, so concurrent
+// callers on different pools never share it); once all rows are quantized every thread takes chunks of output rows
+// (of every product of the group, in order) from an atomic counter (dynamic, so a thread slowed by another process
+// does not hold the call up) and computes them for all tokens. Within a chunk the SIMD
 // files block the loops (matmul_kernels.h drive_tiles): a block of weight rows small enough to stay in L2 is
 // swept once per tile of C activation rows, so for n_tok > 1 each weight block is read from memory once and the
 // activations come from L1/L2; for n_tok == 1 the weights stream once, contiguously.
@@ -61,36 +62,91 @@ void quantize_rows_shared(int64_t n_tok, std::atomic<int64_t>& next, std::atomic
   while (done.load(std::memory_order_acquire) < n_tok) KILN_MM_PAUSE();
 }
 
-// Output-row chunks handed out dynamically: a multiple of 16 rows, about 4 per thread.
-int64_t chunk_rows(int64_t n_out, int nth) {
+// Output rows per dynamically claimed chunk, a multiple of 16. GEMV (n_tok == 1): about 64 KiB of weights per
+// chunk, so the last chunk of a product idles the other threads for ~2 us at most (256-row chunks left one thread
+// spinning for up to 6 us of every 2048x2048 GEMV) while the atomic claim stays < 5% of a chunk's time; capped at
+// about 4 chunks per thread for small matrices. GEMM: about 4 chunks per thread (a chunk's weight block is reused
+// for every token tile, so fewer and larger chunks read the weights fewer times).
+int64_t chunk_rows(int64_t n_out, int64_t n_tok, size_t w_row_bytes, int nth) {
   int64_t c = (n_out + 4 * nth - 1) / (4 * nth);
+  if (n_tok == 1) {
+    const int64_t by_bytes = static_cast<int64_t>((size_t{64} << 10) / (w_row_bytes ? w_row_bytes : 1));
+    if (by_bytes < c) c = by_bytes;
+  }
   c = (c + 15) / 16 * 16;
   return c < 16 ? 16 : c;
 }
 
-Status matmul_fast(const MatmulArgs& a, ThreadPool& pool, const detail::FastKernels& fk) {
-  detail::GemmJob job;
-  job.wtype = a.wtype;
-  job.w = static_cast<const uint8_t*>(a.w);
-  job.w_row_bytes = a.w_row_bytes;
-  job.n_in = a.n_in;
-  job.layout = detail::act_layout(a.wtype, a.n_in, fk.bias128);
-  job.n_tok = a.n_tok;
-  job.y = a.y;
-  job.y_stride = a.y_stride;
-  uint8_t* act = tl_scratch.get(job.layout.row_bytes * static_cast<size_t>(a.n_tok));
+// A group of products run in one parallel region: one fork-join instead of one per product, one quantization of
+// an input several products share (q/k/v read the same normed rows, as do gate/up), and the output-row chunks
+// of all products in one queue, so a thread that finishes its share of one product's rows moves on to the next
+// product instead of waiting at a barrier.
+constexpr int kMaxGroup = 8;
+
+// Same quantized bytes: the same input rows in the same activation layout (kFloat rounds to the weight type, so
+// it also needs the same weight type).
+bool same_act(const MatmulArgs& a, const detail::ActLayout& la, const MatmulArgs& b, const detail::ActLayout& lb) {
+  return a.x == b.x && a.x_stride == b.x_stride && a.n_tok == b.n_tok && la.kind == lb.kind && la.n_in == lb.n_in &&
+         la.bias128 == lb.bias128 && la.row_bytes == lb.row_bytes &&
+         (la.kind != detail::ActKind::kFloat || la.wtype == lb.wtype);
+}
+
+// All products have n_tok > 0 and fast kernels for their weight type; n <= kMaxGroup.
+Status matmul_fast(const MatmulArgs* a, int n, ThreadPool& pool, const detail::FastKernels& fk) {
+  detail::GemmJob job[kMaxGroup];
+  int src[kMaxGroup];           // product whose quantized input product i reads (src[i] <= i)
+  size_t act_off[kMaxGroup];    // byte offset of product i's quantized rows in the scratch (valid where src[i] == i)
+  int64_t row_end[kMaxGroup];   // quantization tasks: rows of the distinct inputs, prefix sums
+  int64_t chunk[kMaxGroup], chunk_end[kMaxGroup];  // output chunks: size and prefix sums of counts
+  int distinct[kMaxGroup], n_distinct = 0;
+  size_t total = 0;
+  int64_t rows = 0, chunks = 0;
+  for (int i = 0; i < n; ++i) {
+    detail::GemmJob& j = job[i];
+    j.wtype = a[i].wtype;
+    j.w = static_cast<const uint8_t*>(a[i].w);
+    j.w_row_bytes = a[i].w_row_bytes;
+    j.n_in = a[i].n_in;
+    j.layout = detail::act_layout(a[i].wtype, a[i].n_in, fk.bias128);
+    j.n_tok = a[i].n_tok;
+    j.y = a[i].y;
+    j.y_stride = a[i].y_stride;
+    src[i] = i;
+    for (int k = 0; k < i; ++k)
+      if (src[k] == k && same_act(a[k], job[k].layout, a[i], j.layout)) {
+        src[i] = k;
+        break;
+      }
+    if (src[i] == i) {
+      act_off[i] = total;
+      total += j.layout.row_bytes * static_cast<size_t>(a[i].n_tok);
+      distinct[n_distinct] = i;
+      rows += a[i].n_tok;
+      row_end[n_distinct++] = rows;
+    }
+    chunk[i] = chunk_rows(a[i].n_out, a[i].n_tok, a[i].w_row_bytes, pool.size());
+    chunks += (a[i].n_out + chunk[i] - 1) / chunk[i];
+    chunk_end[i] = chunks;
+  }
+  uint8_t* act = tl_scratch.get(total);
   if (!act) return make_error(ErrorCode::kInternal, "matmul: cannot allocate the activation scratch");
-  job.act = act;
+  for (int i = 0; i < n; ++i) job[i].act = act + act_off[src[i]];
   std::atomic<int64_t> next_t{0}, done_t{0}, next{0};
-  const int64_t chunk = chunk_rows(a.n_out, pool.size());
   pool.run([&](int, int) {
-    quantize_rows_shared(a.n_tok, next_t, done_t, [&](int64_t t) {
-      fk.quantize(job.layout, a.x + t * a.x_stride, act + t * job.layout.row_bytes);
+    quantize_rows_shared(rows, next_t, done_t, [&](int64_t r) {
+      int d = 0;
+      while (r >= row_end[d]) ++d;
+      const int i = distinct[d];
+      const int64_t t = r - (d ? row_end[d - 1] : 0);
+      fk.quantize(job[i].layout, a[i].x + t * a[i].x_stride, act + act_off[i] + t * job[i].layout.row_bytes);
     });
     for (;;) {
-      const int64_t o0 = next.fetch_add(chunk, std::memory_order_relaxed);
-      if (o0 >= a.n_out) break;
-      fk.gemm(job, o0, o0 + chunk < a.n_out ? o0 + chunk : a.n_out);
+      const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
+      if (c >= chunks) break;
+      int i = 0;
+      while (c >= chunk_end[i]) ++i;
+      const int64_t o0 = (c - (i ? chunk_end[i - 1] : 0)) * chunk[i];
+      fk.gemm(job[i], o0, o0 + chunk[i] < a[i].n_out ? o0 + chunk[i] : a[i].n_out);
     }
   });
   return Status::ok();
@@ -105,7 +161,7 @@ Status matmul_scalar(const MatmulArgs& a, ThreadPool& pool) {
   if (!act) return make_error(ErrorCode::kInternal, "matmul: cannot allocate the activation scratch");
   const uint8_t* w = static_cast<const uint8_t*>(a.w);
   std::atomic<int64_t> next_t{0}, done_t{0}, next{0};
-  const int64_t chunk = chunk_rows(a.n_out, pool.size());
+  const int64_t chunk = chunk_rows(a.n_out, a.n_tok, a.w_row_bytes, pool.size());
   pool.run([&](int, int) {
     quantize_rows_shared(a.n_tok, next_t, done_t, [&](int64_t t) {
       (void)quantize_row(at, a.x + t * a.x_stride, act + t * rb, a.n_in);
@@ -173,18 +229,41 @@ const FastKernels* fast_kernels_at(SimdLevel level) {
   }
 }
 
-Status matmul_at_level(const MatmulArgs& a, ThreadPool& pool, SimdLevel level) {
-  KILN_TRY(matmul_check(a));
-  if (a.n_tok == 0) return Status::ok();
+Status matmul_group_at_level(const MatmulArgs* a, int n, ThreadPool& pool, SimdLevel level) {
+  if (n < 0) return make_error(ErrorCode::kInvalidArgument, "matmul: %d products", n);
+  for (int i = 0; i < n; ++i) KILN_TRY(matmul_check(a[i]));
   const SimdLevel best = cpu_simd_level();
   const FastKernels* fk = fast_kernels_at(level < best ? level : best);
-  if (fk && fk->has(a.wtype)) return matmul_fast(a, pool, *fk);
-  return matmul_scalar(a, pool);
+  // The fast group takes the products with fast kernels, kMaxGroup at a time; the rest run one by one.
+  MatmulArgs fast[kMaxGroup];
+  int n_fast = 0;
+  for (int i = 0; i < n; ++i) {
+    if (a[i].n_tok == 0) continue;
+    if (!fk || !fk->has(a[i].wtype)) {
+      KILN_TRY(matmul_scalar(a[i], pool));
+      continue;
+    }
+    fast[n_fast++] = a[i];
+    if (n_fast == kMaxGroup) {
+      KILN_TRY(matmul_fast(fast, n_fast, pool, *fk));
+      n_fast = 0;
+    }
+  }
+  if (n_fast > 0) KILN_TRY(matmul_fast(fast, n_fast, pool, *fk));
+  return Status::ok();
+}
+
+Status matmul_at_level(const MatmulArgs& a, ThreadPool& pool, SimdLevel level) {
+  return matmul_group_at_level(&a, 1, pool, level);
 }
 
 }  // namespace detail
 
 Status matmul(const MatmulArgs& a, ThreadPool& pool) { return detail::matmul_at_level(a, pool, matmul_simd_level()); }
+
+Status matmul_group(const MatmulArgs* a, int n, ThreadPool& pool) {
+  return detail::matmul_group_at_level(a, n, pool, matmul_simd_level());
+}
 
 const char* simd_level() { return simd_level_name(matmul_simd_level()); }
 

@@ -40,6 +40,10 @@ Status matmul_check(const MatmulArgs& a);
 
 // Threaded over `pool` (thread 0 is the caller), SIMD variant chosen from the CPU's features at first use.
 Status matmul(const MatmulArgs& a, ThreadPool& pool);
+// Products a[0..n) in one parallel region (one fork-join; an input shared by several products, same x rows in the
+// same activation layout, is quantized once): the q/k/v projections of one normed input, gate/up. The same results,
+// bit for bit, as matmul on each. Outputs must not overlap each other or any input.
+Status matmul_group(const MatmulArgs* a, int n, ThreadPool& pool);
 // Single-threaded scalar reference (same activation quantization, plain loops).
 Status matmul_ref(const MatmulArgs& a);
 

@@ -83,6 +83,7 @@ const FastKernels* fast_kernels_at(SimdLevel level);
 
 // matmul as it runs at SIMD level min(level, what this CPU has) (tests and benchmarks compare the levels).
 Status matmul_at_level(const MatmulArgs& a, ThreadPool& pool, SimdLevel level);
+Status matmul_group_at_level(const MatmulArgs* a, int n, ThreadPool& pool, SimdLevel level);
 
 // Tile driver shared by the SIMD files. Kern::run<R, C>(job, o, t) computes the R x C outputs for weight rows
 // o..o+R and activation rows t..t+C over the whole n_in. Loop order (reasons in matmul.cpp's header comment):

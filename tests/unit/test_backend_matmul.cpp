@@ -234,6 +234,60 @@ TEST_P(MatmulTypes, LevelsAgreeWithReferenceAndReferenceWithExact) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTypes, ::testing::ValuesIn(kTypes),
                          [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
 
+// matmul_group gives each product bit for bit what matmul gives it alone, at every level and thread count: products
+// of one input with different activation layouts (Q8_K for q4_K/q6_K, Q8_0, f16), one with another input, sizes
+// from one chunk to many (GEMV chunks are ~64 KiB of weights), GEMV and GEMM.
+TEST(MatmulGroup, EachProductAsMatmulAlone) {
+  std::mt19937 rng(99);
+  ThreadPool pool1(1), pool2(2), pool3(3);
+  ThreadPool* pools[] = {&pool1, &pool2, &pool3};
+  const int64_t n_in = 512;
+  const DType types[] = {DType::Q4_K, DType::Q6_K, DType::Q4_K, DType::Q8_0, DType::F16, DType::Q4_1};
+  const int64_t n_outs[] = {1000, 64, 17, 300, 33, 48};
+  for (int64_t n_tok : {1, 3, 9}) {
+    const std::vector<float> x = random_x(n_tok, n_in, n_in, rng), x2 = random_x(n_tok, n_in, n_in, rng);
+    std::vector<std::vector<uint8_t>> w;
+    std::vector<MatmulArgs> args;
+    std::vector<std::vector<float>> y;
+    for (int i = 0; i < 6; ++i) {
+      const size_t rb = dtype_row_bytes(types[i], n_in).value();
+      w.push_back(random_weights(types[i], n_outs[i], n_in, rb, rng));
+      MatmulArgs a;
+      a.wtype = types[i];
+      a.w = w.back().data();
+      a.w_row_bytes = rb;
+      a.n_out = n_outs[i];
+      a.n_in = n_in;
+      a.x = i == 2 ? x2.data() : x.data();  // product 2: same layout as 0, another input
+      a.x_stride = n_in;
+      a.n_tok = n_tok;
+      a.y_stride = n_outs[i];
+      args.push_back(a);
+      y.emplace_back(n_outs[i] * n_tok);
+    }
+    for (SimdLevel lv : levels()) {
+      for (ThreadPool* pool : pools) {
+        SCOPED_TRACE(std::string(simd_level_name(lv)) + " threads=" + std::to_string(pool->size()) +
+                     " n_tok=" + std::to_string(n_tok));
+        std::vector<std::vector<float>> alone(6);
+        for (int i = 0; i < 6; ++i) {
+          alone[i].assign(y[i].size(), -7.f);
+          MatmulArgs a = args[i];
+          a.y = alone[i].data();
+          ASSERT_TRUE(detail::matmul_at_level(a, *pool, lv).is_ok());
+        }
+        for (int i = 0; i < 6; ++i) {
+          std::fill(y[i].begin(), y[i].end(), -7.f);
+          args[i].y = y[i].data();
+        }
+        ASSERT_TRUE(detail::matmul_group_at_level(args.data(), 6, *pool, lv).is_ok());
+        for (int i = 0; i < 6; ++i)
+          ASSERT_EQ(0, std::memcmp(y[i].data(), alone[i].data(), y[i].size() * sizeof(float))) << "product " << i;
+      }
+    }
+  }
+}
+
 // The fast path's activation rows hold exactly the bytes quantize_row produces (ties, zero blocks, outliers).
 TEST(MatmulActivations, FastQuantizersMatchReferenceBytes) {
   std::mt19937 rng(77);

@@ -242,10 +242,12 @@ Status CpuBackend::matmul_group(const Tensor& x, const MatmulOut* outs, int n) {
   for (int i = 0; i < n; ++i) {
     KILN_TRY(matmul_operands(outs[i].w, x, outs[i].bias, outs[i].dst));
     a[i] = matmul_args(outs[i].w, x, outs[i].dst);
+    // Byte extents [first row, end of the last row) of the outputs must be disjoint.
+    auto extent = [](const Tensor& t) { return (t.n_rows() - 1) * t.nb[1] + t.row_bytes(); };
     const char* b0 = static_cast<const char*>(outs[i].dst.data);
     for (int k = 0; k < i; ++k) {
       const char* b1 = static_cast<const char*>(outs[k].dst.data);
-      if (b0 < b1 + outs[k].dst.n_bytes() && b1 < b0 + outs[i].dst.n_bytes())
+      if (b0 < b1 + extent(outs[k].dst) && b1 < b0 + extent(outs[i].dst))
         return make_error(ErrorCode::kInvalidArgument, "matmul_group: dst %d overlaps dst %d", i, k);
     }
   }

@@ -62,11 +62,11 @@ void quantize_rows_shared(int64_t n_tok, std::atomic<int64_t>& next, std::atomic
   while (done.load(std::memory_order_acquire) < n_tok) KILN_MM_PAUSE();
 }
 
-// Output rows per dynamically claimed chunk, a multiple of 16. GEMV (n_tok == 1): about 64 KiB of weights per
-// chunk, so the last chunk of a product idles the other threads for ~2 us at most (256-row chunks left one thread
-// spinning for up to 6 us of every 2048x2048 GEMV) while the atomic claim stays < 5% of a chunk's time; capped at
-// about 4 chunks per thread for small matrices. GEMM: about 4 chunks per thread (a chunk's weight block is reused
-// for every token tile, so fewer and larger chunks read the weights fewer times).
+// Output rows per chunk, a multiple of 16. GEMV (n_tok == 1): about 64 KiB of weights (capped at about 4 chunks
+// per thread for small matrices), so a thread that runs out of work idles for ~2 us at most; the chunks are claimed
+// in per-thread runs (ChunkQueue) so that a thread's consecutive chunks are adjacent rows and its weight stream
+// stays sequential. GEMM: about 4 chunks per thread (a chunk's weight block is reused for every token tile, so
+// fewer and larger chunks read the weights fewer times).
 int64_t chunk_rows(int64_t n_out, int64_t n_tok, size_t w_row_bytes, int nth) {
   int64_t c = (n_out + 4 * nth - 1) / (4 * nth);
   if (n_tok == 1) {
@@ -76,6 +76,45 @@ int64_t chunk_rows(int64_t n_out, int64_t n_tok, size_t w_row_bytes, int nth) {
   c = (c + 15) / 16 * 16;
   return c < 16 ? 16 : c;
 }
+
+// Chunks [0, n) split into one contiguous run per thread; thread i claims from the front of its own run first
+// (an uncontended atomic on its own cache line), then from the other runs in turn (so a thread the OS parked or
+// slowed does not hold the call up). Measured on the llama3-1b decode (2 threads, Zen 4 VM): one shared counter
+// handing out 64 KiB chunks alternately to the threads ran at 41 tok/s against 50 with 256-row chunks: every
+// chunk boundary restarted the hardware prefetcher's stream. Own runs keep the stream and allow small chunks.
+class ChunkQueue {
+ public:
+  ChunkQueue(int64_t n, int nth) : nth_(nth) {
+    if (nth > kInline) heap_.reset(new Run[nth]);
+    Run* r = runs();
+    for (int i = 0; i < nth; ++i) {
+      r[i].next.store(n * i / nth, std::memory_order_relaxed);
+      r[i].end = n * (i + 1) / nth;
+    }
+  }
+  // Next chunk for thread ith, or -1 when all are claimed.
+  int64_t claim(int ith) {
+    Run* r = runs();
+    for (int v = 0; v < nth_; ++v) {
+      Run& run = r[(ith + v) % nth_];
+      if (run.next.load(std::memory_order_relaxed) >= run.end) continue;
+      const int64_t c = run.next.fetch_add(1, std::memory_order_relaxed);
+      if (c < run.end) return c;
+    }
+    return -1;
+  }
+
+ private:
+  struct alignas(64) Run {
+    std::atomic<int64_t> next{0};
+    int64_t end = 0;
+  };
+  static constexpr int kInline = 8;
+  Run* runs() { return heap_ ? heap_.get() : inline_; }
+  int nth_;
+  Run inline_[kInline];
+  std::unique_ptr<Run[]> heap_;
+};
 
 // A group of products run in one parallel region: one fork-join instead of one per product, one quantization of
 // an input several products share (q/k/v read the same normed rows, as do gate/up), and the output-row chunks
@@ -131,8 +170,9 @@ Status matmul_fast(const MatmulArgs* a, int n, ThreadPool& pool, const detail::F
   uint8_t* act = tl_scratch.get(total);
   if (!act) return make_error(ErrorCode::kInternal, "matmul: cannot allocate the activation scratch");
   for (int i = 0; i < n; ++i) job[i].act = act + act_off[src[i]];
-  std::atomic<int64_t> next_t{0}, done_t{0}, next{0};
-  pool.run([&](int, int) {
+  std::atomic<int64_t> next_t{0}, done_t{0};
+  ChunkQueue queue(chunks, pool.size());
+  pool.run([&](int ith, int) {
     quantize_rows_shared(rows, next_t, done_t, [&](int64_t r) {
       int d = 0;
       while (r >= row_end[d]) ++d;
@@ -141,8 +181,8 @@ Status matmul_fast(const MatmulArgs* a, int n, ThreadPool& pool, const detail::F
       fk.quantize(job[i].layout, a[i].x + t * a[i].x_stride, act + act_off[i] + t * job[i].layout.row_bytes);
     });
     for (;;) {
-      const int64_t c = next.fetch_add(1, std::memory_order_relaxed);
-      if (c >= chunks) break;
+      const int64_t c = queue.claim(ith);
+      if (c < 0) break;
       int i = 0;
       while (c >= chunk_end[i]) ++i;
       const int64_t o0 = (c - (i ? chunk_end[i - 1] : 0)) * chunk[i];

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Side-by-side CPU benchmark, kiln vs llama.cpp, on the same synthetic GGUF file and the same machine, in one run.
-#   bench/cpu_vs_llamacpp.sh [SHAPE=llama3-1b] [TYPE=q4_k_m] [THREADS=2] [REPS=5]
+#   bench/cpu_vs_llamacpp.sh [SHAPE=llama3-1b] [TYPE=q4_k_m] [THREADS=2] [REPS=5] [PROMPT=128] [GEN=32]
 # Needs: build/release/bin/kiln (scripts/build.sh) and llama.cpp's tools (../shared/peer/get-llamacpp.sh builds
 # them into /tmp/llama.cpp, override with LLAMA_BIN=dir). Prints both tables and the kiln/llama.cpp ratios; the
 # raw JSON goes to $OUT_DIR (default /tmp/kiln-bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SHAPE=${1:-llama3-1b} TYPE=${2:-q4_k_m} T=${3:-2} R=${4:-5}
+SHAPE=${1:-llama3-1b} TYPE=${2:-q4_k_m} T=${3:-2} R=${4:-5} P=${5:-128} N=${6:-32}
 LLAMA_BIN=${LLAMA_BIN:-/tmp/llama.cpp/build/bin}
 OUT_DIR=${OUT_DIR:-/tmp/kiln-bench}
 mkdir -p "$OUT_DIR"
@@ -16,8 +16,8 @@ MODEL="$OUT_DIR/$SHAPE-$TYPE.gguf"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p') x$(nproc), $(date -u +%F), kiln $(git rev-parse --short HEAD)"
 # Interleave the two engines so drift in machine load hits both alike.
 for i in 1 2 3; do
-  $KILN bench -m "$MODEL" -p 128 -n 32 -t "$T" -r "$R" -o json > "$OUT_DIR/kiln.$i.json"
-  "$LLAMA_BIN/llama-bench" -m "$MODEL" -p 128 -n 32 -t "$T" -r "$R" -o json > "$OUT_DIR/llama.$i.json" 2>/dev/null
+  $KILN bench -m "$MODEL" -p "$P" -n "$N" -t "$T" -r "$R" -o json > "$OUT_DIR/kiln.$i.json"
+  "$LLAMA_BIN/llama-bench" -m "$MODEL" -p "$P" -n "$N" -t "$T" -r "$R" -o json > "$OUT_DIR/llama.$i.json" 2>/dev/null
 done
 python3 - "$OUT_DIR" <<'PY'
 import json, sys, statistics, glob

@@ -58,7 +58,7 @@ int chat_main(int argc, char** argv) {
   }
   gen.n_batch = n_batch;
 
-  auto loaded = load_model(src);
+  auto loaded = load_model(src, /*show_progress=*/true);
   if (!loaded) return fail("chat", loaded.status());
   Model& model = *loaded->model;
   const Tokenizer& tok = model.tokenizer();

@@ -1,6 +1,7 @@
 #include "cli/model_source.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <span>
@@ -36,7 +37,7 @@ Result<LoadedModel> load_model(const ModelSource& src, bool show_progress) {
     return make_error(ErrorCode::kInvalidArgument, "-t: threads must be >= 0 (got %d)", src.n_threads);
   LoadOptions opts;
   opts.n_threads = src.n_threads;
-  opts.show_progress = show_progress;
+  opts.show_progress = show_progress && isatty(STDERR_FILENO);  // no \r progress lines in logs and pipes
   LoadedModel out;
   Timer t;
   if (!src.path.empty()) {

@@ -35,6 +35,8 @@ struct LoadedModel {
   double load_seconds = 0;
 };
 // Loads the model the options name; the error names the file (or says this build has no default model).
+// show_progress: for files over 256 MiB, touch every page with a progress line on stderr (only when stderr is a
+// terminal), then print a one-line model summary.
 Result<LoadedModel> load_model(const ModelSource& src, bool show_progress = false);
 
 struct CacheOptions {

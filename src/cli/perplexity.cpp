@@ -58,7 +58,7 @@ int perplexity_main(int argc, char** argv) {
   std::stringstream ss;
   ss << in.rdbuf();
 
-  auto loaded = load_model(src);
+  auto loaded = load_model(src, /*show_progress=*/true);
   if (!loaded) return fail("perplexity", loaded.status());
   Model& model = *loaded->model;
   const Tokenizer& tok = model.tokenizer();

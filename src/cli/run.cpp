@@ -86,7 +86,7 @@ int run_main(int argc, char** argv) {
     prompt = std::move(r).value();
   }
 
-  auto loaded = load_model(src);
+  auto loaded = load_model(src, /*show_progress=*/true);
   if (!loaded) return fail("run", loaded.status());
   Model& model = *loaded->model;
   auto cache = make_cache(model, cache_opt);

@@ -96,8 +96,9 @@ bool is_arch_key(const std::string& key, const std::string& arch) {
          key[arch.size()] == '.';
 }
 
-void print_json(const File& f, const Summary& s) {
+void print_json(const File& f, const Summary& s, const Status& error) {
   json j;
+  if (!error) j["error"] = error.to_string();
   j["path"] = f.path();
   j["file_size"] = f.file_size();
   j["version"] = f.version();
@@ -124,11 +125,14 @@ void print_json(const File& f, const Summary& s) {
   j["tensors"] = ts;
   j["totals"] = {{"tensors", f.tensors().size()}, {"params", s.n_params}, {"bytes", s.n_bytes},
                  {"bits_per_weight", s.bpw}};
+  if (!error) j["complete"] = false;  // metadata and tensor infos up to the error only
   // Token strings need not be valid UTF-8: replace bad sequences rather than fail.
   std::printf("%s\n", j.dump(2, ' ', false, json::error_handler_t::replace).c_str());
 }
 
-void print_text(const File& f, const Summary& s) {
+void print_text(const File& f, const Summary& s, const Status& error) {
+  if (!error)
+    std::printf("(damaged file: what follows is what was read intact before the error at the end)\n\n");
   std::printf("file:        %s (%s)\n", f.path().c_str(), human_bytes(f.file_size()).c_str());
   std::printf("gguf:        version %u, alignment %" PRIu64 ", data at offset %" PRIu64 "\n", f.version(),
               f.alignment(), f.data_offset());
@@ -166,14 +170,20 @@ int run_info(int argc, char** argv) {
     std::printf("%s", p.usage().c_str());
     return 0;
   }
-  auto f = File::open(path);
-  if (!f) return fail("info", f.status());
-  const Summary s = summarize(*f);
+  // A damaged file (truncated inside its tensor data, a bad field after the metadata) still shows the header,
+  // metadata and tensor infos read intact before the error; then the error, exit status 1.
+  File partial;
+  auto opened = File::open(path, &partial);
+  const Status error = opened.status();
+  if (!opened && (!partial.mapping() || partial.version() == 0)) return fail("info", error);  // no header
+  const File& f = opened ? *opened : partial;
+  const Summary s = summarize(f);
   if (as_json)
-    print_json(*f, s);
+    print_json(f, s, error);
   else
-    print_text(*f, s);
-  return 0;
+    print_text(f, s, error);
+  std::fflush(stdout);
+  return error ? 0 : fail("info", error);
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <string>
 
 #include "cli/args.h"
@@ -17,9 +19,7 @@ void print_help() {
   std::printf("\n'kiln <command> -h' shows a command's options.\n");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run_main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
     print_help();
     return argc < 2 ? 1 : 0;
@@ -31,5 +31,24 @@ int main(int argc, char** argv) {
   for (auto* c : kiln::cli::commands())
     if (!std::strcmp(c->name, argv[1])) return c->fn(argc - 2, argv + 2);
   std::fprintf(stderr, "kiln: error: unknown command '%s' (see 'kiln --help')\n", argv[1]);
+  return 1;
+}
+
+}  // namespace
+
+// Errors are values throughout kiln; this is the last line for what escapes anyway (bad_alloc from a size nothing
+// checked, system_error from thread creation): a message naming the command and exit status 1, never an abort.
+int main(int argc, char** argv) {
+  const char* cmd = argc >= 2 ? argv[1] : "";
+  try {
+    return run_main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "kiln %s: error: out of memory (an allocation failed; a size given or read is too large?)\n",
+                 cmd);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln %s: error: %s\n", cmd, e.what());
+  } catch (...) {
+    std::fprintf(stderr, "kiln %s: error: unexpected exception\n", cmd);
+  }
   return 1;
 }

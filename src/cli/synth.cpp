@@ -1,5 +1,8 @@
 // kiln synth --shape S --type T -o FILE: writes a random-weight model in llama.cpp's GGUF conventions (keys,
 // tensor names, shapes, quantization mixes), at disk speed (writer chunks generated in parallel).
+#include <sys/statvfs.h>
+
+#include <cerrno>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -180,9 +183,53 @@ class ModelBuilder {
   gguf::Writer w_;
 };
 
-Status check_positive(const char* opt, int64_t v) {
+// Limits of the shape overrides: well above every published model of these families (Llama 3.1 405B: 126 layers,
+// embd 16384, ff 53248, 128 heads; vocabularies up to ~262k), far below what would overflow a size computation.
+// What the file needs is checked against the free disk space separately (check_disk_space).
+struct Limit {
+  const char* opt;
+  int64_t max;
+};
+constexpr Limit kLimits[] = {{"--layers", 1024},       {"--embd", 1 << 16},      {"--ff", 1 << 20},
+                             {"--heads", 1024},        {"--kv-heads", 1024},     {"--head-dim", 1024},
+                             {"--n-vocab", 1 << 22},   {"--ctx", INT32_MAX}};
+
+Status check_range(const char* opt, int64_t v) {
+  int64_t max = INT32_MAX;
+  for (const Limit& l : kLimits)
+    if (!std::strcmp(l.opt, opt)) max = l.max;
   if (v <= 0) return make_error(ErrorCode::kInvalidArgument, "%s %lld must be positive", opt, static_cast<long long>(v));
-  if (v > (int64_t{1} << 31)) return make_error(ErrorCode::kInvalidArgument, "%s %lld is too large", opt, static_cast<long long>(v));
+  if (v > max)
+    return make_error(ErrorCode::kInvalidArgument, "%s %lld is too large (at most %lld)", opt,
+                      static_cast<long long>(v), static_cast<long long>(max));
+  return Status::ok();
+}
+
+std::string human_size(uint64_t b) {
+  const double x = static_cast<double>(b);
+  if (b >= (1ull << 40)) return strprintf("%.2f TiB", x / (1ull << 40));
+  if (b >= (1ull << 30)) return strprintf("%.2f GiB", x / (1ull << 30));
+  if (b >= (1ull << 20)) return strprintf("%.2f MiB", x / (1ull << 20));
+  return strprintf("%.2f KiB", x / (1ull << 10));
+}
+
+// The file system holding `path` (the file when it exists, following symlinks, else its folder) must have room
+// for `bytes` more: the writer fills a temporary file next to the target before replacing it.
+Status check_disk_space(const std::string& path, uint64_t bytes) {
+  struct statvfs st {};
+  std::string where = path;
+  if (::statvfs(path.c_str(), &st) != 0) {
+    if (errno != ENOENT) return Status::ok();  // the writer reports what is wrong with the path itself
+    const size_t slash = path.rfind('/');
+    where = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+    if (::statvfs(where.c_str(), &st) != 0)
+      return make_error(ErrorCode::kIo, "-o %s: folder '%s': %s", path.c_str(), where.c_str(), std::strerror(errno));
+  }
+  const unsigned __int128 avail = static_cast<unsigned __int128>(st.f_bavail) * st.f_frsize;
+  if (bytes > avail)
+    return make_error(ErrorCode::kIo, "-o %s: the model needs %s (%" PRIu64 " bytes), but the file system of '%s' "
+                      "has only %s free (use smaller shape options or another folder)", path.c_str(),
+                      human_size(bytes).c_str(), bytes, where.c_str(), human_size(static_cast<uint64_t>(avail)).c_str());
   return Status::ok();
 }
 
@@ -207,7 +254,7 @@ Result<Shape> resolve_shape(const Options& o, ArgParser& p, const TypeRecipe& t)
                    {"--n-vocab", o.n_vocab, &s.n_vocab}, {"--ctx", o.ctx, &s.n_ctx}};
   for (const Override& ov : overrides) {
     if (!p.seen(ov.opt)) continue;
-    KILN_TRY(check_positive(ov.opt, ov.value));
+    KILN_TRY(check_range(ov.opt, ov.value));
     *ov.field = ov.value;
   }
   // Row lengths of the quantized matrices: n_embd (most; the q6_K output of the 4-bit mixes too), n_ff
@@ -264,6 +311,16 @@ int run_synth(int argc, char** argv) {
     return 0;
   }
   if (o.shape.empty()) return fail("synth", make_error(ErrorCode::kInvalidArgument, "--shape is required"));
+  // Threads: 0 = all cores; more than a few per core only costs memory (a chunk buffer each) and time.
+  const int max_threads = 4 * default_thread_count();
+  if (o.threads < 0)
+    return fail("synth", make_error(ErrorCode::kInvalidArgument, "-t %d must be >= 0 (0: all cores)", o.threads));
+  if (o.threads > max_threads) {
+    std::fprintf(stderr, "kiln synth: warning: -t %d is more than 4 threads per core; using %d\n", o.threads,
+                 max_threads);
+    o.threads = max_threads;
+  }
+  const int threads = o.threads > 0 ? o.threads : default_thread_count();
   if (o.out.empty()) return fail("synth", make_error(ErrorCode::kInvalidArgument, "-o FILE is required"));
   const TypeRecipe* recipe = nullptr;
   for (const TypeRecipe& t : kTypes)
@@ -303,7 +360,10 @@ int run_synth(int argc, char** argv) {
   if (!st) return fail("synth", st);
   vocab.reset();
 
-  const int threads = o.threads > 0 ? o.threads : default_thread_count();
+  auto size = b.writer().file_size();
+  if (!size) return fail("synth", size.status());
+  if (Status ds = check_disk_space(o.out, *size); !ds) return fail("synth", ds);
+
   Timer timer;
   st = b.writer().write(o.out, threads);
   if (!st) return fail("synth", st);

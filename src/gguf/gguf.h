@@ -92,6 +92,12 @@ class File {
   static Result<File> open(const std::string& path);
   // Parses bytes held by `map` (for embedded models and fuzzing).
   static Result<File> parse(std::shared_ptr<MappedFile> map);
+  // The same for tools that show what they can of a damaged file (kiln info): on a parse error, `*partial` (when
+  // not null) receives what was read before the error: the header, every metadata pair and tensor info read
+  // intact, the data offset when the infos were all read; tensors whose data was not placed have data == nullptr.
+  // The error is returned as from open() / parse(); `*partial` is untouched when the file could not be mapped.
+  static Result<File> open(const std::string& path, File* partial);
+  static Result<File> parse(std::shared_ptr<MappedFile> map, File* partial);
 
   const std::string& path() const { return map_->path(); }
   uint64_t file_size() const { return map_->size(); }
@@ -153,8 +159,12 @@ class Writer {
   Status add_tensor(std::string name, DType type, std::vector<int64_t> ne, const void* data);
   Status add_tensor(std::string name, DType type, std::vector<int64_t> ne, FillFn fill);
   // Writes the file; `n_threads` > 1 lets chunks be produced and written in parallel (<= 0: all cores). Data is
-  // produced in chunks of up to kWriteChunkBytes and written with pwrite at its final offset into `path`.tmp,
-  // renamed to `path` on success (removed on failure).
+  // produced in chunks of up to kWriteChunkBytes and written with pwrite at its final offset into a temporary file
+  // with a unique name (`path`.tmp.XXXXXX, created exclusively: an existing file is never clobbered) in the
+  // target's folder, renamed over the target on success (removed on failure). A symlink at `path` is followed: its
+  // target is replaced and the link kept. A target that exists and is not a regular file (a device node, a FIFO,
+  // a directory, a socket) is refused before anything is written.
+  // Errors also for empty metadata keys (the GGUF spec requires non-empty keys).
   Status write(const std::string& path, int n_threads = 1) const;
 
   size_t n_tensors() const { return tensors_.size(); }

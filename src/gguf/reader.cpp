@@ -170,6 +170,7 @@ Status Parser::parse_kvs(File& f, uint64_t n_kv) {
     KeyValue kv;
     kv.offset = pos_;
     KILN_TRY(read_string(&kv.key, "a metadata key"));
+    if (kv.key.empty()) return fail(kv.offset, "empty metadata key (GGUF keys must be non-empty)");
     const uint64_t type_at = pos_;
     uint32_t t = 0;
     KILN_TRY(read(&t, "a metadata value type"));
@@ -300,18 +301,25 @@ Status Parser::parse(File& f) {
   return place_tensors(f);
 }
 
-Result<File> File::parse(std::shared_ptr<MappedFile> map) {
+Result<File> File::parse(std::shared_ptr<MappedFile> map, File* partial) {
   File f;
   f.map_ = std::move(map);
   Parser p(*f.map_);
-  KILN_TRY(p.parse(f));
+  if (Status st = p.parse(f); !st) {
+    if (partial) *partial = std::move(f);
+    return st;
+  }
   return f;
 }
 
-Result<File> File::open(const std::string& path) {
+Result<File> File::parse(std::shared_ptr<MappedFile> map) { return parse(std::move(map), nullptr); }
+
+Result<File> File::open(const std::string& path, File* partial) {
   KILN_ASSIGN_OR_RETURN(auto map, MappedFile::open(path));
-  return parse(std::move(map));
+  return parse(std::move(map), partial);
 }
+
+Result<File> File::open(const std::string& path) { return open(path, nullptr); }
 
 const Value* File::find(std::string_view key) const {
   auto it = kv_index_.find(std::string(key));

@@ -6,11 +6,13 @@
 // pwrites it at its final offset into a file pre-sized with ftruncate, so generation runs on all threads and the
 // disk sees large writes. Padding between tensors is left to ftruncate's zeros.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -83,6 +85,65 @@ Status pwrite_all(int fd, const uint8_t* p, uint64_t n, uint64_t off, const std:
     off += static_cast<uint64_t>(w);
   }
   return Status::ok();
+}
+
+const char* file_kind(mode_t m) {
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISFIFO(m)) return "a FIFO";
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a regular file";
+}
+
+// The file write() replaces: `path` with symlinks followed (a dangling link gives the path it points to, which
+// write() creates). Anything that exists and is not a regular file is refused.
+Result<std::string> resolve_target(const std::string& path) {
+  std::string cur = path;
+  for (int depth = 0; depth <= 40; ++depth) {
+    struct stat st {};
+    if (::lstat(cur.c_str(), &st) != 0) {
+      if (errno == ENOENT) return cur;  // a new file
+      return make_error(ErrorCode::kIo, "cannot write '%s': %s", cur.c_str(), std::strerror(errno));
+    }
+    if (!S_ISLNK(st.st_mode)) {
+      if (!S_ISREG(st.st_mode))
+        return make_error(ErrorCode::kInvalidArgument, "'%s'%s is %s, not a regular file: refusing to replace it",
+                          cur.c_str(), cur == path ? "" : strprintf(" (the target of '%s')", path.c_str()).c_str(),
+                          file_kind(st.st_mode));
+      return cur;
+    }
+    std::string link(static_cast<size_t>(st.st_size > 0 ? st.st_size : 4096) + 1, '\0');
+    const ssize_t n = ::readlink(cur.c_str(), link.data(), link.size());
+    if (n < 0) return make_error(ErrorCode::kIo, "cannot read the symlink '%s': %s", cur.c_str(), std::strerror(errno));
+    if (static_cast<size_t>(n) >= link.size())
+      return make_error(ErrorCode::kIo, "the symlink '%s' changed while being read", cur.c_str());
+    link.resize(static_cast<size_t>(n));
+    if (link.empty()) return make_error(ErrorCode::kIo, "the symlink '%s' is empty", cur.c_str());
+    if (link[0] != '/') {
+      const size_t slash = cur.rfind('/');
+      if (slash != std::string::npos) link = cur.substr(0, slash + 1) + link;
+    }
+    cur = std::move(link);
+  }
+  return make_error(ErrorCode::kIo, "cannot write '%s': too many levels of symbolic links", path.c_str());
+}
+
+// Creates a new file next to `target` with a unique name (O_EXCL: never an existing file).
+Result<int> create_temp(const std::string& target, std::string* tmp) {
+  static std::atomic<uint64_t> counter{0};
+  const uint64_t seed = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    uint64_t x = seed + (counter.fetch_add(1) + 1) * 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 31)) * 0xbf58476d1ce4e5b9ull;
+    *tmp = target + strprintf(".tmp.%d.%06" PRIx64, static_cast<int>(::getpid()), (x ^ (x >> 29)) & 0xffffff);
+    const int fd = ::open(tmp->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) return fd;
+    if (errno != EEXIST)
+      return make_error(ErrorCode::kIo, "cannot create '%s': %s", tmp->c_str(), std::strerror(errno));
+  }
+  return make_error(ErrorCode::kIo, "cannot create a temporary file next to '%s': every name tried exists",
+                    target.c_str());
 }
 
 }  // namespace
@@ -168,6 +229,8 @@ Status Writer::build_header(std::string* out, std::vector<uint64_t>* offsets) co
   put<uint64_t>(out, tensors_.size());
   put<uint64_t>(out, kvs_.size());
   for (const KeyValue& kv : kvs_) {
+    if (kv.key.empty())
+      return make_error(ErrorCode::kInvalidArgument, "empty metadata key (GGUF keys must be non-empty)");
     put_string(out, kv.key);
     put<uint32_t>(out, static_cast<uint32_t>(kv.value.type()));
     KILN_TRY(put_value(out, kv.value, 0, kv.key));
@@ -225,9 +288,9 @@ Status Writer::write(const std::string& path, int n_threads) const {
     }
   }
 
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return make_error(ErrorCode::kIo, "cannot create '%s': %s", tmp.c_str(), std::strerror(errno));
+  KILN_ASSIGN_OR_RETURN(const std::string target, resolve_target(path));
+  std::string tmp;
+  KILN_ASSIGN_OR_RETURN(const int fd, create_temp(target, &tmp));
   auto fail_cleanup = [&](Status st) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -277,10 +340,10 @@ Status Writer::write(const std::string& path, int n_threads) const {
     ::unlink(tmp.c_str());
     return make_error(ErrorCode::kIo, "closing '%s': %s", tmp.c_str(), std::strerror(errno));
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());
-    return make_error(ErrorCode::kIo, "cannot rename '%s' to '%s': %s", tmp.c_str(), path.c_str(), std::strerror(e));
+    return make_error(ErrorCode::kIo, "cannot rename '%s' to '%s': %s", tmp.c_str(), target.c_str(), std::strerror(e));
   }
   return Status::ok();
 }

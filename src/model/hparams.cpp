@@ -1,5 +1,8 @@
 // Common hyperparameter keys and their validation (HParams, model/hparams.h).
+#include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <unordered_set>
 
 #include "model/arch.h"
 
@@ -20,6 +23,94 @@ Result<int64_t> get_int(const gguf::File& f, const std::string& k) {
 Result<int64_t> get_int_or(const gguf::File& f, const std::string& k, int64_t fallback) {
   if (!f.has(k)) return fallback;
   return get_int(f, k);
+}
+
+// Upper bounds that hold for any model whatever its file says (checked before any arithmetic on the values):
+// widths and head sizes fit int32 (token ids, positions and tensor dimensions are int32 in the kernels), and so
+// does the training context (positions are int32).
+constexpr int64_t kMaxDim = INT32_MAX;
+constexpr int64_t kMaxLayers = 1 << 16;
+
+// The block indices N of the file's `blk.N.*` tensors (a set bounded by the tensor count).
+std::unordered_set<int64_t> block_indices(const gguf::File& f) {
+  std::unordered_set<int64_t> idx;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    if (t.name.compare(0, 4, "blk.") != 0) continue;
+    const char* p = t.name.c_str() + 4;
+    char* end = nullptr;
+    const long long n = std::strtoll(p, &end, 10);
+    if (end != p && *end == '.' && n >= 0) idx.insert(n);
+  }
+  return idx;
+}
+
+// The counts read from metadata against what the file holds, before anything proportional to them is allocated
+// (the layer vector and the tensor manifest are sized by n_layer; shapes are checked exactly by the manifest
+// afterwards, this bounds them first): n_layer <= the number of distinct blk.N blocks in the file; n_vocab and
+// n_embd equal token_embd.weight's shape when the file has it; every width is at most the largest tensor's
+// element count (a weight with that width has at least that many elements).
+Status check_against_file(const gguf::File& f, const HParams& hp, const std::string& vocab_source) {
+  const std::unordered_set<int64_t> blocks = block_indices(f);
+  if (hp.n_layer > static_cast<int64_t>(blocks.size()))
+    return make_error(ErrorCode::kInvalidFile,
+                      "%s is %lld, but the file holds tensors of only %zu block(s) (blk.N.*, %zu tensors in all)",
+                      key(hp, "block_count").c_str(), static_cast<long long>(hp.n_layer), blocks.size(),
+                      f.tensors().size());
+  int64_t max_elements = 0;
+  for (const gguf::TensorInfo& t : f.tensors()) max_elements = std::max(max_elements, t.n_elements());
+  struct Width { std::string k; int64_t v; };
+  const Width widths[] = {{key(hp, "embedding_length"), hp.n_embd},
+                          {key(hp, "feed_forward_length"), hp.n_ff},
+                          {key(hp, "attention.head_count"), hp.n_head},
+                          {key(hp, "attention.head_count_kv"), hp.n_head_kv},
+                          {key(hp, "attention.key_length"), hp.head_dim_k},
+                          {key(hp, "attention.value_length"), hp.head_dim_v},
+                          {vocab_source, hp.n_vocab}};
+  for (const Width& w : widths)
+    if (w.v > max_elements)
+      return make_error(ErrorCode::kInvalidFile, "%s is %lld, more than the largest tensor in the file holds (%lld elements)",
+                        w.k.c_str(), static_cast<long long>(w.v), static_cast<long long>(max_elements));
+  if (const gguf::TensorInfo* te = f.find_tensor("token_embd.weight")) {
+    if (te->ne[0] != hp.n_embd)
+      return make_error(ErrorCode::kInvalidFile, "%s is %lld, but token_embd.weight has shape %s (n_embd first)",
+                        key(hp, "embedding_length").c_str(), static_cast<long long>(hp.n_embd),
+                        te->shape_string().c_str());
+    if (te->ne[1] != hp.n_vocab)
+      return make_error(ErrorCode::kInvalidFile, "vocabulary size %lld (from %s) does not match token_embd.weight's "
+                        "%lld rows (shape %s)", static_cast<long long>(hp.n_vocab), vocab_source.c_str(),
+                        static_cast<long long>(te->ne[1]), te->shape_string().c_str());
+  }
+  return Status::ok();
+}
+
+// Bounds of each count on its own, so that products of them (head count x head size, the manifest's shapes)
+// cannot overflow.
+Status check_bounds(const HParams& hp) {
+  struct Bound { const char* k; int64_t v; int64_t max; };
+  const Bound bounds[] = {{"context_length", hp.n_ctx_train, kMaxDim},
+                          {"embedding_length", hp.n_embd, kMaxDim},
+                          {"block_count", hp.n_layer, kMaxLayers},
+                          {"feed_forward_length", hp.n_ff, kMaxDim},
+                          {"attention.head_count", hp.n_head, kMaxDim},
+                          {"attention.head_count_kv", hp.n_head_kv, kMaxDim},
+                          {"attention.key_length", hp.head_dim_k, kMaxDim},
+                          {"attention.value_length", hp.head_dim_v, kMaxDim},
+                          {"rope.dimension_count", hp.n_rot, kMaxDim}};
+  for (const Bound& b : bounds)
+    if (b.v > b.max)
+      return make_error(ErrorCode::kInvalidFile, "%s.%s is %lld: more than kiln supports (%lld)", hp.arch.c_str(),
+                        b.k, static_cast<long long>(b.v), static_cast<long long>(b.max));
+  const struct { const char* what; int64_t a, b; } products[] = {
+      {"attention.head_count x attention.key_length", hp.n_head, hp.head_dim_k},
+      {"attention.head_count x attention.value_length", hp.n_head, hp.head_dim_v},
+      {"attention.head_count_kv x attention.key_length", hp.n_head_kv, hp.head_dim_k},
+      {"attention.head_count_kv x attention.value_length", hp.n_head_kv, hp.head_dim_v}};
+  for (const auto& p : products)
+    if (p.a > 0 && p.b > 0 && p.a * p.b > kMaxDim)  // both <= INT32_MAX: the product fits int64
+      return make_error(ErrorCode::kInvalidFile, "%s.%s = %lld x %lld is more than kiln supports (%lld)",
+                        hp.arch.c_str(), p.what, static_cast<long long>(p.a), static_cast<long long>(p.b),
+                        static_cast<long long>(kMaxDim));
+  return Status::ok();
 }
 
 }  // namespace
@@ -53,19 +144,26 @@ Status read_common_hparams(const gguf::File& f, HParams& hp) {
     return make_error(ErrorCode::kUnsupported, "%s '%s' is not supported (none, linear, llama3)",
                       key(hp, "rope.scaling.type").c_str(), scaling.c_str());
   }
-  // Vocabulary size: explicit key, else the tokenizer's token list, else token_embd's rows (checked again by the
-  // manifest against token_embd.weight).
+  // Vocabulary size: explicit key, else the tokenizer's token list, else token_embd's rows (checked against
+  // token_embd.weight below and again by the manifest).
+  std::string vocab_source;
   if (f.has(key(hp, "vocab_size"))) {
-    KILN_ASSIGN_OR_RETURN(hp.n_vocab, get_int(f, key(hp, "vocab_size")));
+    vocab_source = key(hp, "vocab_size");
+    KILN_ASSIGN_OR_RETURN(hp.n_vocab, get_int(f, vocab_source));
   } else if (const gguf::Value* toks = f.find("tokenizer.ggml.tokens"); toks && toks->is_array()) {
+    vocab_source = "tokenizer.ggml.tokens";
     hp.n_vocab = static_cast<int64_t>(toks->arr().items.size());
   } else if (const gguf::TensorInfo* te = f.find_tensor("token_embd.weight")) {
+    vocab_source = "token_embd.weight";
     hp.n_vocab = te->ne[1];
   } else {
     return make_error(ErrorCode::kNotFound, "cannot tell the vocabulary size: no '%s', no tokenizer.ggml.tokens, "
                       "no token_embd.weight", key(hp, "vocab_size").c_str());
   }
-  return Status::ok();
+  // Against the file first (the more telling message: what the file holds), then the fixed bounds; architectures
+  // may adjust values in their read_hparams, so validate_hparams repeats the bounds afterwards.
+  KILN_TRY(check_against_file(f, hp, vocab_source));
+  return check_bounds(hp);
 }
 
 Status validate_hparams(const HParams& hp) {
@@ -79,6 +177,7 @@ Status validate_hparams(const HParams& hp) {
     if (p.v <= 0)
       return make_error(ErrorCode::kInvalidFile, "%s.%s is %lld: must be > 0", hp.arch.c_str(), p.k,
                         static_cast<long long>(p.v));
+  KILN_TRY(check_bounds(hp));
   if (hp.n_vocab <= 0)
     return make_error(ErrorCode::kInvalidFile, "vocabulary size is %lld: must be > 0", static_cast<long long>(hp.n_vocab));
   if (hp.n_vocab > INT32_MAX)

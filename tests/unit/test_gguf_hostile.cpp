@@ -124,6 +124,47 @@ TEST(GgufHostile, HugeCounts) {
   expect_error(key, {"string length 1099511627776", at(24)});
 }
 
+TEST(GgufHostile, EmptyKeyIsRejectedNamingItsOffset) {
+  // The GGUF spec requires non-empty keys: the first key of the file (at offset 24) and a later one.
+  Raw first;
+  first.header(0, 1).str("").u32(4).u32(7);
+  expect_error(first, {"empty metadata key", at(24)});
+  Raw second;
+  second.header(0, 2).kv_u32("a", 1).str("").u32(4).u32(7);
+  expect_error(second, {"empty metadata key", at(24 + 8 + 1 + 4 + 4)});
+  Raw ok;  // a one-byte key is fine
+  ok.header(0, 1).kv_u32("k", 7);
+  EXPECT_TRUE(parse_bytes(ok.b).is_ok());
+}
+
+TEST(GgufHostile, PartialParseKeepsWhatWasReadIntact) {
+  // Truncated inside tensor b's data: the header, the metadata and both tensor infos are intact.
+  const std::string full = good().b;
+  auto keep = std::make_shared<std::string>(full.substr(0, full.size() - 8));
+  auto span = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(keep->data()), keep->size());
+  File partial;
+  auto f = File::parse(MappedFile::from_memory(span, "mem.gguf", keep), &partial);
+  ASSERT_FALSE(f.is_ok());
+  EXPECT_NE(f.status().message().find("tensor 'b'"), std::string::npos) << f.status().message();
+  EXPECT_EQ(partial.version(), 3u);
+  ASSERT_EQ(partial.kvs().size(), 1u);
+  EXPECT_EQ(partial.kvs()[0].key, "general.architecture");
+  ASSERT_NE(partial.find("general.architecture"), nullptr);
+  ASSERT_EQ(partial.tensors().size(), 2u);
+  EXPECT_NE(partial.tensors()[0].data, nullptr);  // a was placed before the error
+  EXPECT_EQ(partial.tensors()[1].data, nullptr);  // b was not
+  // Cut inside the metadata: only what precedes it.
+  Raw two;
+  two.header(0, 2).kv_u32("a", 1).kv_u32("b", 2);
+  auto keep2 = std::make_shared<std::string>(two.b.substr(0, two.b.size() - 2));
+  auto span2 = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(keep2->data()), keep2->size());
+  File partial2;
+  ASSERT_FALSE(File::parse(MappedFile::from_memory(span2, "mem.gguf", keep2), &partial2).is_ok());
+  ASSERT_EQ(partial2.kvs().size(), 1u);
+  EXPECT_EQ(partial2.kvs()[0].key, "a");
+  EXPECT_TRUE(partial2.tensors().empty());
+}
+
 TEST(GgufHostile, BadValues) {
   Raw unk;
   unk.header(0, 1).str("k").u32(13).u32(0);

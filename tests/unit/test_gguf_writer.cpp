@@ -1,8 +1,12 @@
 // Writer -> reader round trips: every value type, nested arrays, alignments, borrowed and generated tensors.
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "common/test_util.h"
 #include "gguf/gguf.h"
@@ -216,6 +220,121 @@ TEST(GgufWriter, RejectsBadInput) {
   EXPECT_FALSE(w.write(temp_path("never.gguf")).is_ok());
   w.remove("deep");
   EXPECT_FALSE(w.write("/nonexistent-dir/x.gguf").is_ok());
+}
+
+TEST(GgufWriter, RejectsAnEmptyKey) {
+  Writer w;
+  w.set("", uint32_t{1});
+  const std::string path = temp_path("emptykey.gguf");
+  Status st = w.write(path);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("empty metadata key"), std::string::npos) << st.message();
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// The output target (kiln synth -o): a fresh folder per test with one small model written into it.
+class WriterTarget : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = temp_path(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    w_.set("general.architecture", "x");
+    ASSERT_TRUE(w_.add_tensor("t", DType::F32, {64}, data_).is_ok());
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  // Names in the folder (to see that no temporary file is left behind).
+  std::vector<std::string> listing() const {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  bool parses(const std::string& p) const {
+    auto f = File::open(p);
+    return f.is_ok() && f->tensors().size() == 1 && f->tensors()[0].name == "t";
+  }
+
+  std::string dir_;
+  float data_[64] = {};
+  Writer w_;
+};
+
+TEST_F(WriterTarget, RefusesAFifoAndLeavesItAlone) {
+  const std::string fifo = path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
+  Status st = w_.write(fifo);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("is a FIFO, not a regular file"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find(fifo), std::string::npos) << st.message();
+  struct stat sb {};
+  ASSERT_EQ(::lstat(fifo.c_str(), &sb), 0);
+  EXPECT_TRUE(S_ISFIFO(sb.st_mode));
+  EXPECT_EQ(listing(), std::vector<std::string>{"fifo"});
+  // Through a symlink too: the link's target is what counts.
+  ASSERT_EQ(::symlink("fifo", path("link").c_str()), 0);
+  st = w_.write(path("link"));
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("(the target of '" + path("link") + "') is a FIFO"), std::string::npos)
+      << st.message();
+  // A directory is refused the same way.
+  std::filesystem::create_directory(path("sub"));
+  st = w_.write(path("sub"));
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("is a directory"), std::string::npos) << st.message();
+  EXPECT_EQ(listing(), (std::vector<std::string>{"fifo", "link", "sub"}));
+}
+
+TEST_F(WriterTarget, FollowsASymlinkAndKeepsIt) {
+  { std::ofstream(path("real.gguf")) << "old contents"; }
+  ASSERT_EQ(::symlink("real.gguf", path("model.gguf").c_str()), 0);
+  Status st = w_.write(path("model.gguf"));
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_TRUE(std::filesystem::is_symlink(path("model.gguf")));
+  EXPECT_EQ(std::filesystem::read_symlink(path("model.gguf")), "real.gguf");
+  EXPECT_TRUE(parses(path("real.gguf")));
+  EXPECT_TRUE(parses(path("model.gguf")));
+  EXPECT_EQ(listing(), (std::vector<std::string>{"model.gguf", "real.gguf"}));
+  // A dangling link (chained through a second one) creates its target.
+  ASSERT_EQ(::symlink("new.gguf", path("dangling").c_str()), 0);
+  ASSERT_EQ(::symlink(path("dangling").c_str(), path("chain").c_str()), 0);
+  st = w_.write(path("chain"));
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_TRUE(std::filesystem::is_symlink(path("chain")));
+  EXPECT_TRUE(std::filesystem::is_symlink(path("dangling")));
+  EXPECT_TRUE(parses(path("new.gguf")));
+  // A symlink loop is an error, not a hang.
+  ASSERT_EQ(::symlink("loop2", path("loop1").c_str()), 0);
+  ASSERT_EQ(::symlink("loop1", path("loop2").c_str()), 0);
+  st = w_.write(path("loop1"));
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("too many levels of symbolic links"), std::string::npos) << st.message();
+}
+
+TEST_F(WriterTarget, NeverClobbersAnExistingTmpFile) {
+  const std::string out = path("model.gguf");
+  { std::ofstream(out + ".tmp") << "someone else's file"; }
+  ASSERT_TRUE(w_.write(out).is_ok());
+  EXPECT_TRUE(parses(out));
+  EXPECT_EQ(test::slurp(out + ".tmp"), "someone else's file");
+  // Replacing an existing model, twice, leaves no temporary file behind.
+  ASSERT_TRUE(w_.write(out).is_ok());
+  ASSERT_TRUE(w_.write(out, 2).is_ok());
+  EXPECT_TRUE(parses(out));
+  EXPECT_EQ(listing(), (std::vector<std::string>{"model.gguf", "model.gguf.tmp"}));
+}
+
+TEST_F(WriterTarget, AFailedWriteLeavesTheTargetAndNoTemporary) {
+  const std::string out = path("model.gguf");
+  ASSERT_TRUE(w_.write(out).is_ok());
+  Writer bad;
+  bad.set("k", uint32_t{1});
+  ASSERT_TRUE(bad.add_tensor("big", DType::F32, {64}, [](uint8_t* d, uint64_t, uint64_t n) { std::memset(d, 1, n); }).is_ok());
+  bad.set_alignment(48);  // invalid: reported by write() before any file is made
+  ASSERT_FALSE(bad.write(out).is_ok());
+  EXPECT_TRUE(parses(out));
+  EXPECT_EQ(listing(), std::vector<std::string>{"model.gguf"});
 }
 
 TEST(GgufValue, ToStringSummarizesLongArrays) {

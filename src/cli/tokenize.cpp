@@ -5,7 +5,6 @@
 // processed (--no-escape keeps the text verbatim).
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 
 #include "cli/args.h"
 #include "gguf/gguf.h"
@@ -79,9 +78,17 @@ int run_tokenize(int argc, char** argv) {
   if (args.seen("-f")) {
     std::ifstream in(file, std::ios::binary);
     if (!in) return fail("tokenize", make_error(ErrorCode::kIo, "-f: cannot open '%s'", file.c_str()));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    text = ss.str();
+    // Bounded: -f /dev/zero or an endless pipe must not grow without limit.
+    constexpr size_t kMaxText = size_t{256} << 20;
+    char buf[1 << 16];
+    while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
+      text.append(buf, static_cast<size_t>(in.gcount()));
+      if (text.size() > kMaxText)
+        return fail("tokenize", make_error(ErrorCode::kInvalidArgument,
+                                           "-f '%s': more than %zu MiB of text (the most tokenize reads)",
+                                           file.c_str(), kMaxText >> 20));
+    }
+    if (in.bad()) return fail("tokenize", make_error(ErrorCode::kIo, "-f: error reading '%s'", file.c_str()));
   }
   if (!no_escape) text = process_escapes(text);
 

@@ -181,3 +181,57 @@ TEST(CliDemoModel, LogitsMatchPyTorchAndKilnReferences) {
 }
 
 }  // namespace
+
+// scripts/demo.sh (the README's first command) builds only what it runs (target kiln_cli, not the 20-odd test
+// binaries) and shows progress from the start: run in a copy of scripts/ with cmake replaced by a stub that
+// records its arguments and prints a ninja-style status line, and a stub kiln.
+TEST(CliDemoScript, BuildsOnlyKilnCliAndShowsProgress) {
+  namespace fs = std::filesystem;
+  const std::string root = ::testing::TempDir() + "kiln_demo_script_" + std::to_string(::getpid());
+  fs::remove_all(root);
+  fs::create_directories(root + "/scripts");
+  fs::create_directories(root + "/stub");
+  for (const char* s : {"demo.sh", "build.sh"})
+    fs::copy_file(std::string(KILN_SOURCE_DIR) + "/scripts/" + s, root + "/scripts/" + s);
+  std::ofstream(root + "/scripts/deps.sh") << "exit 0\n";  // no package installs here
+  std::ofstream(root + "/stub/cmake")
+      << "#!/bin/sh\n"
+         "echo \"$*\" >> \"" << root << "/cmake.log\"\n"
+         "if [ \"$1\" = --preset ]; then mkdir -p build/release && touch build/release/build.ninja; fi\n"
+         "if [ \"$1\" = --build ]; then\n"
+         "  echo '[1/1] Linking CXX executable bin/kiln'\n"
+         "  mkdir -p build/release/bin\n"
+         "  printf '#!/bin/sh\\necho \"kiln-stub $*\"\\n' > build/release/bin/kiln && chmod +x build/release/bin/kiln\n"
+         "fi\n";
+  fs::permissions(root + "/stub/cmake", fs::perms::owner_all);
+  const std::string env = "PATH='" + root + "/stub':\"$PATH\" ";
+  auto run = [&](const std::string& cmd) {
+    const std::string c = env + cmd + " >'" + root + "/out' 2>'" + root + "/err'";
+    const int st = std::system(c.c_str());
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  };
+
+  ASSERT_EQ(run("bash '" + root + "/scripts/demo.sh' Hello 5"), 0) << kiln::test::slurp(root + "/err");
+  const std::string log = kiln::test::slurp(root + "/cmake.log"), err = kiln::test::slurp(root + "/err");
+  EXPECT_NE(log.find("--preset release"), std::string::npos) << log;
+  EXPECT_NE(log.find("--build build/release -j"), std::string::npos) << log;
+  EXPECT_NE(log.find("--target kiln_cli"), std::string::npos) << "the demo must build only kiln_cli:\n" << log;
+  // Progress on stderr: a line per step with the seconds elapsed, then the build's own status lines.
+  EXPECT_NE(err.find("kiln build [0s]: checking the Debian packages"), std::string::npos) << err;
+  EXPECT_NE(err.find("configuring build/release"), std::string::npos) << err;
+  EXPECT_NE(err.find("building kiln_cli"), std::string::npos) << err;
+  EXPECT_NE(err.find("[1/1] Linking CXX executable bin/kiln"), std::string::npos) << err;
+  EXPECT_LT(err.find("checking the Debian packages"), err.find("[1/1]")) << err;
+  // stdout holds only what kiln printed.
+  EXPECT_EQ(kiln::test::slurp(root + "/out"), "kiln-stub run -p Hello -n 5 --temp 0.7 -s 42\n");
+
+  // scripts/build.sh without arguments (what scripts/test.sh runs) still builds everything; configured once.
+  fs::remove(root + "/cmake.log");
+  ASSERT_EQ(run("bash '" + root + "/scripts/build.sh'"), 0) << kiln::test::slurp(root + "/err");
+  const std::string all = kiln::test::slurp(root + "/cmake.log");
+  EXPECT_EQ(all.find("--preset"), std::string::npos) << all;
+  EXPECT_NE(all.find("--build build/release -j"), std::string::npos) << all;
+  EXPECT_EQ(all.find("--target"), std::string::npos) << all;
+  EXPECT_NE(kiln::test::slurp(root + "/err").find("building everything"), std::string::npos);
+  fs::remove_all(root);
+}

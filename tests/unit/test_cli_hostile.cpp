@@ -201,6 +201,16 @@ TEST_F(CliHostile, InfoOnAFileTruncatedInsideItsTensorData) {
   EXPECT_EQ(r.out, "");
 }
 
+TEST_F(CliHostile, TokenizeReadsABoundedFile) {
+  expect_fails_with(run_limited("tokenize -m '" + kLlama + "' -f /dev/zero"),
+                    {"kiln tokenize: error:", "-f '/dev/zero': more than 256 MiB of text"});
+  const std::string txt = path("t.txt");
+  { std::ofstream(txt) << "hello world"; }
+  auto r = run_limited("tokenize -m '" + kLlama + "' -f '" + txt + "' --ids");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("[", 0), 0u) << r.out;
+}
+
 TEST_F(CliHostile, EmptyMetadataKey) {
   // Header, one u32 kv with an empty key at offset 24.
   std::string b;

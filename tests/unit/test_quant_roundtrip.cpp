@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -44,6 +45,13 @@ const TypeModel kModels[] = {
     {DType::Q4_K, 32, Scheme::kAffineMin0, 15},      {DType::Q5_K, 32, Scheme::kAffineMin0, 31},
     {DType::Q3_K, 16, Scheme::kSymmetric, 4},        {DType::Q6_K, 16, Scheme::kSymmetric, 32},
 };
+
+// How GoogleTest prints the parameter (test listings, failures): readable, not the struct's bytes.
+void PrintTo(const TypeModel& m, std::ostream* os) {
+  static const char* const kSchemes[] = {"symmetric", "affine", "affine-min0", "per-element"};
+  *os << dtype_name(m.type) << " (group " << m.group << ", " << kSchemes[static_cast<int>(m.scheme)] << ", levels "
+      << m.levels << ")";
+}
 
 std::string type_label(const testing::TestParamInfo<TypeModel>& info) {
   std::string s = dtype_name(info.param.type);

@@ -140,7 +140,8 @@ Result<int> create_temp(const std::string& target, std::string* tmp) {
     const int fd = ::open(tmp->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) return fd;
     if (errno != EEXIST)
-      return make_error(ErrorCode::kIo, "cannot create '%s': %s", tmp->c_str(), std::strerror(errno));
+      return make_error(ErrorCode::kIo, "cannot write '%s': creating its temporary file '%s': %s", target.c_str(),
+                        tmp->c_str(), std::strerror(errno));
   }
   return make_error(ErrorCode::kIo, "cannot create a temporary file next to '%s': every name tried exists",
                     target.c_str());

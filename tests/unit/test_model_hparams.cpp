@@ -7,11 +7,18 @@
 #include "common/test_util.h"
 #include "gguf/gguf.h"
 #include "model/arch.h"
+#include "model/model.h"
+#include "runtime/kv_cache.h"
 
 namespace kiln {
 namespace {
 
 const std::string kLlama = "models/fixture-llama-f16.gguf";  // 2 blocks, n_embd 256, vocab 1000, 22 tensors
+
+// Pulls runtime/kv_cache.o into the link: in the sanitizer build, kiln_model's UBSan checks reference the KV
+// cache's typeinfo, and kiln_runtime comes before kiln_model on the link line, so a test that uses nothing of the
+// runtime itself would not link otherwise.
+[[gnu::used]] const auto kLinkRuntime = &KvCache::create;
 
 std::string write_variant(const std::string& name, const std::function<void(gguf::Writer&)>& edit_kv,
                           const std::function<bool(const std::string&)>& keep_tensor = nullptr) {
@@ -81,6 +88,16 @@ TEST(ModelHParams, BlockCountBeyondTheFileIsRejected) {
   st = read_hparams(write_variant("noblk1", [](gguf::Writer&) {},
                                   [](const std::string& n) { return n.rfind("blk.1.", 0) != 0; }));
   expect_error_naming(st, {"llama.block_count is 2", "only 1 block(s)"});
+}
+
+TEST(ModelHParams, ModelLoadStopsAtTheCheck) {
+  // The whole load path: the error comes from the check, before the layer vector and manifest are built.
+  auto m = Model::load(write_variant("load-blocks", [](gguf::Writer& w) {
+    w.set("llama.block_count", uint32_t{1'000'000'000});
+  }), LoadOptions{});
+  ASSERT_FALSE(m.is_ok());
+  EXPECT_NE(m.status().message().find("llama.block_count is 1000000000, but the file holds tensors of only 2"),
+            std::string::npos) << m.status().message();
 }
 
 TEST(ModelHParams, WidthsAndHeadCountsBeyondTheFileAreRejected) {

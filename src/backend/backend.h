@@ -1,14 +1,24 @@
-// The backend op interface (DESIGN.md section 2). The forward pass (model/) is written once against this class and
-// runs unchanged on every backend. Rules every implementation follows:
+// The backend op interface (docs/ARCHITECTURE.md, "Backends"). The forward pass (model/) is written once against
+// this class and runs unchanged on every backend. Rules every implementation follows:
 //   - Tensors (backend/tensor.h) are views into this backend's memory; all memory the model uses at run time
-//     (activations, scratch, KV cache) comes from alloc(), host bytes go in and out through write()/read().
+//     (activations, scratch, KV cache, index arrays) comes from alloc(), host bytes go in and out through
+//     write()/read(). Pinned host staging for uploads comes from alloc_host().
 //   - Weights enter through import_weight(): the CPU backend returns a zero-copy view of the host bytes (the GGUF
 //     mapping), a device backend uploads them once. Weights keep their GGUF block layout everywhere.
-//   - Every op checks dtypes and shapes first and returns an error (kUnsupported / kInvalidArgument naming the
-//     operand) for a combination it does not handle; it never crashes on one.
+//   - Ops check dtypes and shapes only and return an error (kUnsupported / kInvalidArgument naming the operand) for a
+//     combination they do not handle; they never crash on one. *Values* in index tensors (ids, positions, slots,
+//     block tables, kv lengths) are not checked by ops: the step planner (runtime/) validates them on the host, where
+//     it is cheap and can name the request. (Debug builds of the CPU backend still assert them.)
+//   - supports(op, types) answers without running anything, with the same selector the op itself uses.
 //   - Ops are stream-ordered: a device backend may return before the work is done; read() and synchronize()
-//     wait. Index tensors (ids, positions, slots, block tables) live in backend memory too, so a device backend
-//     can capture a whole decode step in a graph and replay it with new indices.
+//     wait. Index tensors live in backend memory, so a device backend can capture a whole step in a graph and
+//     replay it with new indices: no op derives a launch shape from tensor *values* (only from shapes and the
+//     host-known bounds in AttnBatch).
+//   - write(): a host buffer from alloc_host() (pinned) may be read by the device after write() returns, so it may
+//     be reused only after synchronize() (or a read() on the same backend); any other host memory may be reused as
+//     soon as write() returns.
+//   - Padding: a slot of -1 in kv_store writes nothing; a token with kv_len 0 in attention gets a zero output row.
+//     Padded tokens therefore cost compute but change no state and are never fetched.
 //   - Unless stated, an op's dst may alias its first input (in-place), never partially overlap.
 // Shapes below use ggml order, innermost first: "[d, n]" = n rows of d elements.
 #pragma once
@@ -43,25 +53,54 @@ struct KvLayer {
   int32_t block_size = 0;
 };
 
-// Per-batch attention metadata (all I32 tensors in backend memory).
-//   block_tables: [max_blocks, n_tables]  row r = physical block ids of one sequence, logical order
+// Per-step attention metadata (all I32 tensors in backend memory, written by the step plan upload).
+//   block_tables: [max_blocks, n_tables]  row r = physical block ids of sequence slot r, logical order (rows stay
+//                                         in backend memory across steps; only changed rows are rewritten)
 //   tok_table:    [n_tok]                 which row of block_tables token t reads
 //   kv_len:       [n_tok]                 token t attends to its sequence's positions [0, kv_len[t])
-//                                         (causal prefill/decode: pos + 1; the batch's own K/V are stored first)
+//                                         (causal prefill/decode: pos + 1; the batch's own K/V are stored first;
+//                                         0 for a padded token: zero output)
+//   Per sequence of the step (n_seq entries; tokens of one sequence are consecutive in the batch):
+//   seq_row:      [n_seq]   its block-table row
+//   seq_q_start:  [n_seq]   first token of the sequence in the batch
+//   seq_q_len:    [n_seq]   its token count in this step (query tile of a tiled prefill)
+//   seq_kv_len:   [n_seq]   positions it holds after this step (= kv_len of its last token; split-KV decode)
 struct AttnBatch {
   Tensor block_tables, tok_table, kv_len;
-  int32_t max_kv_len = 0;  // upper bound of kv_len (host-known; sizes split-KV work on devices)
+  Tensor seq_row, seq_q_start, seq_q_len, seq_kv_len;
+  int32_t n_seq = 0;       // sequences in the step (a bucket: padded entries have q_len 0, kv_len 0)
+  int32_t max_kv_len = 0;  // upper bound of kv_len: a bucket (the plan rounds it up), sizes split-KV grids
+  int32_t max_q_len = 0;   // upper bound of seq_q_len
 };
+
+// What supports() is asked about. `a` is the main operand's type (the weight for kMatmul/kGetRows, the cache for
+// kKvStore/kAttention, the source for kCopy), `b` the second where one exists (the destination for kCopy).
+enum class Op { kGetRows, kRmsNorm, kMatmul, kRope, kKvStore, kAttention, kSwiglu, kAdd, kMul, kScale, kSoftmax,
+                kArgmax, kCopy };
+const char* op_name(Op op);
 
 class Backend {
  public:
   virtual ~Backend() = default;
+  // Device id as --device spells it: "cpu", "cuda:0".
   virtual const char* name() const = 0;
+  // Whether tensor data is host memory the caller may dereference (the CPU backend): lets a placement boundary
+  // copy with one read()/write() instead of a bounce through staging.
+  virtual bool host_memory() const { return false; }
+  // Whether this backend runs op `op` with these types (see Op). The ops return kUnsupported exactly when this
+  // says false for their operands' types.
+  virtual bool supports(Op op, DType a, DType b = DType::F32) const = 0;
 
   // ---- memory ----
+  // Bytes this backend can still allocate (device: free memory; CPU: the host's available memory, within the
+  // process's address-space limit), for checks before large allocations. 0: unknown.
+  virtual uint64_t memory_available() const { return 0; }
   // Uninitialized memory of `bytes` (64-byte aligned at least). Errors: kOutOfRange when the device is full.
   virtual Result<std::unique_ptr<Buffer>> alloc(size_t bytes) = 0;
-  // Host bytes -> tensor memory at byte `offset` of dst.data, and back.
+  // Host memory the device reads fast (pinned on CUDA; plain memory on the CPU): upload staging. The buffer's
+  // data() is a host pointer.
+  virtual Result<std::unique_ptr<Buffer>> alloc_host(size_t bytes) { return alloc(bytes); }
+  // Host bytes -> tensor memory at byte `offset` of dst.data, and back (see the reuse rule above).
   virtual Status write(const Tensor& dst, size_t offset, const void* src, size_t n) = 0;
   virtual Status read(const Tensor& src, size_t offset, void* dst, size_t n) = 0;
   // A weight of GGUF type `t`, shape ne, whose bytes are `host` (must outlive the model: the mapping).
@@ -117,14 +156,58 @@ class Backend {
   // Row-wise softmax. F32 [d, n].
   virtual Status softmax(const Tensor& x, const Tensor& dst) = 0;
   // dst[r] = index of the first maximum of row r.   x: F32 [d, n]; dst: I32 [n].
+  // NaN rule (every backend, every path): NaN compares below every number, so a NaN is never chosen while the row
+  // holds a number; a row of only NaN gives 0. (+inf is a number here.)
   virtual Status argmax(const Tensor& x, const Tensor& dst) = 0;
   // Elementwise convert between F32, F16 and BF16, or a byte copy of any type to itself (same shape; rows may be
-  // strided on both sides). dst must not overlap src.
+  // strided on both sides). dst must not overlap src. Both tensors on this backend (across backends:
+  // copy_between below).
   virtual Status copy(const Tensor& src, const Tensor& dst) = 0;
+
+  // ---- fused ops ----
+  // Each has a default decomposition into the ops above; a backend overrides the ones that pay on it (one launch,
+  // one pass over the activations). Results must match the decomposition within that backend's op tolerances.
+
+  // acc += W x (+ bias).  acc: F32 [n_out, n_tok]; tmp: F32 [n_out, n_tok] scratch the default uses for W x
+  // (must not alias acc or x). The residual adds after attention-out and FFN-down.
+  virtual Status matmul_add(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& tmp,
+                            const Tensor& acc) {
+    KILN_TRY(matmul(w, x, bias, tmp));
+    return add(acc, tmp, acc);
+  }
+  // g = silu(W_gate x) * (W_up x).  g, u: F32 [n_ff, n_tok]; u is scratch (the default's W_up x).
+  virtual Status matmul_swiglu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, const Tensor& g,
+                               const Tensor& u) {
+    const MatmulOut outs[] = {{w_gate, Tensor{}, g}, {w_up, Tensor{}, u}};
+    KILN_TRY(matmul_group(x, outs, 2));
+    return swiglu(g, u, g);
+  }
+  // RoPE on q and k in place (as rope), then k and v into the cache (as kv_store).
+  virtual Status rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
+                               const RopeParams& p, const KvLayer& cache, const Tensor& slots) {
+    KILN_TRY(rope(q, pos, p));
+    KILN_TRY(rope(k, pos, p));
+    return kv_store(k.reshape(k.ne[0] * k.ne[1], k.ne[2]), v, cache, slots);
+  }
+  // rms_norm whose output feeds matmuls of weight type `next` (invalid: unknown). A backend whose matmul quantizes
+  // its activations (q8_1 on CUDA) may quantize here once, in the same pass, and let the following matmuls of that
+  // type on dst reuse it; dst still holds the f32 result. The default (and the CPU backend, whose matmul_group
+  // already quantizes a shared input once) is rms_norm.
+  virtual Status rms_norm_for_matmul(const Tensor& x, const Tensor& w, float eps, const Tensor& dst, DType next) {
+    (void)next;
+    return rms_norm(x, w, eps, dst);
+  }
 };
 
+// Copies src to dst when they live on different backends (a placement boundary), or on the same one (copy()).
+// Same dtype and shape, both contiguous. `bounce` is host staging of at least src.n_bytes() for the case where
+// neither side is host memory (device to device of two backends without a direct path); it may be invalid
+// otherwise. Waits for src's backend (the data must be complete) before a cross-backend transfer.
+Status copy_between(const Tensor& src, const Tensor& dst, void* bounce, size_t bounce_bytes);
+
 // The CPU backend (backend/cpu). reference = scalar single-threaded reference ops (the executable spec that every
-// fast path and every other backend is tested against).
+// fast path and every other backend is tested against). Callers above the backend layer get backends from the
+// registry (backend/registry.h), not from here.
 struct CpuBackendOptions {
   int n_threads = 0;  // 0: all cores
   bool reference = false;

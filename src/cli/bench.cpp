@@ -18,8 +18,10 @@
 
 #include "cli/args.h"
 #include "cli/model_source.h"
-#include "runtime/batch.h"
+#include "model/batch.h"
 #include "util/timer.h"
+
+#include <nlohmann/json.hpp>
 
 namespace kiln::cli {
 namespace {
@@ -39,21 +41,6 @@ Result<std::vector<int>> parse_list(const char* name, const std::string& text) {
     i = j + 1;
   }
   return out;
-}
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += static_cast<char>(c);
-    } else if (c < 0x20) {
-      o += strprintf("\\u%04x", c);
-    } else {
-      o += static_cast<char>(c);
-    }
-  }
-  return o;
 }
 
 std::string cpu_info() {
@@ -102,6 +89,16 @@ std::string model_type(const Model& m) {
   return m.hparams().arch + " " + size + " " + ftype_name(m.file());
 }
 
+// llama-bench's "backends": CUDA when any layer runs on a GPU, else CPU.
+std::string backends_name(const Model& m) { return m.placement().n_offloaded() > 0 ? "CUDA" : "CPU"; }
+// The devices other than the CPU that hold part of the model (llama-bench's gpu_info), e.g. "cuda:0".
+std::string gpu_info(const Model& m) {
+  std::string s;
+  for (const Backend* b : m.placement().backends())
+    if (!b->host_memory()) s += (s.empty() ? "" : ", ") + std::string(b->name());
+  return s;
+}
+
 struct Test {
   int n_prompt = 0, n_gen = 0, n_depth = 0, n_threads = 0;
   std::vector<uint64_t> samples_ns;
@@ -133,7 +130,8 @@ double stdev(const std::vector<T>& v) {  // sample standard deviation (n - 1), 0
 
 class Runner {
  public:
-  Runner(Model& m, KvCache& c, int n_batch, uint64_t seed) : m_(m), c_(c), n_batch_(n_batch), rng_(static_cast<uint32_t>(seed)) {}
+  Runner(Engine& e, int n_batch, uint64_t seed)
+      : e_(e), m_(e.model()), c_(e.cache()), n_batch_(n_batch), rng_(static_cast<uint32_t>(seed)) {}
 
   int32_t random_token() { return static_cast<int32_t>(rng_() % static_cast<uint32_t>(m_.hparams().n_vocab)); }
 
@@ -143,7 +141,7 @@ class Runner {
       const int k = std::min(n_batch_, n - done);
       batch_.clear();
       for (int i = 0; i < k; ++i) batch_.add(random_token(), static_cast<int32_t>(pos + done + i), 0, i == k - 1);
-      KILN_TRY(m_.forward(batch_, c_, &logits_));
+      KILN_TRY(e_.forward(batch_, &logits_));
       done += k;
     }
     return Status::ok();
@@ -152,7 +150,8 @@ class Runner {
     for (int i = 0; i < n; ++i) {
       batch_.clear();
       batch_.add(random_token(), static_cast<int32_t>(pos + i), 0, true);
-      KILN_TRY(m_.forward(batch_, c_, &logits_));
+      // As llama-bench: the full logits row of every generated token comes back to the host.
+      KILN_TRY(e_.forward(batch_, &logits_));
     }
     return Status::ok();
   }
@@ -167,6 +166,7 @@ class Runner {
   }
 
  private:
+  Engine& e_;
   Model& m_;
   KvCache& c_;
   int n_batch_;
@@ -203,43 +203,61 @@ struct Printer {
     const auto ts = t.samples_ts();
     const std::string type = model_type(m);
     const uint64_t size = m.stats().weight_bytes, params = m.stats().n_params;
+    const std::string backends = backends_name(m);
+    const int ngl = static_cast<int>(m.placement().n_offloaded());
     if (fmt == "md") {
       std::string sz = size >= (1ull << 30) ? strprintf("%.2f GiB", size / 1073741824.0)
                                             : strprintf("%.2f MiB", size / 1048576.0);
       std::string pr = params >= 1000000000ull ? strprintf("%.2f B", params / 1e9) : strprintf("%.2f M", params / 1e6);
-      std::string line = strprintf("| %-30s | %10s | %10s | %-10s | %7d |", type.c_str(), sz.c_str(), pr.c_str(), "CPU",
+      std::string line = strprintf("| %-30s | %10s | %10s | %-10s | %7d |", type.c_str(), sz.c_str(), pr.c_str(), backends.c_str(),
                                    t.n_threads);
       if (show_batch) line += strprintf(" %7d |", n_batch);
       std::string tps = strprintf("%.2f ± %.2f", mean(ts), stdev(ts));
       line += strprintf(" %15s | %20s |", t.name().c_str(), tps.c_str());
       std::printf("%s\n", line.c_str());
     } else if (fmt == "csv") {
-      std::printf("\"%s\",\"0\",\"%s\",\"\",\"CPU\",\"%s\",\"%s\",\"%llu\",\"%llu\",\"%d\",\"%d\",\"%d\",\"%s\",\"%s\",\"0\","
-                  "\"%d\",\"%d\",\"%d\",\"%s\",\"%.0f\",\"%.0f\",\"%f\",\"%f\"\n",
-                  KILN_VERSION, cpu.c_str(), filename.c_str(), type.c_str(), (unsigned long long)size,
-                  (unsigned long long)params, n_batch, n_batch, t.n_threads, kv_type.c_str(), kv_type.c_str(),
+      std::printf("\"%s\",\"0\",\"%s\",\"%s\",\"%s\",\"%s\",\"%s\",\"%llu\",\"%llu\",\"%d\",\"%d\",\"%d\",\"%s\",\"%s\","
+                  "\"%d\",\"%d\",\"%d\",\"%d\",\"%s\",\"%.0f\",\"%.0f\",\"%f\",\"%f\"\n",
+                  KILN_VERSION, cpu.c_str(), gpu_info(m).c_str(), backends.c_str(), filename.c_str(), type.c_str(),
+                  (unsigned long long)size, (unsigned long long)params, n_batch, n_batch, t.n_threads, kv_type.c_str(),
+                  kv_type.c_str(), ngl,
                   t.n_prompt, t.n_gen, t.n_depth, when.c_str(), mean(t.samples_ns), stdev(t.samples_ns), mean(ts),
                   stdev(ts));
     } else {
-      std::string ns_list, ts_list;
-      for (size_t i = 0; i < ts.size(); ++i) {
-        ns_list += strprintf("%s%llu", i ? ", " : "", (unsigned long long)t.samples_ns[i]);
-        ts_list += strprintf("%s%g", i ? ", " : "", ts[i]);
+      nlohmann::ordered_json j;
+      j["build_commit"] = KILN_VERSION;
+      j["build_number"] = 0;
+      j["cpu_info"] = cpu;
+      j["gpu_info"] = gpu_info(m);
+      j["backends"] = backends;
+      j["model_filename"] = filename;
+      j["model_type"] = type;
+      j["model_size"] = size;
+      j["model_n_params"] = params;
+      j["n_batch"] = n_batch;
+      j["n_ubatch"] = n_batch;
+      j["n_threads"] = t.n_threads;
+      j["type_k"] = kv_type;
+      j["type_v"] = kv_type;
+      j["n_gpu_layers"] = ngl;
+      j["n_prompt"] = t.n_prompt;
+      j["n_gen"] = t.n_gen;
+      j["n_depth"] = t.n_depth;
+      j["test"] = t.name();
+      j["test_time"] = when;
+      j["avg_ns"] = static_cast<uint64_t>(mean(t.samples_ns));
+      j["stddev_ns"] = static_cast<uint64_t>(stdev(t.samples_ns));
+      j["avg_ts"] = mean(ts);
+      j["stddev_ts"] = stdev(ts);
+      j["samples_ns"] = t.samples_ns;
+      j["samples_ts"] = ts;
+      std::string body = j.dump(2);
+      std::string indented = "  ";  // one level inside the top-level array
+      for (char c : body) {
+        indented += c;
+        if (c == '\n') indented += "  ";
       }
-      std::printf("%s  {\n"
-                  "    \"build_commit\": \"%s\",\n    \"build_number\": 0,\n    \"cpu_info\": \"%s\",\n"
-                  "    \"gpu_info\": \"\",\n    \"backends\": \"CPU\",\n    \"model_filename\": \"%s\",\n"
-                  "    \"model_type\": \"%s\",\n    \"model_size\": %llu,\n    \"model_n_params\": %llu,\n"
-                  "    \"n_batch\": %d,\n    \"n_ubatch\": %d,\n    \"n_threads\": %d,\n    \"type_k\": \"%s\",\n"
-                  "    \"type_v\": \"%s\",\n    \"n_gpu_layers\": 0,\n    \"n_prompt\": %d,\n    \"n_gen\": %d,\n"
-                  "    \"n_depth\": %d,\n    \"test\": \"%s\",\n    \"test_time\": \"%s\",\n    \"avg_ns\": %.0f,\n"
-                  "    \"stddev_ns\": %.0f,\n    \"avg_ts\": %f,\n    \"stddev_ts\": %f,\n    \"samples_ns\": [ %s ],\n"
-                  "    \"samples_ts\": [ %s ]\n  }",
-                  first ? "" : ",\n", KILN_VERSION, json_escape(cpu).c_str(), json_escape(filename).c_str(),
-                  json_escape(type).c_str(), (unsigned long long)size, (unsigned long long)params, n_batch, n_batch,
-                  t.n_threads, kv_type.c_str(), kv_type.c_str(), t.n_prompt, t.n_gen, t.n_depth, t.name().c_str(),
-                  when.c_str(), mean(t.samples_ns), stdev(t.samples_ns), mean(ts), stdev(ts), ns_list.c_str(),
-                  ts_list.c_str());
+      std::printf("%s%s", first ? "" : ",\n", indented.c_str());
     }
     first = false;
     std::fflush(stdout);
@@ -255,8 +273,9 @@ struct Printer {
 int bench_main(int argc, char** argv) {
   ArgParser args("bench", "Benchmark prompt processing (pp) and generation (tg) like llama-bench.");
   std::string model_path, p_list = "512", n_list = "128", d_list = "0", t_list, fmt = "md", kv_type = "f16";
-  int reps = 5, n_batch = 512;
+  int reps = 5, n_batch = defaults::kBatch;
   uint64_t seed = 1234;
+  ModelSource dev_src;  // --device, -ngl (-m and -t are lists of their own here)
   args.option({"-m", "--model"}, &model_path, "FILE",
               have_embedded_model() ? "GGUF model file (default: the embedded model)" : "GGUF model file");
   args.option({"-p", "--n-prompt"}, &p_list, "N[,N..]", "prompt lengths (default 512; 0: none)");
@@ -264,7 +283,11 @@ int bench_main(int argc, char** argv) {
   args.option({"-d", "--n-depth"}, &d_list, "N[,N..]", "tokens already in the cache before each test (default 0)");
   args.option({"-t", "--threads"}, &t_list, "N[,N..]", "CPU threads (default: all cores)");
   args.option({"-r", "--repetitions"}, &reps, "N", "timed repetitions per test (default 5)");
-  args.option({"-b", "--batch-size"}, &n_batch, "N", "tokens per forward pass for pp (default 512)");
+  args.option({"-b", "--batch-size"}, &n_batch, "N",
+              "tokens per forward pass for pp (default " + std::to_string(defaults::kBatch) + ")");
+  args.option({"--device"}, &dev_src.device, "DEV", "where to run: auto (a GPU when present), cpu, cuda, cuda:N");
+  args.option({"-ngl", "--n-gpu-layers"}, &dev_src.n_gpu_layers, "N",
+              "with a GPU: the last N layers, then the output, on it (default -1: all)");
   args.option({"-o", "--output"}, &fmt, "FMT", "md (default), csv or json");
   args.option({"--kv-type"}, &kv_type, "TYPE", "KV cache storage: f16 (default) or q8_0");
   args.option({"-s", "--seed"}, &seed, "N", "seed of the random prompt tokens (default 1234)");
@@ -297,9 +320,11 @@ int bench_main(int argc, char** argv) {
 
   Printer out{fmt, args.seen("-b") || args.seen("--batch-size")};
   const std::string cpu = cpu_info();
-  out.header();
+  bool printed_header = false;
   for (int threads : tl) {
-    ModelSource src{model_path, threads};
+    ModelSource src = dev_src;
+    src.path = model_path;
+    src.n_threads = threads;
     auto loaded = load_model(src);
     if (!loaded) return fail("bench", loaded.status());
     Model& model = *loaded->model;
@@ -307,9 +332,13 @@ int bench_main(int argc, char** argv) {
     CacheOptions co;
     co.n_ctx = max_d + std::max(max_p, max_n);
     co.kv_type = kv_type;
-    auto cache = make_cache(model, co);
-    if (!cache) return fail("bench", cache.status());
-    Runner runner(model, **cache, n_batch, seed);
+    auto engine = make_engine(model, co, 1, n_batch);
+    if (!engine) return fail("bench", engine.status());
+    if (!printed_header) {  // after the first load: a failed load leaves no half table (or invalid JSON) on stdout
+      out.header();
+      printed_header = true;
+    }
+    Runner runner(**engine, n_batch, seed);
     for (int d : *dl) {
       std::vector<Test> tests;
       for (int p : *pl)
@@ -318,7 +347,7 @@ int bench_main(int argc, char** argv) {
         if (n > 0) tests.push_back({0, n, d, shown_threads, {}});
       for (Test& t : tests) {
         // Warm-up (as llama-bench: the prompt once, or one generated token).
-        (*cache)->clear();
+        (*engine)->cache().clear();
         Status st = t.n_prompt > 0 ? runner.prompt(t.n_prompt, 0) : runner.gen(1, 0);
         if (!st) return fail("bench", st);
         for (int r = 0; r < reps; ++r) {

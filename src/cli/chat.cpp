@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/model_source.h"
 #include "runtime/generate.h"
+#include "runtime/prompt.h"
 #include "tokenizer/chat_template.h"
 
 namespace kiln::cli {
@@ -42,14 +43,15 @@ int chat_main(int argc, char** argv) {
   CacheOptions cache_opt;
   GenerateOptions gen;
   std::string system_prompt, template_name;
-  int n_batch = 512;
+  int n_batch = defaults::kBatch;
   add_model_options(args, &src);
   args.option({"-sys", "--system-prompt"}, &system_prompt, "TEXT", "system message");
   args.option({"--chat-template"}, &template_name, "NAME",
               "chat format: llama3, chatml, mistral, gemma, phi3, llama2 (default: the model's)");
   args.option({"-n", "--n-predict"}, &gen.seq.n_predict, "N", "most tokens per reply; -1: until EOG or context full");
   add_cache_options(args, &cache_opt);
-  args.option({"-b", "--batch-size"}, &n_batch, "N", "prompt tokens per forward pass (default 512)");
+  args.option({"-b", "--batch-size"}, &n_batch, "N",
+              "prompt tokens per forward pass (default " + std::to_string(defaults::kBatch) + ")");
   add_sampling_options(args, &gen.seq.sampling);
   if (Status st = args.parse(argc, argv); !st) return fail("chat", st);
   if (args.help_requested()) {
@@ -64,10 +66,10 @@ int chat_main(int argc, char** argv) {
   const Tokenizer& tok = model.tokenizer();
   auto format = choose_format(tok, template_name);
   if (!format) return fail("chat", format.status());
-  auto cache = make_cache(model, cache_opt);
-  if (!cache) return fail("chat", cache.status());
+  auto engine = make_engine(model, cache_opt, 1, n_batch);
+  if (!engine) return fail("chat", engine.status());
   const int64_t n_ctx = effective_ctx(model, cache_opt.n_ctx);
-  Generator g(model, **cache, 0, gen, n_ctx);
+  Generator g(**engine, 0, gen, n_ctx);
   if (Status st = g.validate(); !st) return fail("chat", st);
 
   std::vector<ChatMessage> messages;
@@ -85,9 +87,7 @@ int chat_main(int argc, char** argv) {
     if (line.empty()) continue;
     messages.push_back({"user", line});
 
-    std::string text = apply_chat_template(*format, messages, /*add_generation_prompt=*/true);
-    std::vector<int32_t> ids = tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
-    if (tok.add_bos() && tok.bos() >= 0 && (ids.empty() || ids[0] != tok.bos())) ids.insert(ids.begin(), tok.bos());
+    std::vector<int32_t> ids = encode_chat(tok, *format, messages);
     if (Status st = g.sync(ids); !st) return fail("chat", st);
 
     std::string reply;

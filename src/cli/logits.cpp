@@ -7,9 +7,8 @@
 #include <vector>
 
 #include "cli/args.h"
-#include "model/model.h"
-#include "runtime/batch.h"
-#include "runtime/kv_cache.h"
+#include "cli/model_source.h"
+#include "model/batch.h"
 #include "util/timer.h"
 
 namespace kiln::cli {
@@ -17,15 +16,15 @@ namespace {
 
 int run_logits(int argc, char** argv) {
   ArgParser ap("logits", "write raw f32 logits of a token sequence ([n_rows][n_vocab], little-endian)");
-  std::string model_path, tokens_text, out_path;
+  std::string tokens_text, out_path;
   bool all = false;
-  int64_t n_batch = 512, n_ctx = 0;
-  int n_threads = 0;
-  ap.option({"-m", "--model"}, &model_path, "FILE", "GGUF model");
+  int64_t n_batch = defaults::kBatch, n_ctx = 0;
+  ModelSource src;
+  add_model_options(ap, &src);
   ap.option({"--tokens"}, &tokens_text, "IDS", "token ids, e.g. 1,2,3 (fed verbatim: no BOS is added)");
   ap.flag({"--all"}, &all, "write the logits of every position (default: the last one)");
-  ap.option({"-b", "--batch-size"}, &n_batch, "N", "tokens per forward pass (default 512)");
-  ap.option({"-t", "--threads"}, &n_threads, "N", "CPU threads (default: all cores)");
+  ap.option({"-b", "--batch-size"}, &n_batch, "N",
+            "tokens per forward pass (default " + std::to_string(defaults::kBatch) + ")");
   ap.option({"-c", "--ctx-size"}, &n_ctx, "N", "KV cache size in tokens (default: the number of tokens)");
   ap.option({"-o", "--out"}, &out_path, "FILE", "output file");
   Status st = ap.parse(argc, argv);
@@ -34,31 +33,33 @@ int run_logits(int argc, char** argv) {
     std::printf("%s", ap.usage().c_str());
     return 0;
   }
-  if (model_path.empty()) return fail("logits", make_error(ErrorCode::kInvalidArgument, "-m MODEL is required"));
   if (out_path.empty()) return fail("logits", make_error(ErrorCode::kInvalidArgument, "--out FILE is required"));
   if (tokens_text.empty()) return fail("logits", make_error(ErrorCode::kInvalidArgument, "--tokens is required"));
-  if (n_batch <= 0)
-    return fail("logits", make_error(ErrorCode::kInvalidArgument, "-b %lld: must be > 0", static_cast<long long>(n_batch)));
+  if (n_batch <= 0 || n_batch > (1 << 20))
+    return fail("logits", make_error(ErrorCode::kInvalidArgument, "-b %lld: must be in [1, %d]",
+                                     static_cast<long long>(n_batch), 1 << 20));
+  if (n_ctx < 0)
+    return fail("logits", make_error(ErrorCode::kInvalidArgument, "-c %lld: must be >= 0", static_cast<long long>(n_ctx)));
+  if (Status cs = check_model_options(src); !cs) return fail("logits", cs);
   auto ids = parse_id_list(tokens_text);
   if (!ids) return fail("logits", ids.status().with_context("--tokens"));
   const std::vector<int32_t>& tokens = ids.value();
   if (tokens.empty()) return fail("logits", make_error(ErrorCode::kInvalidArgument, "--tokens: no ids given"));
 
-  LoadOptions lo;
-  lo.n_threads = n_threads;
-  auto model = Model::load(model_path, lo);
-  if (!model) return fail("logits", model.status());
-  Model& m = *model.value();
+  auto loaded = load_model(src);
+  if (!loaded) return fail("logits", loaded.status());
+  Model& m = *loaded->model;
   const int64_t n_vocab = m.hparams().n_vocab;
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= n_vocab)
       return fail("logits", make_error(ErrorCode::kInvalidArgument, "--tokens: token %zu (id %d) is out of range "
                                        "[0, %lld)", i, tokens[i], static_cast<long long>(n_vocab)));
 
-  KvCacheConfig kc;
-  kc.n_ctx = n_ctx > 0 ? n_ctx : static_cast<int64_t>(tokens.size());
-  auto cache = KvCache::create(m.hparams(), kc);
-  if (!cache) return fail("logits", cache.status());
+  CacheOptions co;
+  co.n_ctx = n_ctx > 0 ? n_ctx : static_cast<int64_t>(tokens.size());
+  const int32_t nb = static_cast<int32_t>(n_batch);
+  auto engine = make_engine(m, co, 1, nb, all ? nb : 1);
+  if (!engine) return fail("logits", engine.status());
 
   std::FILE* f = std::fopen(out_path.c_str(), "wb");
   if (!f) return fail("logits", make_error(ErrorCode::kIo, "cannot open '%s' for writing", out_path.c_str()));
@@ -70,7 +71,7 @@ int run_logits(int argc, char** argv) {
     const size_t e = std::min(tokens.size(), b + static_cast<size_t>(n_batch));
     batch.clear();
     for (size_t i = b; i < e; ++i) batch.add(tokens[i], static_cast<int32_t>(i), 0, all || i + 1 == tokens.size());
-    st = m.forward(batch, *cache.value(), &logits);
+    st = (*engine)->forward(batch, &logits);
     if (!st.is_ok()) {
       std::fclose(f);
       return fail("logits", st);

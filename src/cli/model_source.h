@@ -12,7 +12,8 @@
 
 #include "cli/args.h"
 #include "model/model.h"
-#include "runtime/kv_cache.h"
+#include "runtime/defaults.h"
+#include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "util/status.h"
 
@@ -24,10 +25,15 @@ bool have_embedded_model();
 struct ModelSource {
   std::string path;   // -m; empty: the embedded model
   int n_threads = 0;  // -t; 0: all cores
+  std::string device = "auto";  // --device auto|cpu|cuda|cuda:N
+  int n_gpu_layers = -1;        // -ngl: the last N layers (then the output) on the GPU; -1: all
 };
 
-// Registers -m/--model and -t/--threads.
+// Registers -m/--model, -t/--threads, --device and -ngl/--n-gpu-layers.
 void add_model_options(ArgParser& args, ModelSource* src);
+// Checks -t, --device and -ngl before anything is loaded (-t above kMaxThreadsPerCore per core is capped with a
+// warning).
+Status check_model_options(ModelSource& src);
 
 struct LoadedModel {
   std::unique_ptr<Model> model;
@@ -44,9 +50,13 @@ struct CacheOptions {
   std::string kv_type = "f16";  // --kv-type f16|q8_0
 };
 void add_cache_options(ArgParser& args, CacheOptions* opt);
-// The cache for `max_seqs` sequences of n_ctx tokens each; errors name the bad option.
-Result<std::unique_ptr<KvCache>> make_cache(const Model& model, const CacheOptions& opt, int32_t max_seqs = 1);
-// n_ctx after applying the default (0 -> min(n_ctx_train, 4096)).
+// The engine (KV cache + model state) for `max_seqs` sequences of n_ctx tokens each, steps of up to n_batch
+// tokens and max_outputs output rows (0: the default); errors name the bad option.
+Result<std::unique_ptr<Engine>> make_engine(Model& model, const CacheOptions& opt, int32_t max_seqs = 1,
+                                            int32_t n_batch = defaults::kBatch, int32_t max_outputs = 0);
+// Checks -c and --kv-type before the model loads.
+Status check_cache_options(const CacheOptions& opt);
+// n_ctx after applying the default (0 -> min(n_ctx_train, kContextCap)).
 int64_t effective_ctx(const Model& model, int64_t n_ctx);
 
 // --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s/--seed

@@ -14,7 +14,8 @@
 
 #include "cli/args.h"
 #include "cli/model_source.h"
-#include "runtime/batch.h"
+#include "model/batch.h"
+#include "runtime/prompt.h"
 #include "util/timer.h"
 
 namespace kiln::cli {
@@ -33,13 +34,15 @@ int perplexity_main(int argc, char** argv) {
   ArgParser args("perplexity", "Perplexity over a text file in non-overlapping windows of -c tokens.");
   ModelSource src;
   CacheOptions cache_opt;
-  cache_opt.n_ctx = 512;
+  cache_opt.n_ctx = defaults::kPerplexityCtx;
   std::string file;
   int n_batch = 0;
   int64_t max_windows = 0;
   add_model_options(args, &src);
   args.option({"-f", "--file"}, &file, "FILE", "text to score");
-  add_cache_options(args, &cache_opt);
+  args.option({"--kv-type"}, &cache_opt.kv_type, "TYPE", "KV cache storage: f16 (default) or q8_0");
+  args.option({"-c", "--ctx-size"}, &cache_opt.n_ctx, "N",
+              "window length in tokens (default " + std::to_string(defaults::kPerplexityCtx) + ")");
   args.option({"-b", "--batch-size"}, &n_batch, "N", "tokens per forward pass (default: the window, -c)");
   args.option({"--chunks"}, &max_windows, "N", "score at most N windows (default: all)");
   if (Status st = args.parse(argc, argv); !st) return fail("perplexity", st);
@@ -62,12 +65,12 @@ int perplexity_main(int argc, char** argv) {
   if (!loaded) return fail("perplexity", loaded.status());
   Model& model = *loaded->model;
   const Tokenizer& tok = model.tokenizer();
-  auto cache = make_cache(model, cache_opt);
-  if (!cache) return fail("perplexity", cache.status());
+  auto engine = make_engine(model, cache_opt, 1, n_batch, n_batch);
+  if (!engine) return fail("perplexity", engine.status());
 
-  std::vector<int32_t> tokens = tok.encode(ss.str(), /*add_special=*/false, /*parse_special=*/false);
-  const bool add_bos = tok.add_bos() && tok.bos() >= 0;
-  if (add_bos) tokens.insert(tokens.begin(), tok.bos());
+  // BOS (when the tokenizer wants one) replaces position 0 of every window below.
+  std::vector<int32_t> tokens = encode_prompt(tok, ss.str(), /*add_bos=*/true, /*parse_special=*/false);
+  const bool add_bos = !tokens.empty() && tok.bos() >= 0 && tokens[0] == tok.bos() && tok.add_bos();
   int64_t n_windows = static_cast<int64_t>(tokens.size()) / n_ctx;
   if (max_windows > 0) n_windows = std::min(n_windows, max_windows);
   if (n_windows == 0)
@@ -86,7 +89,7 @@ int perplexity_main(int argc, char** argv) {
   Timer total;
   for (int64_t w = 0; w < n_windows; ++w) {
     const int64_t start = w * n_ctx;
-    (*cache)->clear();
+    (*engine)->cache().clear();
     double w_nll = 0;
     int64_t w_count = 0;
     for (int64_t b = 0; b < n_ctx; b += n_batch) {
@@ -98,7 +101,7 @@ int perplexity_main(int argc, char** argv) {
         if (pos == 0 && add_bos) t = tok.bos();
         batch.add(t, static_cast<int32_t>(pos), 0, pos >= first && pos <= n_ctx - 2);
       }
-      if (Status st = model.forward(batch, **cache, &logits); !st)
+      if (Status st = (*engine)->forward(batch, &logits); !st)
         return fail("perplexity", st.with_context(strprintf("window %lld", (long long)w)));
       size_t row = 0;
       for (int64_t i = 0; i < k; ++i) {

@@ -10,6 +10,7 @@
 #include "cli/args.h"
 #include "cli/model_source.h"
 #include "runtime/generate.h"
+#include "runtime/prompt.h"
 
 namespace kiln::cli {
 namespace {
@@ -37,14 +38,6 @@ Result<std::vector<int32_t>> parse_tokens(const std::string& arg) {
 
 double mib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
 
-// Bytes of K and V storage the cache holds for all its slots.
-uint64_t kv_cache_bytes(const HParams& hp, const KvCache& cache) {
-  const DType t = cache.config().dtype;
-  const uint64_t slots = static_cast<uint64_t>(cache.n_blocks_total()) * cache.config().block_size;
-  const double per_elem = static_cast<double>(dtype_type_size(t)) / dtype_block_size(t);
-  const double per_slot = hp.n_layer * hp.n_head_kv * (hp.head_dim_k + hp.head_dim_v) * per_elem;
-  return static_cast<uint64_t>(per_slot * slots);
-}
 
 int run_main(int argc, char** argv) {
   ArgParser args("run", "Generate text from a prompt (streamed to stdout; timings on stderr).");
@@ -53,14 +46,15 @@ int run_main(int argc, char** argv) {
   GenerateOptions gen;
   std::string prompt, prompt_file, tokens_arg;
   bool print_ids = false, no_bos = false;
-  int n_batch = 512;
+  int n_batch = defaults::kBatch;
   add_model_options(args, &src);
   args.option({"-p", "--prompt"}, &prompt, "TEXT", "prompt text");
   args.option({"-f", "--file"}, &prompt_file, "FILE", "read the prompt from a file");
   args.option({"--tokens"}, &tokens_arg, "IDS", "prompt as token ids '1,2,3' (or a file of them), fed verbatim");
   args.option({"-n", "--n-predict"}, &gen.seq.n_predict, "N", "tokens to generate; -1: until EOG or context full (default -1)");
   add_cache_options(args, &cache_opt);
-  args.option({"-b", "--batch-size"}, &n_batch, "N", "prompt tokens per forward pass (default 512)");
+  args.option({"-b", "--batch-size"}, &n_batch, "N",
+              "prompt tokens per forward pass (default " + std::to_string(defaults::kBatch) + ")");
   add_sampling_options(args, &gen.seq.sampling);
   args.flag({"--ids"}, &print_ids, "print the generated ids as one line [id, ...] instead of text");
   args.flag({"--ignore-eos"}, &gen.seq.ignore_eos, "do not stop at end-of-generation tokens");
@@ -86,22 +80,23 @@ int run_main(int argc, char** argv) {
     prompt = std::move(r).value();
   }
 
+  if (n_batch < 1) return fail("run", make_error(ErrorCode::kInvalidArgument, "-b: must be >= 1 (got %d)", n_batch));
+  if (Status st = check_model_options(src); !st) return fail("run", st);
+  if (Status st = check_cache_options(cache_opt); !st) return fail("run", st);
   auto loaded = load_model(src, /*show_progress=*/true);
   if (!loaded) return fail("run", loaded.status());
   Model& model = *loaded->model;
-  auto cache = make_cache(model, cache_opt);
-  if (!cache) return fail("run", cache.status());
+  auto engine = make_engine(model, cache_opt, 1, n_batch);
+  if (!engine) return fail("run", engine.status());
 
   if (tokens_arg.empty()) {
-    const Tokenizer& tok = model.tokenizer();
-    ids = tok.encode(prompt, /*add_special=*/false, /*parse_special=*/true);
-    if (!no_bos && tok.add_bos() && tok.bos() >= 0 && (ids.empty() || ids[0] != tok.bos())) ids.insert(ids.begin(), tok.bos());
+    ids = encode_prompt(model.tokenizer(), prompt, /*add_bos=*/!no_bos);
     if (ids.empty())
       return fail("run", make_error(ErrorCode::kInvalidArgument, "empty prompt: pass -p TEXT, -f FILE or --tokens IDS"));
   }
 
   const int64_t n_ctx = effective_ctx(model, cache_opt.n_ctx);
-  Generator g(model, **cache, 0, gen, n_ctx);
+  Generator g(**engine, 0, gen, n_ctx);
   if (Status st = g.validate(); !st) return fail("run", st);
   g.timings().load_s = loaded->load_seconds;
   if (Status st = g.feed(ids); !st) return fail("run", st.with_context("prompt"));
@@ -132,7 +127,7 @@ int run_main(int argc, char** argv) {
     std::fprintf(stderr, "kiln run: context full (%lld tokens): generation stopped; raise -c for more\n",
                  (long long)n_ctx);
   std::fprintf(stderr, "kiln run: load %.3f s, model %.2f MiB, kv cache %.2f MiB (%s, %lld tokens), peak RSS %.1f MiB\n",
-               t.load_s, mib(model.stats().weight_bytes), mib(kv_cache_bytes(model.hparams(), **cache)),
+               t.load_s, mib(model.stats().weight_bytes), mib((*engine)->state().kv_bytes()),
                cache_opt.kv_type.c_str(), (long long)n_ctx, mib(peak_rss_bytes()));
   std::fprintf(stderr, "kiln run: prompt %lld tokens in %.3f s (%.2f tok/s)\n", (long long)t.n_prompt, t.prompt_s,
                t.prompt_tps());

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "backend/tensor.h"
+#include "backend/backend.h"
 #include "gguf/gguf.h"
 #include "model/hparams.h"
 #include "util/status.h"
@@ -31,6 +31,17 @@ struct Weights {
   Tensor output;       // [n_embd, n_vocab]; = tok_embd when tied
   Tensor rope_freqs;   // optional f32 [n_rot/2] (llama3 frequency factors)
   std::vector<LayerWeights> layers;
+  // rope_freqs as seen by each backend of the placement (the layers' backends all read it).
+  struct OnBackend {
+    Backend* backend;
+    Tensor t;
+  };
+  std::vector<OnBackend> rope_freqs_on;
+  Tensor rope_freqs_for(const Backend* be) const {
+    for (const OnBackend& o : rope_freqs_on)
+      if (o.backend == be) return o.t;
+    return Tensor{};
+  }
 };
 
 // One entry of an architecture's tensor manifest: the file must hold `name` with exactly `shape` (ne order);

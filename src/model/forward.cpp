@@ -1,8 +1,6 @@
 // The shared pieces of every block (model/forward.h), top to bottom.
 #include "model/forward.h"
 
-#include "runtime/kv_cache_paged.h"
-
 namespace kiln::pieces {
 
 Status self_attention(ForwardCtx& c, int64_t il) {
@@ -11,7 +9,7 @@ Status self_attention(ForwardCtx& c, int64_t il) {
   const LayerWeights& L = c.w->layers[il];
   const int64_t n = c.n;
 
-  KILN_TRY(be.rms_norm(c.x, L.attn_norm, hp.rms_eps, c.h));
+  KILN_TRY(be.rms_norm_for_matmul(c.x, L.attn_norm, hp.rms_eps, c.h, L.wq.dtype));
   const Backend::MatmulOut qkv[] = {{L.wq, L.bq, c.q}, {L.wk, L.bk, c.k}, {L.wv, L.bv, c.v}};
   KILN_TRY(be.matmul_group(c.h, qkv, 3));
 
@@ -23,30 +21,23 @@ Status self_attention(ForwardCtx& c, int64_t il) {
     KILN_TRY(be.rms_norm(qh, L.q_norm, hp.rms_eps, qh));
     KILN_TRY(be.rms_norm(kh, L.k_norm, hp.rms_eps, kh));
   }
-  KILN_TRY(be.rope(q3, c.pos, c.rope));
-  KILN_TRY(be.rope(k3, c.pos, c.rope));
-
-  // The batch's K/V go into the cache first; each token then attends to positions [0, pos] of its sequence.
-  const KvLayer layer = c.cache->layer(il);
-  KILN_TRY(be.kv_store(c.k, c.v, layer, c.slots));
+  // RoPE, then the batch's K/V go into the cache; each token then attends to positions [0, pos] of its sequence.
+  const KvLayer& layer = c.kv[il];
+  KILN_TRY(be.rope_kv_store(q3, k3, c.v, c.pos, c.rope, layer, c.slots));
   KILN_TRY(be.attention(q3, layer, c.meta, c.attn_scale, c.attn.reshape(hp.head_dim_v, hp.n_head, n)));
   if (il == hp.n_layer - 1 && c.n_out < c.n) KILN_TRY(keep_output_rows(c));
   if (c.n == 0) return Status::ok();
 
-  KILN_TRY(be.matmul(L.wo, c.attn, Tensor{}, c.h));
-  return be.add(c.x, c.h, c.x);
+  return be.matmul_add(L.wo, c.attn, Tensor{}, c.h, c.x);  // x += wo attn
 }
 
 Status swiglu_ffn(ForwardCtx& c, int64_t il) {
   if (c.n == 0) return Status::ok();
   Backend& be = *c.be;
   const LayerWeights& L = c.w->layers[il];
-  KILN_TRY(be.rms_norm(c.x, L.ffn_norm, c.hp->rms_eps, c.h));
-  const Backend::MatmulOut gate_up[] = {{L.w_gate, Tensor{}, c.g}, {L.w_up, Tensor{}, c.u}};
-  KILN_TRY(be.matmul_group(c.h, gate_up, 2));
-  KILN_TRY(be.swiglu(c.g, c.u, c.g));
-  KILN_TRY(be.matmul(L.w_down, c.g, Tensor{}, c.h));
-  return be.add(c.x, c.h, c.x);
+  KILN_TRY(be.rms_norm_for_matmul(c.x, L.ffn_norm, c.hp->rms_eps, c.h, L.w_gate.dtype));
+  KILN_TRY(be.matmul_swiglu(L.w_gate, L.w_up, c.h, c.g, c.u));  // g = silu(gate h) * up h
+  return be.matmul_add(L.w_down, c.g, Tensor{}, c.h, c.x);     // x += down g
 }
 
 Status keep_output_rows(ForwardCtx& c) {

@@ -1,7 +1,7 @@
-// The forward pass, written once against Backend (DESIGN.md section 2). Model::forward (model/model.cpp) fills a
-// ForwardCtx for the batch (token ids, positions, cache slots, block tables in backend memory), embeds, runs the
-// architecture's block per layer (model/arch/*.cpp, built from the pieces below), and projects the rows that want
-// logits.
+// The forward pass, written once against Backend (docs/ARCHITECTURE.md). ModelState::execute (model/state.cpp)
+// fills a ForwardCtx per layer with that layer's backend and workspace (token ids, positions, cache slots, block
+// tables already uploaded there), embeds, runs the architecture's block per layer (model/arch/*.cpp, built from
+// the pieces below), and projects the rows that want output.
 //
 // Activations, n = tokens in the batch (ggml order [row width, rows]):
 //   x    [n_embd, n]            residual stream (in place across layers)
@@ -17,14 +17,12 @@
 
 namespace kiln {
 
-class PagedKvCache;
-
 struct ForwardCtx {
-  Backend* be = nullptr;
+  Backend* be = nullptr;  // the current layer's backend; every tensor below lives on it
   const HParams* hp = nullptr;
   const Weights* w = nullptr;
-  PagedKvCache* cache = nullptr;
-  int64_t n = 0;  // tokens in the batch
+  const KvLayer* kv = nullptr;  // [n_layer] K/V storage of each layer
+  int64_t n = 0;  // tokens in the batch (the bucket: padded rows included)
 
   Tensor x, h, q, k, v, attn, g, u;
   Tensor pos, slots;  // I32 [n]

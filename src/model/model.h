@@ -1,32 +1,40 @@
-// A loaded model: hyperparameters, tokenizer, weights (views into the mmapped GGUF, in their block layout) and the
-// forward pass, written once against the Backend op interface (backend/backend.h).
+// A loaded model: hyperparameters, tokenizer, weights (in their GGUF block layout, on the backends of the
+// placement) and the forward pass, written once against the Backend op interface (backend/backend.h).
+//
+// The model layer knows no runtime: it executes steps that the runtime planned (model/step.h) on a ModelState it
+// created (KV storage, workspace, staging); block allocation, sequences and lengths are the runtime's. It prints
+// nothing: load progress goes to a callback.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "backend/placement.h"
 #include "gguf/gguf.h"
+#include "model/batch.h"
 #include "model/hparams.h"
-#include "runtime/batch.h"
+#include "model/step.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
 
 namespace kiln {
 
-class KvCache;
-class Backend;
-
 struct LoadOptions {
-  int n_threads = 0;            // CPU threads (0: all cores)
-  bool show_progress = false;   // progress bar on stderr while touching weights of large files
-  bool prefetch = true;         // madvise(WILLNEED) the mapping
-  bool reference_backend = false;  // run on the scalar reference CPU backend (tests: the executable spec)
+  // Where the model runs: an explicit placement wins; otherwise `devices` (--device, -ngl, threads) is resolved
+  // with the file's layer count (backend/placement.h).
+  Placement placement;
+  DeviceRequest devices;
+  bool prefetch = true;  // madvise(WILLNEED) the mapping
+  // Called while the weights are read or uploaded: bytes done of total (files over 256 MiB only, throttled to
+  // whole percents). The caller draws the bar.
+  std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
 struct ModelStats {
-  uint64_t weight_bytes = 0;    // bytes of tensor data (mapped)
+  uint64_t weight_bytes = 0;  // bytes of tensor data
   uint64_t n_params = 0;
   double load_seconds = 0;
 };
@@ -45,13 +53,13 @@ class Model {
   virtual const Tokenizer& tokenizer() const = 0;
   virtual const ModelStats& stats() const = 0;
   virtual const gguf::File& file() const = 0;
-  virtual Backend& backend() = 0;
+  virtual const Placement& placement() const = 0;
 
-  // Runs one batch through the network, appending each token's K/V to `cache` (sequences must have been admitted
-  // to the cache; see KvCache). For every token with want_logits, in batch order, writes n_vocab f32 logits to
-  // `logits` (resized to n_logits * n_vocab). Errors: token id out of range, position not continuing its sequence,
-  // cache full (names the sequence and its length).
-  virtual Status forward(const Batch& batch, KvCache& cache, std::vector<float>* logits) = 0;
+  // KV storage + workspace + staging for these capacities, on the placement's backends. Errors: a capacity out of
+  // range, or storage that does not fit (names the bytes needed and available, and the option to lower).
+  virtual Result<std::unique_ptr<ModelState>> create_state(const StepCaps& caps) = 0;
+  // Bytes create_state would allocate for the KV storage.
+  virtual uint64_t kv_bytes(const StepCaps& caps) const = 0;
 };
 
 }  // namespace kiln

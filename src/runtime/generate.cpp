@@ -6,10 +6,11 @@
 
 namespace kiln {
 
-Generator::Generator(Model& model, KvCache& cache, int32_t seq_id, const GenerateOptions& opts, int64_t n_ctx)
-    : model_(model), cache_(cache), opts_(opts),
-      seq_(seq_id, model.tokenizer(), static_cast<int32_t>(model.hparams().n_vocab),
-           n_ctx > 0 ? std::min<int64_t>(n_ctx, cache.config().n_ctx) : cache.config().n_ctx, opts.seq) {}
+Generator::Generator(Engine& engine, int32_t seq_id, const GenerateOptions& opts, int64_t n_ctx)
+    : engine_(engine), opts_(opts),
+      seq_(seq_id, engine.model().tokenizer(), static_cast<int32_t>(engine.model().hparams().n_vocab),
+           n_ctx > 0 ? std::min<int64_t>(n_ctx, engine.cache().config().n_ctx) : engine.cache().config().n_ctx,
+           opts.seq, engine.cache()) {}
 
 Status Generator::validate() const {
   if (opts_.n_batch < 1) return make_error(ErrorCode::kInvalidArgument, "n_batch: must be >= 1 (got %d)", opts_.n_batch);
@@ -19,19 +20,26 @@ Status Generator::validate() const {
 Status Generator::run_pending(bool count_as_prompt) {
   Timer t;
   int64_t n_fed = 0;
+  const size_t chunk = static_cast<size_t>(std::min(opts_.n_batch, engine_.caps().max_tokens));
   while (seq_.n_pending() > 0) {
     batch_.clear();
-    const size_t n = seq_.schedule(batch_, static_cast<size_t>(opts_.n_batch));
+    const size_t n = seq_.schedule(batch_, chunk);
     const bool want = seq_.scheduled_wants_logits();
-    Status st = model_.forward(batch_, cache_, &logits_);
-    if (!st.is_ok()) {
+    const OutputKind kind = opts_.keep_logits ? OutputKind::kLogits : seq_.output_kind();
+    auto out = engine_.step(batch_.tokens, std::span<const OutputKind>(&kind, 1));
+    if (!out) {
       seq_.rollback();
       logits_ready_ = false;
-      return st;
+      return out.status();
     }
     seq_.commit();
     n_fed += static_cast<int64_t>(n);
     logits_ready_ = want;
+    if (want) {
+      argmax_ = out->argmax[0];
+      have_row_ = kind == OutputKind::kLogits;
+      if (have_row_) logits_.assign(out->row(0), out->row(0) + out->n_vocab);
+    }
   }
   if (count_as_prompt) {
     timings_.n_prompt += n_fed;
@@ -52,8 +60,7 @@ Status Generator::sync(std::span<const int32_t> tokens) {
   while (common < cached && common < tokens.size() && have[common] == tokens[common]) ++common;
   // Re-feed at least the last token: its logits are what the next sample needs.
   if (common == tokens.size() && common > 0) --common;
-  cache_.truncate(seq_.id(), static_cast<int64_t>(common));
-  seq_.truncate(static_cast<int64_t>(common));
+  seq_.truncate(static_cast<int64_t>(common));  // and the cache
   logits_ready_ = false;
   return feed(tokens.subspan(common));
 }
@@ -67,12 +74,9 @@ Result<StopReason> Generator::generate(const TokenCallback& on_token) {
     return make_error(ErrorCode::kInvalidArgument, "generate: no logits to sample from (feed a prompt first)");
   // n_predict 0: nothing to generate.
   if (opts_.seq.n_predict == 0) return StopReason::kLimit;
-  const int64_t n_vocab = model_.hparams().n_vocab;
   t.reset();
   while (stop == StopReason::kNone) {
-    const size_t n_rows = logits_.size() / static_cast<size_t>(n_vocab);
-    std::span<const float> row(logits_.data() + (n_rows - 1) * n_vocab, static_cast<size_t>(n_vocab));
-    Sequence::Step step = seq_.on_logits(row);
+    Sequence::Step step = have_row_ ? seq_.on_logits(logits_) : seq_.on_token(argmax_);
     logits_ready_ = false;
     if (step.token >= 0) {
       ++timings_.n_gen;

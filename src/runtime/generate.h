@@ -2,8 +2,9 @@
 // the last token of the prompt asks for logits), then decode one token per forward pass with the sampler chain,
 // streaming each token out, until an end-of-generation token, n_predict tokens, or a full context.
 //
-// Per-sequence state lives in Sequence (sequence.h); Generator only owns the loop and the logits buffer, so the
-// server's scheduler can drive many Sequences over the same Model and KvCache instead.
+// Per-sequence state lives in Sequence (sequence.h); Generator only owns the loop, so the server's scheduler can
+// drive many Sequences over the same Engine instead. Each step fetches what the sampler needs: the backend's
+// argmax id for greedy decoding without penalties, the logits row otherwise.
 #pragma once
 
 #include <cstdint>
@@ -13,14 +14,15 @@
 #include <vector>
 
 #include "model/model.h"
-#include "runtime/kv_cache.h"
+#include "runtime/engine.h"
 #include "runtime/sequence.h"
 #include "util/status.h"
 
 namespace kiln {
 
 struct GenerateOptions {
-  int32_t n_batch = 512;  // tokens per forward pass during prefill
+  int32_t n_batch = 512;  // tokens per forward pass during prefill (at most the engine's max_batch)
+  bool keep_logits = false;  // always fetch the logits row (last_logits()), even when the argmax would do
   SequenceOptions seq;    // n_predict, ignore_eos, sampling
 };
 
@@ -40,7 +42,7 @@ using TokenCallback = std::function<bool(int32_t id, const std::string& piece)>;
 class Generator {
  public:
   // n_ctx: the most tokens this sequence may hold (0: the cache's whole n_ctx). The cache must admit seq_id.
-  Generator(Model& model, KvCache& cache, int32_t seq_id, const GenerateOptions& opts, int64_t n_ctx = 0);
+  Generator(Engine& engine, int32_t seq_id, const GenerateOptions& opts, int64_t n_ctx = 0);
 
   Status validate() const;  // options and sampler parameters, naming the bad one
 
@@ -58,20 +60,24 @@ class Generator {
 
   Sequence& sequence() { return seq_; }
   const Sequence& sequence() const { return seq_; }
-  // Logits row of the last fed token (n_vocab floats), empty before the first feed.
-  std::span<const float> last_logits() const { return logits_ready_ ? std::span<const float>(logits_) : std::span<const float>(); }
+  // Logits row of the last fed token (n_vocab floats), empty before the first feed or when the step fetched only
+  // the argmax (greedy without penalties).
+  std::span<const float> last_logits() const {
+    return logits_ready_ && have_row_ ? std::span<const float>(logits_) : std::span<const float>();
+  }
   Timings& timings() { return timings_; }
 
  private:
   Status run_pending(bool count_as_prompt);  // feeds every pending token
 
-  Model& model_;
-  KvCache& cache_;
+  Engine& engine_;
   GenerateOptions opts_;
   Sequence seq_;
   Batch batch_;
-  std::vector<float> logits_;
-  bool logits_ready_ = false;
+  std::vector<float> logits_;  // the last output row when it was fetched as logits
+  int32_t argmax_ = -1;        // the backend's argmax of the last output row
+  bool logits_ready_ = false;  // the last fed token's output is here
+  bool have_row_ = false;      // ... as a logits row (else only argmax_)
   Timings timings_;
 };
 

@@ -2,68 +2,82 @@
 
 #include <algorithm>
 
-#include "runtime/kv_cache_paged.h"
 
 namespace kiln {
 
-Result<std::unique_ptr<KvCache>> KvCache::create(const HParams& hp, const KvCacheConfig& cfg) {
+Result<std::unique_ptr<KvCache>> KvCache::create(const KvCacheConfig& cfg) {
+  KILN_TRY(validate(cfg));
+  return std::unique_ptr<KvCache>(new KvCache(cfg));
+}
+
+Status KvCache::validate(const KvCacheConfig& cfg) {
   if (cfg.n_ctx <= 0) return make_error(ErrorCode::kInvalidArgument, "kv cache: n_ctx must be > 0 (got %lld)",
                                         static_cast<long long>(cfg.n_ctx));
-  if (cfg.block_size <= 0)
-    return make_error(ErrorCode::kInvalidArgument, "kv cache: block_size must be > 0 (got %d)", cfg.block_size);
-  if (cfg.max_seqs <= 0)
-    return make_error(ErrorCode::kInvalidArgument, "kv cache: max_seqs must be > 0 (got %d)", cfg.max_seqs);
+  if (cfg.block_size <= 0 || cfg.block_size > 1024)
+    return make_error(ErrorCode::kInvalidArgument, "kv cache: block_size must be in [1, 1024] (got %d)",
+                      cfg.block_size);
+  if (cfg.max_seqs <= 0 || cfg.max_seqs > 65536)
+    return make_error(ErrorCode::kInvalidArgument, "kv cache: max_seqs must be in [1, 65536] (got %d)", cfg.max_seqs);
+  // Block ids and slots are int32 on every backend: the pool holds at most 2^31 slots.
+  if (cfg.n_ctx > (int64_t{1} << 31) - cfg.block_size)
+    return make_error(ErrorCode::kOutOfRange, "-c %lld: the context is limited to %lld token slots",
+                      static_cast<long long>(cfg.n_ctx), static_cast<long long>((int64_t{1} << 31) - cfg.block_size));
   if (cfg.dtype != DType::F16 && cfg.dtype != DType::F32 && cfg.dtype != DType::Q8_0)
     return make_error(ErrorCode::kUnsupported, "kv cache: type %s is not supported (f16, q8_0, f32)",
                       dtype_name(cfg.dtype));
-  if (hp.n_layer <= 0 || hp.n_head_kv <= 0 || hp.head_dim_k <= 0 || hp.head_dim_v <= 0)
-    return make_error(ErrorCode::kInvalidArgument, "kv cache: hyperparameters not set (n_layer %lld, n_head_kv %lld, "
-                      "head_dim %lld/%lld)", static_cast<long long>(hp.n_layer), static_cast<long long>(hp.n_head_kv),
-                      static_cast<long long>(hp.head_dim_k), static_cast<long long>(hp.head_dim_v));
-  const int64_t bs = dtype_block_size(cfg.dtype);
-  if (hp.head_dim_k % bs || hp.head_dim_v % bs)
-    return make_error(ErrorCode::kUnsupported, "kv cache: %s needs head dims that are multiples of %lld (got %lld/%lld)",
-                      dtype_name(cfg.dtype), static_cast<long long>(bs), static_cast<long long>(hp.head_dim_k),
-                      static_cast<long long>(hp.head_dim_v));
-  return std::unique_ptr<KvCache>(new PagedKvCache(hp, cfg));
+  if (cfg.max_batch < 1 || cfg.max_batch > (1 << 20))
+    return make_error(ErrorCode::kInvalidArgument, "-b: batch size must be in [1, %d] (got %d)", 1 << 20,
+                      cfg.max_batch);
+  return Status::ok();
 }
 
-PagedKvCache::PagedKvCache(const HParams& hp, const KvCacheConfig& cfg)
-    : KvCache(cfg), n_layer_(hp.n_layer), n_head_kv_(hp.n_head_kv), hd_k_(hp.head_dim_k), hd_v_(hp.head_dim_v) {
+KvCache::KvCache(const KvCacheConfig& cfg) : cfg_(cfg) {
   n_blocks_ = (cfg.n_ctx + cfg.block_size - 1) / cfg.block_size;
   seqs_.resize(cfg.max_seqs);
+  dirty_.assign(cfg.max_seqs, 0);
+  dirty_list_.reserve(cfg.max_seqs);
   refcount_.assign(n_blocks_, 0);
   clear();
 }
 
-uint64_t PagedKvCache::storage_bytes() const {
-  const uint64_t rk = dtype_row_bytes(cfg_.dtype, n_head_kv_ * hd_k_).value();
-  const uint64_t rv = dtype_row_bytes(cfg_.dtype, n_head_kv_ * hd_v_).value();
-  return (rk + rv) * static_cast<uint64_t>(n_slots()) * static_cast<uint64_t>(n_layer_);
+void KvCache::mark(int32_t seq_id) {
+  if (!dirty_[seq_id]) {
+    dirty_[seq_id] = 1;
+    dirty_list_.push_back(seq_id);
+  }
 }
 
-void PagedKvCache::clear() {
-  for (auto& s : seqs_) s = Seq{};
+void KvCache::take_dirty(std::vector<int32_t>& out) {
+  for (int32_t s : dirty_list_) {
+    out.push_back(s);
+    dirty_[s] = 0;
+  }
+  dirty_list_.clear();
+}
+
+void KvCache::clear() {
+  for (int32_t i = 0; i < static_cast<int32_t>(seqs_.size()); ++i) {
+    if (!seqs_[i].table.empty()) mark(i);
+    seqs_[i] = Seq{};
+  }
   std::fill(refcount_.begin(), refcount_.end(), 0);
   free_.resize(n_blocks_);
   // Stack: lowest ids are taken first.
   for (int64_t i = 0; i < n_blocks_; ++i) free_[i] = static_cast<int32_t>(n_blocks_ - 1 - i);
 }
 
-int32_t PagedKvCache::take_block() {
+int32_t KvCache::take_block() {
   const int32_t b = free_.back();
   free_.pop_back();
   refcount_[b] = 1;
   return b;
 }
 
-void PagedKvCache::release_block(int32_t b) {
+void KvCache::release_block(int32_t b) {
   if (--refcount_[b] == 0) free_.push_back(b);
 }
 
-int64_t PagedKvCache::seq_len(int32_t seq_id) const { return valid_seq(seq_id) ? seqs_[seq_id].len : 0; }
-
-Status PagedKvCache::reserve(int32_t seq_id, int64_t n_tokens) {
+Status KvCache::reserve(int32_t seq_id, int64_t n_tokens) {
   if (!valid_seq(seq_id))
     return make_error(ErrorCode::kInvalidArgument, "kv cache: sequence id %d is out of range [0, %d)", seq_id,
                       cfg_.max_seqs);
@@ -87,15 +101,23 @@ Status PagedKvCache::reserve(int32_t seq_id, int64_t n_tokens) {
   if (cow) {
     const int32_t old = s.table[s.len / bs];
     const int32_t nb = take_block();
-    KILN_TRY(copy_block(old, nb, s.len % bs));
+    if (copier_) {
+      Status st = copier_(old, nb, static_cast<int32_t>(s.len % bs));
+      if (!st.is_ok()) {
+        release_block(nb);
+        return st;
+      }
+    }
     s.table[s.len / bs] = nb;
     release_block(old);
+    mark(seq_id);
   }
   for (int64_t i = 0; i < add; ++i) s.table.push_back(take_block());
+  if (add > 0) mark(seq_id);
   return Status::ok();
 }
 
-Status PagedKvCache::commit(int32_t seq_id, int64_t n_tokens) {
+Status KvCache::commit(int32_t seq_id, int64_t n_tokens) {
   if (!valid_seq(seq_id))
     return make_error(ErrorCode::kInvalidArgument, "kv cache: sequence id %d is out of range", seq_id);
   Seq& s = seqs_[seq_id];
@@ -106,7 +128,7 @@ Status PagedKvCache::commit(int32_t seq_id, int64_t n_tokens) {
   return Status::ok();
 }
 
-void PagedKvCache::truncate(int32_t seq_id, int64_t from) {
+void KvCache::truncate(int32_t seq_id, int64_t from) {
   if (!valid_seq(seq_id)) return;
   Seq& s = seqs_[seq_id];
   s.len = std::clamp<int64_t>(from, 0, s.len);
@@ -114,10 +136,11 @@ void PagedKvCache::truncate(int32_t seq_id, int64_t from) {
   while (s.table.size() > keep) {
     release_block(s.table.back());
     s.table.pop_back();
+    mark(seq_id);
   }
 }
 
-Status PagedKvCache::fork(int32_t src_seq, int32_t dst_seq) {
+Status KvCache::fork(int32_t src_seq, int32_t dst_seq) {
   if (!valid_seq(src_seq) || !valid_seq(dst_seq))
     return make_error(ErrorCode::kInvalidArgument, "kv cache: fork %d -> %d: sequence ids must be in [0, %d)",
                       src_seq, dst_seq, cfg_.max_seqs);
@@ -130,40 +153,7 @@ Status PagedKvCache::fork(int32_t src_seq, int32_t dst_seq) {
   dst.table.assign(src.table.begin(), src.table.begin() + used);
   for (int32_t b : dst.table) ++refcount_[b];
   dst.len = src.len;
-  return Status::ok();
-}
-
-Status PagedKvCache::ensure_storage(Backend& be) {
-  if (backend_ == &be) return Status::ok();
-  if (backend_ != nullptr)
-    return make_error(ErrorCode::kInvalidArgument, "kv cache: already bound to backend '%s', used with '%s'",
-                      backend_->name(), be.name());
-  const size_t rows = static_cast<size_t>(n_slots());
-  KILN_ASSIGN_OR_RETURN(const uint64_t rk, dtype_row_bytes(cfg_.dtype, n_head_kv_ * hd_k_));
-  KILN_ASSIGN_OR_RETURN(const uint64_t rv, dtype_row_bytes(cfg_.dtype, n_head_kv_ * hd_v_));
-  std::vector<std::unique_ptr<Buffer>> k, v;
-  for (int64_t il = 0; il < n_layer_; ++il) {
-    auto kb = be.alloc(rk * rows);
-    if (!kb) return kb.status().with_context("kv cache: layer " + std::to_string(il) + " K");
-    auto vb = be.alloc(rv * rows);
-    if (!vb) return vb.status().with_context("kv cache: layer " + std::to_string(il) + " V");
-    k.push_back(std::move(kb).value());
-    v.push_back(std::move(vb).value());
-  }
-  k_ = std::move(k);
-  v_ = std::move(v);
-  backend_ = &be;
-  return Status::ok();
-}
-
-Status PagedKvCache::copy_block(int32_t src, int32_t dst, int64_t n) {
-  if (backend_ == nullptr || n <= 0) return Status::ok();
-  const int64_t bs = cfg_.block_size;
-  for (int64_t il = 0; il < n_layer_; ++il) {
-    const KvLayer l = layer(il);
-    KILN_TRY(backend_->copy(l.k.rows(src * bs, n), l.k.rows(dst * bs, n)));
-    KILN_TRY(backend_->copy(l.v.rows(src * bs, n), l.v.rows(dst * bs, n)));
-  }
+  mark(dst_seq);
   return Status::ok();
 }
 

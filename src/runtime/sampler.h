@@ -63,6 +63,9 @@ class Sampler {
   uint64_t seed() const { return seed_; }
   const SamplerParams& params() const { return p_; }
   bool greedy() const { return p_.temp <= 0.0f; }
+  // Greedy with no penalty active: the next token is the plain argmax of the logits, which the backend can compute
+  // (OutputKind::kArgmax) so the logits row never leaves the device. Same NaN rule and ties as argmax() below.
+  bool argmax_only() const { return greedy() && !penalties_active(); }
 
  private:
   struct Cand {

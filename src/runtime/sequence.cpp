@@ -15,9 +15,10 @@ const char* stop_reason_name(StopReason r) {
   return "?";
 }
 
-Sequence::Sequence(int32_t seq_id, const Tokenizer& tok, int32_t n_vocab, int64_t n_ctx, const SequenceOptions& opts)
+Sequence::Sequence(int32_t seq_id, const Tokenizer& tok, int32_t n_vocab, int64_t n_ctx, const SequenceOptions& opts,
+                   KvCache& cache)
     : id_(seq_id), tok_(tok), n_vocab_(n_vocab), n_ctx_(n_ctx), opts_(opts), sampler_(opts.sampling, n_vocab),
-      decoder_(tok) {}
+      decoder_(tok), cache_(cache) {}
 
 Status Sequence::validate() const {
   KILN_TRY(sampler_.validate());
@@ -45,7 +46,7 @@ Status Sequence::append(std::span<const int32_t> ids) {
 void Sequence::truncate(int64_t pos) {
   pos = std::clamp<int64_t>(pos, 0, static_cast<int64_t>(tokens_.size()));
   tokens_.resize(static_cast<size_t>(pos));
-  n_cached_ = std::min(n_cached_, pos);
+  cache_.truncate(id_, pos);
   n_scheduled_ = 0;
   scheduled_logits_ = false;
   sampler_.clear_history();
@@ -56,7 +57,7 @@ void Sequence::truncate(int64_t pos) {
 
 size_t Sequence::schedule(Batch& batch, size_t max_tokens) {
   if (n_scheduled_ != 0) return 0;
-  const size_t start = static_cast<size_t>(n_cached_);
+  const size_t start = static_cast<size_t>(n_cached());
   const size_t n = std::min(max_tokens, tokens_.size() - start);
   for (size_t i = 0; i < n; ++i) {
     const size_t p = start + i;
@@ -67,10 +68,7 @@ size_t Sequence::schedule(Batch& batch, size_t max_tokens) {
   return n;
 }
 
-void Sequence::commit() {
-  n_cached_ += n_scheduled_;
-  n_scheduled_ = 0;
-}
+void Sequence::commit() { n_scheduled_ = 0; }
 
 void Sequence::rollback() {
   n_scheduled_ = 0;
@@ -83,13 +81,22 @@ void Sequence::begin_turn() {
 }
 
 Sequence::Step Sequence::on_logits(std::span<const float> row) {
+  if (stop_ != StopReason::kNone) {
+    scheduled_logits_ = false;
+    Step s;
+    s.stop = stop_;
+    return s;
+  }
+  return on_token(sampler_.sample(row));
+}
+
+Sequence::Step Sequence::on_token(int32_t t) {
   Step s;
   scheduled_logits_ = false;
   if (stop_ != StopReason::kNone) {
     s.stop = stop_;
     return s;
   }
-  const int32_t t = sampler_.sample(row);
   if (!opts_.ignore_eos && tok_.is_eog(t)) {
     s.stop = stop_ = StopReason::kEog;
     return s;

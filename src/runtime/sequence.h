@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/batch.h"
+#include "model/batch.h"
+#include "model/step.h"
+#include "runtime/kv_cache.h"
 #include "runtime/sampler.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
@@ -38,28 +40,30 @@ struct SequenceOptions {
 
 class Sequence {
  public:
-  // n_ctx: the most tokens this sequence may hold in the cache. n_vocab: rows of logits / valid ids.
-  Sequence(int32_t seq_id, const Tokenizer& tok, int32_t n_vocab, int64_t n_ctx, const SequenceOptions& opts);
+  // n_ctx: the most tokens this sequence may hold in the cache. n_vocab: rows of logits / valid ids. cache: the
+  // KV cache bookkeeping that holds this sequence's length (the one place it lives; must outlive the Sequence).
+  Sequence(int32_t seq_id, const Tokenizer& tok, int32_t n_vocab, int64_t n_ctx, const SequenceOptions& opts,
+           KvCache& cache);
 
   Status validate() const;  // sampler parameters, n_predict
   int32_t id() const { return id_; }
   int64_t n_ctx() const { return n_ctx_; }
   // Every token of the sequence: cached first, then pending.
   const std::vector<int32_t>& tokens() const { return tokens_; }
-  int64_t n_cached() const { return n_cached_; }
-  size_t n_pending() const { return tokens_.size() - static_cast<size_t>(n_cached_ + n_scheduled_); }
+  int64_t n_cached() const { return cache_.seq_len(id_); }
+  size_t n_pending() const { return tokens_.size() - static_cast<size_t>(n_cached() + n_scheduled_); }
 
   // Queues tokens to feed; they also enter the penalty window. Errors (nothing queued): an id outside
   // [0, n_vocab) (names its index), or more tokens than the context holds.
   Status append(std::span<const int32_t> ids);
-  // Forgets tokens from position `pos` on (cached or pending); the caller truncates the KvCache to match.
-  // The penalty window is rebuilt from what remains.
+  // Forgets tokens from position `pos` on (cached or pending) and truncates the cache to match. The penalty
+  // window is rebuilt from what remains.
   void truncate(int64_t pos);
   // Adds up to max_tokens pending tokens to `batch` (positions continue the cache; want_logits on the last
   // pending token only). Returns how many; at most one chunk may be outstanding.
   size_t schedule(Batch& batch, size_t max_tokens);
   bool scheduled_wants_logits() const { return scheduled_logits_; }
-  void commit();    // the scheduled chunk is in the cache
+  void commit();    // the scheduled chunk is in the cache (the engine committed its length)
   void rollback();  // the forward pass failed: the chunk is pending again
 
   // Starts a turn of generation: resets the generated-token count and the stop state.
@@ -72,6 +76,10 @@ class Sequence {
   // Samples from the logits row of the last fed token. The token is emitted (returned with its text) unless it is
   // an EOG token without ignore_eos; it is queued for feeding unless the sequence stops.
   Step on_logits(std::span<const float> row);
+  // The same with the token already chosen (the backend's argmax when sampler().argmax_only()).
+  Step on_token(int32_t id);
+  // What the step should fetch for this sequence's output row.
+  OutputKind output_kind() const { return sampler_.argmax_only() ? OutputKind::kArgmax : OutputKind::kLogits; }
   // Text held back by the stream decoder (an incomplete UTF-8 tail) at the end of a turn.
   std::string flush_text() { return decoder_.flush(); }
   // Marks the sequence stopped from outside (e.g. the consumer hung up).
@@ -88,8 +96,8 @@ class Sequence {
   SequenceOptions opts_;
   Sampler sampler_;
   StreamDecoder decoder_;
+  KvCache& cache_;
   std::vector<int32_t> tokens_;
-  int64_t n_cached_ = 0;
   int64_t n_scheduled_ = 0;   // tokens in the outstanding chunk
   bool scheduled_logits_ = false;
   int32_t n_generated_ = 0;

@@ -69,12 +69,12 @@ TEST(BackendOps, GetRowsAllTypes) {
     ASSERT_TRUE(be().ref->get_rows(wt, i32(ids), f32(b, d, ids.size())).is_ok()) << dtype_name(t);
     EXPECT_EQ(a, b) << dtype_name(t);
   }
-  std::vector<int32_t> bad = {0, 9};
-  std::vector<float> out(d * 2);
+  // Id values are the step planner's to check (backend.h); shapes are the op's.
+  std::vector<int32_t> two = {0, 1};
+  std::vector<float> out(d * 3);
   std::vector<float> w(d * rows);
-  Status st = be().fast->get_rows(f32(w, d, rows), i32(bad), f32(out, d, 2));
-  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("ids[1] = 9"), std::string::npos) << st.message();
+  Status st = be().fast->get_rows(f32(w, d, rows), i32(two), f32(out, d, 3));
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
 }
 
 TEST(BackendOps, RmsNorm) {
@@ -229,11 +229,9 @@ TEST(BackendOps, AttentionErrors) {
   m.tok_table = i32(tt);
   m.kv_len = i32(kvl);
   std::vector<float> q(64 * 3), out(64 * 3);
-  Status st = be().fast->attention(f32(q, 64, 3, 1), l, m, 1.0f, f32(out, 64, 3, 1));
-  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);  // block 5 does not exist (2 blocks of 16 slots)
-  EXPECT_NE(st.message().find("entry 1 = 5"), std::string::npos) << st.message();
+  // (Block ids and lengths are values: the planner checks them, not the op.)
   l.n_head_kv = 2;
-  st = be().fast->attention(f32(q, 64, 3, 1), l, m, 1.0f, f32(out, 64, 3, 1));
+  Status st = be().fast->attention(f32(q, 64, 3, 1), l, m, 1.0f, f32(out, 64, 3, 1));
   EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);  // 3 heads over 2 kv heads
   std::vector<float> k(64), v(64);
   std::vector<int32_t> slots = {0};

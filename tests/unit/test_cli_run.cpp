@@ -134,7 +134,7 @@ TEST(CliRun, BadInputIsAnError) {
       {m + "--tokens 1,x,3", "element 1"},
       {m + "--tokens 1 --temp nan", "temp"},
       {m + "--tokens 1 --top-p -1", "top_p"},
-      {m + "--tokens 1 -b 0", "n_batch"},
+      {m + "--tokens 1 -b 0", "-b: must be >= 1"},
       {m + "--tokens 1 --kv-type q3", "--kv-type"},
       {m + "--tokens 1 -p hi", "only one"},
       {m + "-f /nonexistent/prompt.txt", "/nonexistent/prompt.txt"},

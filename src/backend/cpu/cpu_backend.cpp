@@ -1,13 +1,19 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/ops.h"
+#include "backend/registry.h"
 #include "backend/cpu/ops_attention.h"
 #include "quant/reference.h"
 #include "util/fp16.h"
@@ -17,6 +23,24 @@ namespace kiln {
 std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& opts) {
   return std::make_unique<cpu::CpuBackend>(opts);
 }
+
+namespace {
+Result<std::vector<DeviceInfo>> cpu_devices() {
+  DeviceInfo d;
+  d.id = "cpu";
+  d.description = std::string("kernels ") + cpu::simd_level_name(cpu::matmul_simd_level()) + ", " +
+                  std::to_string(default_thread_count()) + " threads";
+  return std::vector<DeviceInfo>{d};
+}
+Result<std::unique_ptr<Backend>> cpu_create(int, const BackendOptions& o) {
+  CpuBackendOptions c;
+  c.n_threads = o.n_threads;
+  c.reference = o.reference;
+  return make_cpu_backend(c);
+}
+}  // namespace
+
+extern const BackendFactory kCpuBackendFactory = {"cpu", cpu_devices, cpu_create};
 
 namespace cpu {
 namespace {
@@ -76,6 +100,34 @@ void CpuBackend::for_rows(int64_t n, F&& fn) {
 
 // ---- memory ----------------------------------------------------------------------------------------------------
 
+uint64_t CpuBackend::memory_available() const {
+  // MemAvailable (free + reclaimable page cache), capped by RLIMIT_AS (ulimit -v) when one is set.
+  uint64_t avail = 0;
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (std::strncmp(line, "MemAvailable:", 13) == 0) {
+        avail = std::strtoull(line + 13, nullptr, 10) * 1024;
+        break;
+      }
+    std::fclose(f);
+  }
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    uint64_t lim = static_cast<uint64_t>(rl.rlim_cur);
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {  // minus the address space already in use
+      unsigned long long pages = 0;
+      if (std::fscanf(f, "%llu", &pages) == 1) {
+        const uint64_t used = pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+        lim = used < lim ? lim - used : 0;
+      }
+      std::fclose(f);
+    }
+    if (avail == 0 || lim < avail) avail = lim;
+  }
+  return avail;
+}
+
 Result<std::unique_ptr<Buffer>> CpuBackend::alloc(size_t bytes) {
   const size_t n = std::max<size_t>(64, (bytes + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, n);
@@ -122,11 +174,13 @@ Status CpuBackend::get_rows(const Tensor& w, const Tensor& ids, const Tensor& ds
   const int64_t n = dst.n_rows();
   KILN_TRY(check_ids("get_rows", "ids", ids, n));
   const int32_t* id = static_cast<const int32_t*>(ids.data);
+#ifndef NDEBUG  // values are the planner's to check (backend.h); debug builds still catch a planner bug here
   const int64_t n_src = w.n_rows();
   for (int64_t i = 0; i < n; ++i)
     if (id[i] < 0 || id[i] >= n_src)
-      return make_error(ErrorCode::kInvalidArgument, "get_rows: ids[%lld] = %d is out of range [0, %lld)",
+      return make_error(ErrorCode::kInternal, "get_rows: ids[%lld] = %d is out of range [0, %lld)",
                         static_cast<long long>(i), id[i], static_cast<long long>(n_src));
+#endif
   const int64_t d = w.ne[0];
   const VecKernels& vk = vec_kernels();
   Status st;
@@ -330,11 +384,13 @@ Status CpuBackend::kv_store(const Tensor& k, const Tensor& v, const KvLayer& c, 
   if (v.n_rows() != n) return make_error(ErrorCode::kInvalidArgument, "kv_store: k and v hold different token counts");
   KILN_TRY(check_ids("kv_store", "slots", slots, n));
   const int32_t* sl = static_cast<const int32_t*>(slots.data);
+#ifndef NDEBUG
   const int64_t n_slots = std::min(c.k.n_rows(), c.v.n_rows());
   for (int64_t i = 0; i < n; ++i)
-    if (sl[i] < 0 || sl[i] >= n_slots)
-      return make_error(ErrorCode::kInvalidArgument, "kv_store: slots[%lld] = %d is out of range [0, %lld)",
+    if (sl[i] < -1 || sl[i] >= n_slots)
+      return make_error(ErrorCode::kInternal, "kv_store: slots[%lld] = %d is out of range [-1, %lld)",
                         static_cast<long long>(i), sl[i], static_cast<long long>(n_slots));
+#endif
   const VecKernels& vk = reference_ ? vec_kernels_scalar() : vec_kernels();
   auto store = [&](const float* src, char* dst, int64_t d) {
     if (ct == DType::F16)
@@ -346,6 +402,7 @@ Status CpuBackend::kv_store(const Tensor& k, const Tensor& v, const KvLayer& c, 
   };
   for_rows(n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
+      if (sl[i] < 0) continue;  // padding: writes nothing
       store(frow(k, i), row_ptr(c.k, sl[i]), dk);
       store(frow(v, i), row_ptr(c.v, sl[i]), dv);
     }
@@ -385,19 +442,23 @@ Status CpuBackend::attention(const Tensor& q, const KvLayer& c, const AttnBatch&
   const int64_t n_blocks = std::min(c.k.n_rows(), c.v.n_rows()) / c.block_size;
   const int64_t tstride = static_cast<int64_t>(m.block_tables.nb[1] / sizeof(int32_t));
   const int32_t* tables = static_cast<const int32_t*>(m.block_tables.data);
+#ifndef NDEBUG  // values are the planner's to check (backend.h)
   for (int64_t t = 0; t < n_tok; ++t) {
     if (tt[t] < 0 || tt[t] >= n_tables)
-      return make_error(ErrorCode::kInvalidArgument, "attention: tok_table[%lld] = %d is out of range [0, %lld)",
+      return make_error(ErrorCode::kInternal, "attention: tok_table[%lld] = %d is out of range [0, %lld)",
                         static_cast<long long>(t), tt[t], static_cast<long long>(n_tables));
-    if (kl[t] < 1 || kl[t] > max_blocks * c.block_size)
-      return make_error(ErrorCode::kInvalidArgument, "attention: kv_len[%lld] = %d is out of range [1, %lld]",
+    if (kl[t] < 0 || kl[t] > max_blocks * c.block_size)
+      return make_error(ErrorCode::kInternal, "attention: kv_len[%lld] = %d is out of range [0, %lld]",
                         static_cast<long long>(t), kl[t], static_cast<long long>(max_blocks * c.block_size));
     const int32_t* row = tables + tt[t] * tstride;
     for (int64_t b = 0; b < (kl[t] + c.block_size - 1) / c.block_size; ++b)
       if (row[b] < 0 || row[b] >= n_blocks)
-        return make_error(ErrorCode::kInvalidArgument, "attention: block table %d entry %lld = %d is out of range "
+        return make_error(ErrorCode::kInternal, "attention: block table %d entry %lld = %d is out of range "
                           "[0, %lld)", tt[t], static_cast<long long>(b), row[b], static_cast<long long>(n_blocks));
   }
+#else
+  (void)n_tables, (void)max_blocks, (void)n_blocks;
+#endif
   AttnArgs a;
   a.q = static_cast<const float*>(q.data);
   a.q_tok_stride = q.nb[2] / sizeof(float);
@@ -514,9 +575,12 @@ Status CpuBackend::argmax(const Tensor& x, const Tensor& dst) {
   int32_t* out = static_cast<int32_t*>(dst.data);
   for_rows(x.n_rows(), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
+      // NaN rule (backend.h): NaN is below every number; all-NaN gives 0.
       const float* xr = frow(x, r);
       int64_t best = 0;
-      for (int64_t i = 1; i < d; ++i)
+      while (best < d && std::isnan(xr[best])) ++best;
+      if (best == d) best = 0;
+      for (int64_t i = best + 1; i < d; ++i)
         if (xr[i] > xr[best]) best = i;
       out[r] = static_cast<int32_t>(best);
     }
@@ -564,6 +628,26 @@ Status CpuBackend::copy(const Tensor& src, const Tensor& dst) {
     }
   });
   return Status::ok();
+}
+
+bool CpuBackend::supports(Op op, DType a, DType b) const {
+  const bool cache_type = a == DType::F16 || a == DType::F32 || a == DType::Q8_0;
+  switch (op) {
+    case Op::kGetRows: return can_dequantize(a);
+    case Op::kMatmul: return matmul_supports(a);
+    case Op::kKvStore:
+    case Op::kAttention: return cache_type;
+    case Op::kCopy: return a == b || (is_float_type(a) && is_float_type(b));
+    case Op::kArgmax:
+    case Op::kRmsNorm:
+    case Op::kRope:
+    case Op::kSwiglu:
+    case Op::kAdd:
+    case Op::kMul:
+    case Op::kScale:
+    case Op::kSoftmax: return a == DType::F32;
+  }
+  return false;
 }
 
 }  // namespace cpu

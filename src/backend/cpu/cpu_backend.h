@@ -15,6 +15,9 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuBackendOptions& opts);
   const char* name() const override { return reference_ ? "cpu-ref" : "cpu"; }
+  bool host_memory() const override { return true; }
+  uint64_t memory_available() const override;
+  bool supports(Op op, DType a, DType b) const override;
   bool reference() const { return reference_; }
   ThreadPool& pool() { return pool_; }
 

@@ -65,7 +65,7 @@ void attention_ref(const AttnArgs& a) {
         for (int i = 0; i < a.hd_v; ++i) out[i] += s[j] * vr[i];
       }
       float* d = a.dst + (static_cast<size_t>(t) * a.n_head + h) * a.hd_v;
-      for (int i = 0; i < a.hd_v; ++i) d[i] = out[i] / sum;
+      for (int i = 0; i < a.hd_v; ++i) d[i] = len > 0 ? out[i] / sum : 0.0f;  // kv_len 0 (padding): zeros
     }
   }
 }
@@ -155,7 +155,7 @@ void attention_fast(const AttnArgs& a, ThreadPool& pool, std::vector<std::vector
       }
       for (int r = 0; r < n_rep; ++r) {
         float* d = a.dst + (static_cast<size_t>(t) * a.n_head + g * n_rep + r) * a.hd_v;
-        const float inv = 1.0f / S[r];
+        const float inv = len > 0 ? 1.0f / S[r] : 0.0f;  // kv_len 0 (padding): zeros
         const float* ar = acc + static_cast<size_t>(r) * a.hd_v;
         for (int i = 0; i < a.hd_v; ++i) d[i] = ar[i] * inv;
       }

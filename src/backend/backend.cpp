@@ -1,0 +1,50 @@
+#include "backend/backend.h"
+
+#include <cstring>
+
+namespace kiln {
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kGetRows: return "get_rows";
+    case Op::kRmsNorm: return "rms_norm";
+    case Op::kMatmul: return "matmul";
+    case Op::kRope: return "rope";
+    case Op::kKvStore: return "kv_store";
+    case Op::kAttention: return "attention";
+    case Op::kSwiglu: return "swiglu";
+    case Op::kAdd: return "add";
+    case Op::kMul: return "mul";
+    case Op::kScale: return "scale";
+    case Op::kSoftmax: return "softmax";
+    case Op::kArgmax: return "argmax";
+    case Op::kCopy: return "copy";
+  }
+  return "?";
+}
+
+Status copy_between(const Tensor& src, const Tensor& dst, void* bounce, size_t bounce_bytes) {
+  if (!src.valid() || !dst.valid() || !src.backend || !dst.backend)
+    return make_error(ErrorCode::kInvalidArgument, "copy_between: tensor not set");
+  if (src.backend == dst.backend) return src.backend->copy(src, dst);
+  if (src.dtype != dst.dtype || !src.is_contiguous() || !dst.is_contiguous() || src.n_bytes() != dst.n_bytes())
+    return make_error(ErrorCode::kUnsupported, "copy_between: %s %s -> %s %s (same type and shape, contiguous)",
+                      dtype_name(src.dtype), src.shape_string().c_str(), dtype_name(dst.dtype),
+                      dst.shape_string().c_str());
+  const size_t n = src.n_bytes();
+  Backend& sb = *src.backend;
+  Backend& db = *dst.backend;
+  if (db.host_memory()) return sb.read(src, 0, dst.data, n);  // read() waits for src's work
+  if (sb.host_memory()) {
+    KILN_TRY(sb.synchronize());
+    return db.write(dst, 0, src.data, n);
+  }
+  if (!bounce || bounce_bytes < n)
+    return make_error(ErrorCode::kInvalidArgument, "copy_between: %s -> %s needs %zu bytes of host staging", sb.name(),
+                      db.name(), n);
+  KILN_TRY(sb.read(src, 0, bounce, n));
+  KILN_TRY(db.write(dst, 0, bounce, n));
+  return db.synchronize();  // the bounce buffer is reused by the next boundary
+}
+
+}  // namespace kiln

@@ -1,0 +1,377 @@
+// ModelState: KV storage, workspace and staging allocated once for StepCaps; execute() = upload + ops; fetch().
+//
+// Memory, all allocated in make_model_state:
+//   per layer       K and V pools on the layer's backend: [n_head_kv * hd, n_blocks * block_size] of kv_dtype
+//   per backend     workspace of max_tokens rows: x h q k v attn g u x_keep attn_keep (f32), the index region
+//                   (I32, the staging layout below) and the block tables [max_blocks_per_seq, max_seqs]
+//   output backend  logits f32 [n_vocab, max_outputs], argmax I32 [max_outputs]
+//   host (pinned, from the input backend's alloc_host)
+//                   staging: index region + out_kind + table mirror; fetch: argmax [max_outputs] and logits
+//                   [max_outputs][n_vocab]; a bounce buffer of max_tokens * n_embd f32 for device-to-device
+//                   boundaries without host memory on either side
+// Index region (int32 offsets, T = max_tokens, O = max_outputs, S = max_seqs):
+//   token 0 | pos T | slot 2T | tok_table 3T | kv_len 4T | out_rows 5T | seq_row 5T+O | seq_q_start +S |
+//   seq_q_len +2S | seq_kv_len +3S | end 5T+O+4S
+#include "model/state.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "model/forward.h"
+
+namespace kiln {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+struct IndexLayout {
+  int64_t T, O, S;
+  int64_t token() const { return 0; }
+  int64_t pos() const { return T; }
+  int64_t slot() const { return 2 * T; }
+  int64_t tok_table() const { return 3 * T; }
+  int64_t kv_len() const { return 4 * T; }
+  int64_t out_rows() const { return 5 * T; }
+  int64_t seq_row() const { return 5 * T + O; }
+  int64_t seq_q_start() const { return 5 * T + O + S; }
+  int64_t seq_q_len() const { return 5 * T + O + 2 * S; }
+  int64_t seq_kv_len() const { return 5 * T + O + 3 * S; }
+  int64_t ints() const { return 5 * T + O + 4 * S; }
+};
+
+// Everything one backend of the placement needs to run its layers (or the input/output).
+struct Work {
+  Backend* be = nullptr;
+  std::unique_ptr<Buffer> act, idx, tables;
+  Tensor ws[10];  // x h q k v attn g u x_keep attn_keep, [width, max_tokens]
+  Tensor idx_t, tables_t;
+  Tensor rope_freqs;
+};
+
+class State final : public ModelState {
+ public:
+  State(const HParams& hp, const ArchDef& arch, const Weights& w, const Placement& place, const StepCaps& caps)
+      : hp_(hp), arch_(arch), w_(w), place_(place), caps_(caps),
+        L_{caps.max_tokens, caps.max_outputs, caps.max_seqs} {}
+
+  Status init();
+
+  const StepCaps& caps() const override { return caps_; }
+  bool wants_buckets() const override { return buckets_; }
+  StepPlan& plan() override { return plan_; }
+  Status execute() override;
+  Result<StepOutputs> fetch() override;
+  KvLayer kv_layer(int64_t il) const override { return kv_[il]; }
+  Status copy_block(int32_t src, int32_t dst, int32_t n) override;
+  uint64_t kv_bytes() const override { return kv_storage_bytes(hp_, caps_); }
+
+ private:
+  Work& work_of(const Backend* be) {
+    for (Work& w : work_)
+      if (w.be == be) return w;
+    return work_[0];  // unreachable: every placement backend has a Work
+  }
+  Tensor idx_view(const Work& w, int64_t off, int64_t n) const {
+    return Tensor::make(DType::I32, static_cast<int32_t*>(w.idx->data()) + off, w.be, n > 0 ? n : 1);
+  }
+  void set_layer_ctx(ForwardCtx& c, Work& w, int64_t n, int64_t m);
+
+  const HParams& hp_;
+  const ArchDef& arch_;
+  const Weights& w_;
+  Placement place_;  // shared ownership of the backends for the state's lifetime
+  StepCaps caps_;
+  IndexLayout L_;
+  bool buckets_ = false;
+
+  std::vector<Work> work_;
+  std::vector<std::unique_ptr<Buffer>> kv_bufs_;
+  std::vector<KvLayer> kv_;
+  std::unique_ptr<Buffer> logits_, argmax_;  // on the output backend
+  std::unique_ptr<Buffer> staging_, host_out_, bounce_;
+  StepPlan plan_;
+  ForwardCtx ctx_;
+};
+
+Status State::init() {
+  const int64_t T = caps_.max_tokens, S = caps_.max_seqs, MB = caps_.max_blocks_per_seq();
+  std::vector<Backend*> bes = place_.backends();
+  for (Backend* be : bes) buckets_ = buckets_ || !be->host_memory();
+
+  // KV pools per layer on the layer's backend.
+  const int64_t n_slots = caps_.n_blocks * caps_.block_size;
+  kv_.resize(static_cast<size_t>(hp_.n_layer));
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    Backend* be = place_.layers[il].get();
+    KvLayer& l = kv_[il];
+    l.n_head_kv = static_cast<int32_t>(hp_.n_head_kv);
+    l.head_dim_k = static_cast<int32_t>(hp_.head_dim_k);
+    l.head_dim_v = static_cast<int32_t>(hp_.head_dim_v);
+    l.block_size = caps_.block_size;
+    for (int kv = 0; kv < 2; ++kv) {
+      const int64_t width = hp_.n_head_kv * (kv ? hp_.head_dim_v : hp_.head_dim_k);
+      const size_t bytes = dtype_row_bytes(caps_.kv_dtype, width).value() * static_cast<size_t>(n_slots);
+      auto buf = be->alloc(bytes);
+      if (!buf) return buf.status().with_context("KV cache of layer " + std::to_string(il));
+      (kv ? l.v : l.k) = Tensor::make(caps_.kv_dtype, (*buf)->data(), be, width, n_slots);
+      kv_bufs_.push_back(std::move(buf).value());
+    }
+  }
+
+  // Workspace, index region and block tables per backend.
+  const int64_t widths[] = {hp_.n_embd, hp_.n_embd, hp_.n_head * hp_.head_dim_k, hp_.n_head_kv * hp_.head_dim_k,
+                            hp_.n_head_kv * hp_.head_dim_v, hp_.n_head * hp_.head_dim_v, hp_.n_ff, hp_.n_ff,
+                            hp_.n_embd, hp_.n_head * hp_.head_dim_v};
+  size_t act_bytes = 0;
+  for (int64_t wd : widths) act_bytes += align_up(static_cast<size_t>(wd * T) * sizeof(float));
+  for (Backend* be : bes) {
+    Work w;
+    w.be = be;
+    KILN_ASSIGN_OR_RETURN(w.act, be->alloc(act_bytes));
+    char* p = static_cast<char*>(w.act->data());
+    for (int i = 0; i < 10; ++i) {
+      w.ws[i] = Tensor::make(DType::F32, p, be, widths[i], T);
+      p += align_up(static_cast<size_t>(widths[i] * T) * sizeof(float));
+    }
+    KILN_ASSIGN_OR_RETURN(w.idx, be->alloc(static_cast<size_t>(L_.ints()) * sizeof(int32_t)));
+    w.idx_t = Tensor::make(DType::I32, w.idx->data(), be, L_.ints());
+    KILN_ASSIGN_OR_RETURN(w.tables, be->alloc(static_cast<size_t>(MB * S) * sizeof(int32_t)));
+    w.tables_t = Tensor::make(DType::I32, w.tables->data(), be, MB, S);
+    w.rope_freqs = w_.rope_freqs_for(be);
+    work_.push_back(std::move(w));
+  }
+  // Block tables start as all block 0 (a valid id): a row is only read for kv positions the planner set.
+  std::vector<int32_t> zeros(static_cast<size_t>(MB), 0);
+  for (Work& w : work_)
+    for (int64_t r = 0; r < S; ++r)
+      KILN_TRY(w.be->write(w.tables_t, static_cast<size_t>(r * MB) * sizeof(int32_t), zeros.data(),
+                           zeros.size() * sizeof(int32_t)));
+
+  // Outputs on the output backend.
+  Backend* ob = place_.output.get();
+  const size_t O = static_cast<size_t>(caps_.max_outputs), V = static_cast<size_t>(hp_.n_vocab);
+  KILN_ASSIGN_OR_RETURN(logits_, ob->alloc(O * V * sizeof(float)));
+  KILN_ASSIGN_OR_RETURN(argmax_, ob->alloc(O * sizeof(int32_t)));
+
+  // Host staging (pinned by the backend the plan is uploaded to first: the input's).
+  Backend* ib = place_.input.get();
+  const size_t idx_bytes = static_cast<size_t>(L_.ints()) * sizeof(int32_t);
+  const size_t kind_bytes = align_up(O);
+  const size_t table_bytes = static_cast<size_t>(MB * S) * sizeof(int32_t);
+  KILN_ASSIGN_OR_RETURN(staging_, ib->alloc_host(align_up(idx_bytes) + kind_bytes + table_bytes));
+  std::memset(staging_->data(), 0, staging_->size());
+  KILN_ASSIGN_OR_RETURN(host_out_, ob->alloc_host(align_up(O * sizeof(int32_t)) + O * V * sizeof(float)));
+  if (bes.size() > 1) {
+    KILN_ASSIGN_OR_RETURN(bounce_, ib->alloc_host(static_cast<size_t>(hp_.n_embd * T) * sizeof(float)));
+  }
+
+  int32_t* base = static_cast<int32_t*>(staging_->data());
+  plan_.token = base + L_.token();
+  plan_.pos = base + L_.pos();
+  plan_.slot = base + L_.slot();
+  plan_.tok_table = base + L_.tok_table();
+  plan_.kv_len = base + L_.kv_len();
+  plan_.out_rows = base + L_.out_rows();
+  plan_.seq_row = base + L_.seq_row();
+  plan_.seq_q_start = base + L_.seq_q_start();
+  plan_.seq_q_len = base + L_.seq_q_len();
+  plan_.seq_kv_len = base + L_.seq_kv_len();
+  char* after = static_cast<char*>(staging_->data()) + align_up(idx_bytes);
+  plan_.out_kind = reinterpret_cast<OutputKind*>(after);
+  plan_.tables = reinterpret_cast<int32_t*>(after + kind_bytes);
+  plan_.dirty_rows.reserve(static_cast<size_t>(S));
+  return Status::ok();
+}
+
+void State::set_layer_ctx(ForwardCtx& c, Work& w, int64_t n, int64_t m) {
+  const int64_t S = caps_.max_seqs;
+  c.be = w.be;
+  Tensor* act[] = {&c.x, &c.h, &c.q, &c.k, &c.v, &c.attn, &c.g, &c.u, &c.x_keep, &c.attn_keep};
+  for (int i = 0; i < 10; ++i) *act[i] = w.ws[i].rows(0, n);
+  c.n = n;
+  c.n_out = m;
+  c.pos = idx_view(w, L_.pos(), n);
+  c.slots = idx_view(w, L_.slot(), n);
+  c.out_ids = idx_view(w, L_.out_rows(), m);
+  c.meta.block_tables = w.tables_t;
+  c.meta.tok_table = idx_view(w, L_.tok_table(), n);
+  c.meta.kv_len = idx_view(w, L_.kv_len(), n);
+  c.meta.seq_row = idx_view(w, L_.seq_row(), S);
+  c.meta.seq_q_start = idx_view(w, L_.seq_q_start(), S);
+  c.meta.seq_q_len = idx_view(w, L_.seq_q_len(), S);
+  c.meta.seq_kv_len = idx_view(w, L_.seq_kv_len(), S);
+  c.meta.n_seq = plan_.n_seq;
+  c.meta.max_kv_len = plan_.max_kv_len;
+  c.meta.max_q_len = plan_.max_q_len;
+  c.rope.freq_factors = w.rope_freqs;
+}
+
+// The step, top to bottom:
+//   1. upload: the index region (one write per backend) and the dirty block-table rows
+//   2. x = token_embd[tokens] on the input backend
+//   3. per layer, on its backend (x copied over at a boundary): the architecture's block; the last layer keeps
+//      only the output rows past attention
+//   4. output rows: output_norm, output projection, argmax (output backend)
+Status State::execute() {
+  StepPlan& P = plan_;
+  const int64_t n = P.n_bucket, m = P.n_out_bucket;
+  if (n <= 0 || n > caps_.max_tokens || m < 0 || m > caps_.max_outputs || m > n || P.n_seq < 0 ||
+      P.n_seq > caps_.max_seqs)
+    return make_error(ErrorCode::kInternal, "execute: plan of %lld tokens / %lld outputs / %d sequences exceeds the "
+                      "state's capacity (%d / %d / %d)", static_cast<long long>(n), static_cast<long long>(m),
+                      P.n_seq, caps_.max_tokens, caps_.max_outputs, caps_.max_seqs);
+  const int64_t MB = caps_.max_blocks_per_seq();
+  // 1. Upload.
+  for (Work& w : work_) {
+    KILN_TRY(w.be->write(w.idx_t, 0, staging_->data(), static_cast<size_t>(L_.ints()) * sizeof(int32_t)));
+    for (int32_t r : P.dirty_rows)
+      KILN_TRY(w.be->write(w.tables_t, static_cast<size_t>(r * MB) * sizeof(int32_t), P.tables + r * MB,
+                           static_cast<size_t>(MB) * sizeof(int32_t)));
+  }
+  P.dirty_rows.clear();
+
+  ForwardCtx& c = ctx_;
+  c.hp = &hp_;
+  c.w = &w_;
+  c.kv = kv_.data();
+  c.rope.mode = hp_.rope_type == RopeType::kNeox ? RopeMode::kNeox : RopeMode::kNormal;
+  c.rope.n_rot = static_cast<int32_t>(hp_.n_rot);
+  c.rope.freq_base = hp_.rope_freq_base;
+  c.rope.freq_scale = hp_.rope_freq_scale;
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim_k));
+
+  // 2. Embedding.
+  Work* cur = &work_of(place_.input.get());
+  KILN_TRY(cur->be->get_rows(w_.tok_embd, idx_view(*cur, L_.token(), n), cur->ws[0].rows(0, n)));
+  Tensor x = cur->ws[0].rows(0, n);
+  const size_t bounce_bytes = bounce_ ? bounce_->size() : 0;
+  void* bounce = bounce_ ? bounce_->data() : nullptr;
+
+  // 3. Layers.
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    Work& w = work_of(place_.layers[il].get());
+    set_layer_ctx(c, w, n, m);
+    if (&w != cur) KILN_TRY(copy_between(x, c.x, bounce, bounce_bytes));
+    cur = &w;
+    KILN_TRY(arch_.block(c, il));
+    x = c.x;  // after the last layer: the m kept rows
+  }
+
+  // 4. Outputs.
+  if (m == 0) return Status::ok();
+  if (c.n != m)
+    return make_error(ErrorCode::kInternal, "execute: %lld rows left for %lld outputs", static_cast<long long>(c.n),
+                      static_cast<long long>(m));
+  Work& ow = work_of(place_.output.get());
+  Tensor xo = x;
+  if (&ow != cur) {
+    xo = ow.ws[0].rows(0, m);
+    KILN_TRY(copy_between(x, xo, bounce, bounce_bytes));
+  }
+  Backend& ob = *ow.be;
+  const Tensor hn = ow.ws[1].rows(0, m);
+  KILN_TRY(ob.rms_norm_for_matmul(xo, w_.output_norm, hp_.rms_eps, hn, w_.output.dtype));
+  const Tensor lt = Tensor::make(DType::F32, logits_->data(), &ob, hp_.n_vocab, m);
+  KILN_TRY(ob.matmul(w_.output, hn, Tensor{}, lt));
+  return ob.argmax(lt, Tensor::make(DType::I32, argmax_->data(), &ob, m));
+}
+
+Result<StepOutputs> State::fetch() {
+  const StepPlan& P = plan_;
+  Backend& ob = *place_.output.get();
+  StepOutputs out;
+  out.n_out = P.n_out;
+  out.n_vocab = hp_.n_vocab;
+  if (P.n_out == 0) return out;
+  const size_t O = static_cast<size_t>(caps_.max_outputs), V = static_cast<size_t>(hp_.n_vocab);
+  int32_t* ids = static_cast<int32_t*>(host_out_->data());
+  float* rows = reinterpret_cast<float*>(static_cast<char*>(host_out_->data()) + align_up(O * sizeof(int32_t)));
+  const Tensor am = Tensor::make(DType::I32, argmax_->data(), &ob, P.n_out_bucket);
+  KILN_TRY(ob.read(am, 0, ids, static_cast<size_t>(P.n_out) * sizeof(int32_t)));
+  const Tensor lt = Tensor::make(DType::F32, logits_->data(), &ob, hp_.n_vocab, P.n_out_bucket);
+  // Consecutive rows that want logits are read in one piece.
+  for (int32_t i = 0; i < P.n_out;) {
+    if (P.out_kind[i] != OutputKind::kLogits) {
+      ++i;
+      continue;
+    }
+    int32_t j = i;
+    while (j < P.n_out && P.out_kind[j] == OutputKind::kLogits) ++j;
+    KILN_TRY(ob.read(lt, static_cast<size_t>(i) * V * sizeof(float), rows + static_cast<size_t>(i) * V,
+                     static_cast<size_t>(j - i) * V * sizeof(float)));
+    i = j;
+  }
+  out.argmax = ids;
+  out.logits = rows;
+  return out;
+}
+
+Status State::copy_block(int32_t src, int32_t dst, int32_t n) {
+  if (src < 0 || dst < 0 || src >= caps_.n_blocks || dst >= caps_.n_blocks || n < 0 || n > caps_.block_size)
+    return make_error(ErrorCode::kInternal, "copy_block: %d -> %d (%d slots) is out of range", src, dst, n);
+  if (n == 0) return Status::ok();
+  for (const KvLayer& l : kv_) {
+    const int64_t bs = caps_.block_size;
+    for (const Tensor* t : {&l.k, &l.v})
+      KILN_TRY(t->backend->copy(t->rows(src * bs, n), t->rows(dst * bs, n)));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+uint64_t kv_storage_bytes(const HParams& hp, const StepCaps& caps) {
+  auto rb = [&](int64_t width) -> uint64_t {
+    auto r = dtype_row_bytes(caps.kv_dtype, width);
+    return r ? static_cast<uint64_t>(r.value()) : 0;
+  };
+  const uint64_t per_slot = rb(hp.n_head_kv * hp.head_dim_k) + rb(hp.n_head_kv * hp.head_dim_v);
+  const uint64_t slots = static_cast<uint64_t>(caps.n_blocks) * static_cast<uint64_t>(caps.block_size);
+  // Saturates instead of wrapping (n_blocks comes from -c).
+  const uint64_t per_layer = slots != 0 && per_slot > UINT64_MAX / slots ? UINT64_MAX : per_slot * slots;
+  const uint64_t n_layer = static_cast<uint64_t>(hp.n_layer);
+  return per_layer > UINT64_MAX / n_layer ? UINT64_MAX : per_layer * n_layer;
+}
+
+Result<std::unique_ptr<ModelState>> make_model_state(const HParams& hp, const ArchDef& arch, const Weights& w,
+                                                     const Placement& place, const StepCaps& caps) {
+  if (caps.max_tokens < 1 || caps.max_tokens > (1 << 20))
+    return make_error(ErrorCode::kInvalidArgument, "batch size %d is out of range [1, %d]", caps.max_tokens, 1 << 20);
+  if (caps.max_outputs < 1 || caps.max_outputs > caps.max_tokens)
+    return make_error(ErrorCode::kInvalidArgument, "output rows per step %d must be in [1, batch size %d]",
+                      caps.max_outputs, caps.max_tokens);
+  if (caps.max_seqs < 1 || caps.max_seqs > 65536)
+    return make_error(ErrorCode::kInvalidArgument, "sequences %d is out of range [1, 65536]", caps.max_seqs);
+  if (caps.block_size < 1 || caps.block_size > 1024 || caps.n_blocks < 1 || caps.n_blocks > (int64_t{1} << 31) / caps.block_size)
+    return make_error(ErrorCode::kInvalidArgument, "KV cache of %lld blocks of %d slots is out of range",
+                      static_cast<long long>(caps.n_blocks), caps.block_size);
+  const DType kt = caps.kv_dtype;
+  const int64_t qb = dtype_block_size(kt);
+  if (hp.head_dim_k % qb || hp.head_dim_v % qb)
+    return make_error(ErrorCode::kUnsupported, "KV cache type %s needs head dims that are multiples of %lld (got "
+                      "%lld/%lld)", dtype_name(kt), static_cast<long long>(qb), static_cast<long long>(hp.head_dim_k),
+                      static_cast<long long>(hp.head_dim_v));
+  for (const auto& l : place.layers)
+    if (!l->supports(Op::kKvStore, kt) || !l->supports(Op::kAttention, kt))
+      return make_error(ErrorCode::kUnsupported, "KV cache type %s is not supported by backend %s", dtype_name(kt),
+                        l->name());
+  // Storage per backend against what it can allocate, before allocating any of it.
+  const uint64_t per_layer = kv_storage_bytes(hp, caps) / static_cast<uint64_t>(hp.n_layer);
+  for (Backend* be : place.backends()) {
+    uint64_t need = 0;
+    for (const auto& l : place.layers) need += l.get() == be ? per_layer : 0;
+    const uint64_t avail = be->memory_available();
+    if (need > 0 && avail > 0 && need > avail)
+      return make_error(ErrorCode::kOutOfRange, "the KV cache needs %.2f GiB on %s (%lld token slots of %s), %.2f GiB "
+                        "are available: lower -c", static_cast<double>(need) / (1 << 30), be->name(),
+                        static_cast<long long>(caps.n_blocks * caps.block_size), dtype_name(kt),
+                        static_cast<double>(avail) / (1 << 30));
+  }
+  auto s = std::make_unique<State>(hp, arch, w, place, caps);
+  KILN_TRY(s->init());
+  return std::unique_ptr<ModelState>(std::move(s));
+}
+
+}  // namespace kiln

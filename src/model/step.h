@@ -1,0 +1,107 @@
+// One step of the network = plan -> execute -> fetch (docs/ARCHITECTURE.md, "A step").
+//
+//   plan    (host, runtime/planner): token ids, positions, cache slots, per-sequence query ranges and kv lengths,
+//           which rows want outputs, written into StepPlan: arrays in pinned staging (Backend::alloc_host) at fixed
+//           offsets sized by StepCaps. The planner validates every value (ids, positions, slots, block ids) there.
+//   execute (ModelState::execute): one write() of the index region per backend of the placement (plus the block-
+//           table rows marked dirty), then backend ops only, on buffers allocated when the state was created. No
+//           allocation, no host read, no shape derived from data: the shapes come from the host-side counts of the
+//           plan (n_bucket, n_out_bucket, n_seq, max_kv_len), so one execute per bucket can be captured as a graph.
+//   fetch   (ModelState::fetch): per output row, the argmax id computed on the output backend, or the full logits
+//           row copied into pinned host memory.
+//
+// Buckets (when ModelState::wants_buckets(): a device backend is in the placement): n_tok is rounded up to
+// 1, 2, 4, 8, 16, 32, 64 (the decode sizes, capturable), above 64 to a multiple of 64; n_out likewise; max_kv_len to
+// a power of two >= 256 (capped at the per-sequence capacity). Padding: token id 0 at position 0, slot -1 (writes
+// nothing), kv_len 0 (zero attention output), table row 0; padded output rows read token row 0 and are never
+// fetched. A CPU-only placement runs exact sizes (padding would only cost time there).
+//
+// KV storage: one K and one V pool per layer on that layer's backend, n_blocks * block_size token slots
+// (KvLayer in backend.h). Which blocks a sequence owns, refcounts, forks and lengths are the runtime's
+// (runtime/kv_cache.h): the model only sees block ids and slots through the plan.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "quant/dtype.h"
+#include "util/status.h"
+
+namespace kiln {
+
+// Capacities a ModelState is created for; everything execute touches is allocated for these.
+struct StepCaps {
+  int32_t max_tokens = 512;   // tokens per execute (the runtime splits larger batches)
+  int32_t max_outputs = 8;    // output rows per execute (logits/argmax), <= max_tokens
+  int32_t max_seqs = 1;       // sequence slots = block-table rows
+  int64_t n_blocks = 256;     // KV pool blocks (per layer)
+  int32_t block_size = 16;    // token slots per block
+  DType kv_dtype = DType::F16;
+  int32_t max_blocks_per_seq() const {
+    return static_cast<int32_t>(n_blocks);  // one sequence may hold the whole pool
+  }
+};
+
+// What one output row wants back.
+enum class OutputKind : uint8_t { kArgmax = 0, kLogits = 1 };
+
+// The host side of a step. Pointers are into pinned staging owned by the ModelState, at fixed offsets:
+// [max_tokens] arrays first, then [max_outputs], then [max_seqs]; `tables` is the host mirror of the block tables
+// [max_seqs][max_blocks_per_seq] (row-major), uploaded row by row when marked dirty.
+struct StepPlan {
+  int32_t n_tok = 0;         // real tokens
+  int32_t n_bucket = 0;      // tokens executed (>= n_tok; padded)
+  int32_t n_out = 0;         // real output rows
+  int32_t n_out_bucket = 0;  // output rows executed
+  int32_t n_seq = 0;         // sequences in the step (entries of the per-sequence arrays)
+  int32_t max_kv_len = 0;    // bound of kv_len (a bucket)
+  int32_t max_q_len = 0;     // bound of seq_q_len
+
+  int32_t* token = nullptr;      // [max_tokens]
+  int32_t* pos = nullptr;        // [max_tokens]
+  int32_t* slot = nullptr;       // [max_tokens] block * block_size + offset, -1 = padding
+  int32_t* tok_table = nullptr;  // [max_tokens] block-table row of the token's sequence
+  int32_t* kv_len = nullptr;     // [max_tokens] pos + 1, 0 = padding
+  int32_t* out_rows = nullptr;   // [max_outputs] token rows that want output, increasing
+  int32_t* seq_row = nullptr;    // [max_seqs]
+  int32_t* seq_q_start = nullptr;
+  int32_t* seq_q_len = nullptr;
+  int32_t* seq_kv_len = nullptr;
+  OutputKind* out_kind = nullptr;  // [max_outputs] host only: what fetch returns per output row
+  int32_t* tables = nullptr;       // [max_seqs][max_blocks_per_seq]
+  std::vector<int32_t> dirty_rows;  // table rows to upload this step (capacity max_seqs, reserved at creation)
+};
+
+// What fetch() returns for the outputs of the last execute, in output order.
+struct StepOutputs {
+  int32_t n_out = 0;
+  int64_t n_vocab = 0;
+  const int32_t* argmax = nullptr;  // [n_out] (valid where out_kind is kArgmax; computed for every row)
+  const float* logits = nullptr;    // [n_out][n_vocab] pinned host (rows valid where out_kind is kLogits)
+  const float* row(int32_t i) const { return logits + static_cast<size_t>(i) * static_cast<size_t>(n_vocab); }
+};
+
+// The per-engine state of a model: KV storage, workspace, staging, output buffers. Made by Model::create_state.
+class ModelState {
+ public:
+  virtual ~ModelState() = default;
+  virtual const StepCaps& caps() const = 0;
+  // Whether the planner should round sizes up to buckets (a device backend is in the placement).
+  virtual bool wants_buckets() const = 0;
+  virtual StepPlan& plan() = 0;
+  // Runs the planned step (see the top of this file).
+  virtual Status execute() = 0;
+  // Waits for the outputs of the last execute and brings back what plan().out_kind asks for.
+  virtual Result<StepOutputs> fetch() = 0;
+
+  // ---- KV storage (the runtime's block manager drives these) ----
+  virtual KvLayer kv_layer(int64_t il) const = 0;
+  // Copies token slots [0, n) of block src to block dst in every layer (copy-on-write of a shared partial block).
+  virtual Status copy_block(int32_t src, int32_t dst, int32_t n) = 0;
+  // Bytes of K+V storage over all layers.
+  virtual uint64_t kv_bytes() const = 0;
+};
+
+}  // namespace kiln

@@ -1,0 +1,199 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace kiln {
+
+Result<std::unique_ptr<Engine>> Engine::create(Model& model, const KvCacheConfig& cfg) {
+  StepCaps caps;
+  caps.max_tokens = cfg.max_batch;
+  caps.max_seqs = cfg.max_seqs;
+  caps.block_size = cfg.block_size;
+  caps.kv_dtype = cfg.dtype;
+  caps.max_outputs = cfg.max_outputs > 0 ? cfg.max_outputs : std::max(cfg.max_seqs, 8);
+  caps.max_outputs = std::min(caps.max_outputs, std::max(cfg.max_batch, 1));
+  // Sizes first, then the storage against the backends' memory (create_state), then the bookkeeping.
+  KILN_TRY(KvCache::validate(cfg));
+  caps.n_blocks = (cfg.n_ctx + cfg.block_size - 1) / cfg.block_size;
+  std::unique_ptr<Engine> e(new Engine(model));
+  KILN_ASSIGN_OR_RETURN(e->state_, model.create_state(caps));
+  KILN_ASSIGN_OR_RETURN(e->cache_, KvCache::create(cfg));
+  ModelState* st = e->state_.get();
+  e->cache_->set_block_copier([st](int32_t s, int32_t d, int32_t n) { return st->copy_block(s, d, n); });
+  e->count_.assign(cfg.max_seqs, 0);
+  e->seq_index_.assign(cfg.max_seqs, -1);
+  e->seqs_.reserve(cfg.max_seqs);
+  e->dirty_.reserve(cfg.max_seqs);
+  e->kinds_.assign(caps.max_outputs, OutputKind::kLogits);
+  return e;
+}
+
+int32_t Engine::bucket_tokens(int32_t n) const {
+  if (!state_->wants_buckets() || n <= 0) return n;
+  int32_t b = 1;
+  while (b < n && b < 64) b *= 2;
+  if (n > 64) b = (n + 63) / 64 * 64;
+  return std::min(b, state_->caps().max_tokens);
+}
+
+int32_t Engine::bucket_kv(int32_t n) const {
+  const StepCaps& c = state_->caps();
+  const int64_t cap = static_cast<int64_t>(c.max_blocks_per_seq()) * c.block_size;
+  if (!state_->wants_buckets()) return n;
+  int64_t b = 256;
+  while (b < n) b *= 2;
+  return static_cast<int32_t>(std::min<int64_t>(b, cap));
+}
+
+Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds) {
+  ModelState& S = *state_;
+  StepPlan& P = S.plan();
+  const StepCaps& caps = S.caps();
+  const HParams& hp = model_.hparams();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n < 1 || n > caps.max_tokens)
+    return make_error(ErrorCode::kInvalidArgument, "step: %lld tokens (1 to %d per step)", static_cast<long long>(n),
+                      caps.max_tokens);
+  KvCache& cache = *cache_;
+
+  // 1. Value checks; sequences in order of first appearance; each sequence's tokens must be consecutive in the
+  // batch (the per-sequence query ranges of tiled attention).
+  seqs_.clear();
+  int64_t n_out = 0;
+  int32_t last_seq = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const BatchToken& t = tokens[i];
+    if (t.token < 0 || t.token >= hp.n_vocab)
+      return make_error(ErrorCode::kInvalidArgument, "batch token %lld: id %d is out of range [0, %lld)",
+                        static_cast<long long>(i), t.token, static_cast<long long>(hp.n_vocab));
+    if (!cache.valid_seq(t.seq_id))
+      return make_error(ErrorCode::kInvalidArgument, "batch token %lld: sequence id %d is out of range [0, %d)",
+                        static_cast<long long>(i), t.seq_id, cache.config().max_seqs);
+    if (t.seq_id != last_seq) {
+      if (seq_index_[t.seq_id] >= 0) {
+        for (int32_t s : seqs_) seq_index_[s] = -1, count_[s] = 0;
+        return make_error(ErrorCode::kInvalidArgument, "batch token %lld: the tokens of sequence %d are not "
+                          "consecutive in the batch", static_cast<long long>(i), t.seq_id);
+      }
+      seq_index_[t.seq_id] = static_cast<int32_t>(seqs_.size());
+      seqs_.push_back(t.seq_id);
+      last_seq = t.seq_id;
+    }
+    const int64_t expect = cache.seq_len(t.seq_id) + count_[t.seq_id];
+    if (t.pos != expect) {
+      for (int32_t s : seqs_) seq_index_[s] = -1, count_[s] = 0;
+      return make_error(ErrorCode::kInvalidArgument, "batch token %lld: position %d does not continue sequence %d "
+                        "(expected %lld)", static_cast<long long>(i), t.pos, t.seq_id,
+                        static_cast<long long>(expect));
+    }
+    ++count_[t.seq_id];
+    n_out += t.want_logits;
+  }
+  auto reset_scratch = [&] {
+    for (int32_t s : seqs_) seq_index_[s] = -1, count_[s] = 0;
+  };
+  if (n_out > caps.max_outputs || static_cast<int64_t>(kinds.size()) < n_out) {
+    reset_scratch();
+    return make_error(ErrorCode::kInvalidArgument, "step: %lld outputs (at most %d per step, %zu kinds given)",
+                      static_cast<long long>(n_out), caps.max_outputs, kinds.size());
+  }
+  // 2. Blocks.
+  for (size_t s = 0; s < seqs_.size(); ++s) {
+    Status st = cache.reserve(seqs_[s], count_[seqs_[s]]);
+    if (!st.is_ok()) {
+      for (size_t r = 0; r < s; ++r) cache.truncate(seqs_[r], cache.seq_len(seqs_[r]));  // drop new reservations
+      reset_scratch();
+      return st;
+    }
+  }
+  // 3. The plan: per token, per sequence, outputs, buckets, dirty table rows.
+  const int32_t nb = bucket_tokens(static_cast<int32_t>(n));
+  const int64_t bs = caps.block_size;
+  int32_t max_len = 0, j = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const BatchToken& t = tokens[i];
+    P.token[i] = t.token;
+    P.pos[i] = t.pos;
+    P.slot[i] = static_cast<int32_t>(cache.table(t.seq_id)[t.pos / bs] * bs + t.pos % bs);
+    P.tok_table[i] = t.seq_id;
+    P.kv_len[i] = t.pos + 1;
+    max_len = std::max(max_len, P.kv_len[i]);
+    if (t.want_logits) {
+      P.out_kind[j] = kinds[j];
+      P.out_rows[j++] = static_cast<int32_t>(i);
+    }
+  }
+  for (int64_t i = n; i < nb; ++i) P.token[i] = 0, P.pos[i] = 0, P.slot[i] = -1, P.tok_table[i] = 0, P.kv_len[i] = 0;
+  const int32_t mb = std::min(bucket_tokens(j), nb);
+  for (int32_t i = j; i < mb; ++i) P.out_rows[i] = 0;
+  int32_t start = 0, max_q = 0;
+  for (size_t s = 0; s < seqs_.size(); ++s) {
+    const int32_t id = seqs_[s];
+    P.seq_row[s] = id;
+    P.seq_q_start[s] = start;
+    P.seq_q_len[s] = static_cast<int32_t>(count_[id]);
+    P.seq_kv_len[s] = static_cast<int32_t>(cache.seq_len(id) + count_[id]);
+    start += P.seq_q_len[s];
+    max_q = std::max(max_q, P.seq_q_len[s]);
+  }
+  P.n_tok = static_cast<int32_t>(n);
+  P.n_bucket = nb;
+  P.n_out = j;
+  P.n_out_bucket = j == 0 ? 0 : mb;
+  P.n_seq = static_cast<int32_t>(seqs_.size());
+  P.max_kv_len = bucket_kv(max_len);
+  P.max_q_len = max_q;
+  dirty_.clear();
+  cache.take_dirty(dirty_);
+  const int64_t MB = caps.max_blocks_per_seq();
+  for (int32_t r : dirty_) {
+    const std::vector<int32_t>& tb = cache.table(r);
+    int32_t* row = P.tables + static_cast<int64_t>(r) * MB;
+    std::copy(tb.begin(), tb.end(), row);
+    std::fill(row + tb.size(), row + MB, 0);
+    P.dirty_rows.push_back(r);
+  }
+  return Status::ok();
+}
+
+Result<StepOutputs> Engine::step(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds) {
+  KILN_TRY(plan(tokens, kinds));
+  Status st = state_->execute();
+  if (st.is_ok())
+    for (int32_t s : seqs_) st = st.is_ok() ? cache_->commit(s, count_[s]) : st;
+  if (!st.is_ok()) {
+    for (int32_t s : seqs_) cache_->truncate(s, cache_->seq_len(s));
+  }
+  for (int32_t s : seqs_) seq_index_[s] = -1, count_[s] = 0;
+  if (!st.is_ok()) return st;
+  return state_->fetch();
+}
+
+Status Engine::forward(const Batch& batch, std::vector<float>* logits) {
+  if (logits) logits->clear();
+  const StepCaps& caps = state_->caps();
+  const int64_t n_vocab = model_.hparams().n_vocab;
+  const std::vector<BatchToken>& all = batch.tokens;
+  size_t i = 0;
+  while (i < all.size()) {
+    // The longest run within the caps.
+    size_t e = i;
+    int32_t outs = 0;
+    while (e < all.size() && e - i < static_cast<size_t>(caps.max_tokens) &&
+           outs + (all[e].want_logits ? 1 : 0) <= caps.max_outputs)
+      outs += all[e++].want_logits;
+    std::span<const BatchToken> chunk(all.data() + i, e - i);
+    auto out = step(chunk, kinds_);
+    if (!out) return out.status();
+    if (logits && out->n_out > 0) {
+      const size_t at = logits->size();
+      logits->resize(at + static_cast<size_t>(out->n_out * n_vocab));
+      std::memcpy(logits->data() + at, out->logits, static_cast<size_t>(out->n_out * n_vocab) * sizeof(float));
+    }
+    i = e;
+  }
+  return Status::ok();
+}
+
+}  // namespace kiln

@@ -1,0 +1,60 @@
+// The engine: one model, its KV cache bookkeeping (runtime/kv_cache.h) and its ModelState (storage, workspace),
+// and the step planner between them (docs/ARCHITECTURE.md, "A step"). Every caller that runs the network (the
+// generator, bench, perplexity, logits, later the server's scheduler) goes through it.
+//
+// plan (here, host): validates the batch (token ids, sequence ids, positions continuing each sequence), reserves
+// cache blocks, resolves slots and block tables, chooses buckets, writes the StepPlan; execute and fetch are the
+// ModelState's. The planner is where value checks live (ops check only shapes and dtypes): its errors name the
+// batch token and the sequence.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/model.h"
+#include "runtime/kv_cache.h"
+#include "util/status.h"
+
+namespace kiln {
+
+class Engine {
+ public:
+  // Checks the KV storage this config needs against the backends' memory before allocating anything.
+  static Result<std::unique_ptr<Engine>> create(Model& model, const KvCacheConfig& cfg);
+
+  Model& model() { return model_; }
+  KvCache& cache() { return *cache_; }
+  const KvCache& cache() const { return *cache_; }
+  ModelState& state() { return *state_; }
+  const StepCaps& caps() const { return state_->caps(); }
+
+  // One step: tokens.size() <= caps().max_tokens and at most caps().max_outputs want_logits tokens; kinds[i] says
+  // what output i (the i-th want_logits token, in batch order) brings back. The outputs stay valid until the next
+  // step. On error nothing is committed (the reservations are dropped).
+  Result<StepOutputs> step(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds);
+  // Any batch: split into steps within the caps (in order; a sequence's tokens stay in order); for every
+  // want_logits token, in batch order, n_vocab logits into `logits` (resized; may be null: nothing fetched).
+  Status forward(const Batch& batch, std::vector<float>* logits);
+
+  // Rounds n up to its bucket (model/step.h), or returns n when the placement does not want buckets.
+  int32_t bucket_tokens(int32_t n) const;
+  int32_t bucket_kv(int32_t n) const;
+
+ private:
+  Engine(Model& m) : model_(m) {}
+  Status plan(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds);
+
+  Model& model_;
+  std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<ModelState> state_;
+  // Planner scratch, sized at creation (max_seqs entries): tokens of each sequence in this step, its plan index.
+  std::vector<int64_t> count_;
+  std::vector<int32_t> seq_index_;
+  std::vector<int32_t> seqs_;
+  std::vector<int32_t> dirty_;
+  std::vector<OutputKind> kinds_;  // forward(): all kLogits
+};
+
+}  // namespace kiln

@@ -1,0 +1,1045 @@
+// Operators, filters, tests, Python methods and globals, each with jinja2 3.1's / CPython's semantics
+// (jinja2/filters.py, jinja2/tests.py, jinja2/sandbox.py), and transformers' overrides (tojson with
+// ensure_ascii=False/indent/separators/sort_keys; raise_exception; strftime_now).
+// Filters that return generators in jinja2 (map, select, reject, selectattr, rejectattr, unique, items, batch)
+// return one-shot iterators here, so `|tojson` of them fails and `|length` of them fails, as in Python.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <unordered_set>
+
+#include "template/interp.h"
+#include "template/strings.h"
+
+namespace kiln::tpl {
+
+namespace {
+
+Status undefined_error(const Value& v) {
+  return Status(ErrorCode::kInvalidArgument, v.str().empty() ? "undefined value used" : v.str());
+}
+
+Value gen(List items, const char* type = "generator") {
+  auto it = std::make_shared<IteratorObj>();
+  it->items = std::move(items);
+  it->type_name = type;
+  return Value::from_object(Kind::kIterator, std::move(it));
+}
+
+// Python ints: 64-bit here, overflow is an error.
+Result<Value> int_result(Interp& in, bool overflow, int64_t v) {
+  if (overflow) return in.error("integer overflow (kiln's template integers are 64-bit)");
+  return Value::integer(v);
+}
+
+double py_fmod(double a, double b) {
+  double m = std::fmod(a, b);
+  if (m != 0 && ((m < 0) != (b < 0))) m += b;
+  return m;
+}
+
+}  // namespace
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- operators
+
+Result<Value> binary_op(Interp& in, const std::string& op, const Value& a, const Value& b) {
+  if (a.is_undefined()) return undefined_error(a);
+  if (b.is_undefined()) return undefined_error(b);
+  const bool ints = (a.is_int() || a.is_bool()) && (b.is_int() || b.is_bool());
+  const bool nums = a.is_number() && b.is_number();
+  auto unsupported = [&]() {
+    if (op == "+" && a.is_string())
+      return in.error("can only concatenate str (not \"%s\") to str", b.type_name().c_str());
+    if (op == "+" && a.is_list())
+      return in.error("can only concatenate %s (not \"%s\") to %s", a.type_name().c_str(), b.type_name().c_str(),
+                      a.type_name().c_str());
+    return in.error("unsupported operand type(s) for %s: '%s' and '%s'", op.c_str(), a.type_name().c_str(),
+                    b.type_name().c_str());
+  };
+  if (op == "+") {
+    if (ints) {
+      int64_t r;
+      return int_result(in, __builtin_add_overflow(a.as_int(), b.as_int(), &r), r);
+    }
+    if (nums) return Value::number(a.as_float() + b.as_float());
+    if (a.is_string() && b.is_string()) {
+      KILN_TRY(in.check_string(a.str().size() + b.str().size()));
+      // Markup + str escapes the plain side (markupsafe's __add__/__radd__); kiln templates have no autoescape,
+      // so this only happens after |safe.
+      if (a.is_safe() && !b.is_safe()) return Value::string(a.str() + html_escape(b.str()), true);
+      if (b.is_safe() && !a.is_safe()) return Value::string(html_escape(a.str()) + b.str(), true);
+      return Value::string(a.str() + b.str(), a.is_safe());
+    }
+    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+      KILN_TRY(in.check_list(a.items().size() + b.items().size()));
+      List l = a.items();
+      l.insert(l.end(), b.items().begin(), b.items().end());
+      return Value::list(std::move(l), a.is_tuple());
+    }
+    return unsupported();
+  }
+  if (op == "-") {
+    if (ints) {
+      int64_t r;
+      return int_result(in, __builtin_sub_overflow(a.as_int(), b.as_int(), &r), r);
+    }
+    if (nums) return Value::number(a.as_float() - b.as_float());
+    return unsupported();
+  }
+  if (op == "*") {
+    if (ints) {
+      int64_t r;
+      return int_result(in, __builtin_mul_overflow(a.as_int(), b.as_int(), &r), r);
+    }
+    if (nums) return Value::number(a.as_float() * b.as_float());
+    const Value* seq = (a.is_string() || a.is_list()) ? &a : (b.is_string() || b.is_list()) ? &b : nullptr;
+    const Value* cnt = seq == &a ? &b : &a;
+    if (seq && (cnt->is_int() || cnt->is_bool())) {
+      const int64_t n = std::max<int64_t>(0, cnt->as_int());
+      if (seq->is_string()) {
+        const double total = static_cast<double>(seq->str().size()) * static_cast<double>(n);
+        KILN_TRY(in.check_string(total > 1e18 ? SIZE_MAX : static_cast<size_t>(total)));
+        std::string s;
+        s.reserve(static_cast<size_t>(total));
+        for (int64_t i = 0; i < n; ++i) s += seq->str();
+        return Value::string(std::move(s), seq->is_safe());
+      }
+      const double total = static_cast<double>(seq->items().size()) * static_cast<double>(n);
+      KILN_TRY(in.check_list(total > 1e18 ? SIZE_MAX : static_cast<size_t>(total)));
+      List l;
+      for (int64_t i = 0; i < n; ++i) l.insert(l.end(), seq->items().begin(), seq->items().end());
+      return Value::list(std::move(l), seq->is_tuple());
+    }
+    return unsupported();
+  }
+  if (op == "/") {
+    if (!nums) return unsupported();
+    if (b.as_float() == 0) return in.error("division by zero");
+    return Value::number(a.as_float() / b.as_float());
+  }
+  if (op == "//") {
+    if (!nums) return unsupported();
+    if (b.as_float() == 0) return in.error(ints ? "integer division or modulo by zero" : "float floor division by zero");
+    if (ints) {
+      const int64_t x = a.as_int(), y = b.as_int();
+      if (x == INT64_MIN && y == -1) return in.error("integer overflow");
+      int64_t q = x / y;
+      if ((x % y != 0) && ((x < 0) != (y < 0))) --q;
+      return Value::integer(q);
+    }
+    return Value::number(std::floor(a.as_float() / b.as_float()));
+  }
+  if (op == "%") {
+    if (a.is_string()) return percent_format(in, a, b);
+    if (!nums) return unsupported();
+    if (b.as_float() == 0) return in.error(ints ? "integer division or modulo by zero" : "float modulo");
+    if (ints) {
+      const int64_t x = a.as_int(), y = b.as_int();
+      if (y == -1) return Value::integer(0);
+      int64_t m = x % y;
+      if (m != 0 && ((m < 0) != (y < 0))) m += y;
+      return Value::integer(m);
+    }
+    return Value::number(py_fmod(a.as_float(), b.as_float()));
+  }
+  if (op == "**") {
+    if (!nums) return unsupported();
+    if (ints && b.as_int() >= 0) {
+      int64_t r = 1, base = a.as_int(), e = b.as_int();
+      bool of = false;
+      while (e > 0 && !of) {
+        if (e & 1) of |= __builtin_mul_overflow(r, base, &r);
+        e >>= 1;
+        if (e > 0) of |= __builtin_mul_overflow(base, base, &base);
+      }
+      return int_result(in, of, r);
+    }
+    if (a.as_float() == 0 && b.as_float() < 0) return in.error("0.0 cannot be raised to a negative power");
+    return Value::number(std::pow(a.as_float(), b.as_float()));
+  }
+  return in.error("unknown operator '%s'", op.c_str());
+}
+
+Result<bool> contains(Interp& in, const Value& container, const Value& item) {
+  switch (container.kind()) {
+    case Kind::kString:
+      if (item.is_undefined()) return undefined_error(item);
+      if (!item.is_string())
+        return in.error("'in <string>' requires string as left operand, not %s", item.type_name().c_str());
+      return container.str().find(item.str()) != std::string::npos;
+    case Kind::kList:
+      for (const Value& v : container.items())
+        if (equals(v, item)) return true;
+      return false;
+    case Kind::kDict: return container.dict().find(item) != nullptr;
+    case Kind::kUndefined: return false;  // Undefined iterates as empty
+    case Kind::kIterator: {
+      auto* it = container.as<IteratorObj>();
+      while (it->pos < it->items.size())
+        if (equals(it->items[it->pos++], item)) return true;
+      return false;
+    }
+    default: return in.error("argument of type '%s' is not iterable", container.type_name().c_str());
+  }
+}
+
+// ---------------------------------------------------------------- helpers shared by filters
+
+namespace {
+
+// jinja2's make_attrgetter: "a.b.0" -> getitem per part (integer parts as ints).
+Result<Value> attr_path(Interp& in, const Value& item, const std::string& path) {
+  Value cur = item;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    Value key = Value::string(part);
+    if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+      key = Value::integer(std::strtoll(part.c_str(), nullptr, 10));
+    KILN_ASSIGN_OR_RETURN(cur, in.getitem(cur, key));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return cur;
+}
+
+Value lower_if_str(const Value& v, bool case_sensitive) {
+  if (!case_sensitive && v.is_string()) return Value::string(py_lower(v.str()));
+  return v;
+}
+
+Status sort_values(Interp& in, std::vector<std::pair<Value, Value>>* keyed, bool reverse) {
+  Status err;
+  std::stable_sort(keyed->begin(), keyed->end(), [&](const auto& x, const auto& y) {
+    if (!err.is_ok()) return false;
+    auto c = reverse ? compare(y.first, x.first) : compare(x.first, y.first);
+    if (!c) {
+      err = c.status();
+      return false;
+    }
+    return *c < 0;
+  });
+  (void)in;
+  return err;
+}
+
+Result<int64_t> len_of(Interp& in, const Value& v) {
+  switch (v.kind()) {
+    case Kind::kUndefined: return 0;
+    case Kind::kString: return static_cast<int64_t>(utf8_length(v.str()));
+    case Kind::kList: return static_cast<int64_t>(v.items().size());
+    case Kind::kDict: return static_cast<int64_t>(v.dict().entries.size());
+    default: return in.error("object of type '%s' has no len()", v.type_name().c_str());
+  }
+}
+
+const Value& arg_or(const CallArgs& a, size_t i, const char* name, const Value& def) {
+  const Value* v = a.get(i, name);
+  return v ? *v : def;
+}
+
+Status check_args(Interp& in, const CallArgs& a, const char* fn, size_t max_pos, std::initializer_list<const char*> names) {
+  if (a.pos.size() > max_pos) return in.error("%s() takes at most %zu positional arguments (%zu given)", fn, max_pos, a.pos.size());
+  for (const auto& [k, v] : a.kw) {
+    bool ok = false;
+    for (const char* n : names) ok |= k == n;
+    if (!ok) return in.error("%s() got an unexpected keyword argument '%s'", fn, k.c_str());
+  }
+  return Status::ok();
+}
+
+// Python int(str): optional whitespace, sign, digits with single underscores between them.
+bool parse_py_int(const std::string& s, int base, int64_t* out) {
+  size_t b = py_lstrip_begin(s), e = py_rstrip_end(s);
+  if (b >= e) return false;
+  std::string t = s.substr(b, e - b);
+  bool neg = false;
+  size_t i = 0;
+  if (t[0] == '+' || t[0] == '-') {
+    neg = t[0] == '-';
+    i = 1;
+  }
+  if (i >= t.size()) return false;
+  __int128 v = 0;
+  bool last_us = true;
+  for (; i < t.size(); ++i) {
+    const char c = t[i];
+    if (c == '_') {
+      if (last_us) return false;
+      last_us = true;
+      continue;
+    }
+    int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : std::isalpha(static_cast<unsigned char>(c)) ? std::tolower(c) - 'a' + 10 : 99;
+    if (d >= base) return false;
+    v = v * base + d;
+    if (v > static_cast<__int128>(INT64_MAX) + 1) return false;
+    last_us = false;
+  }
+  if (last_us) return false;
+  if (neg) v = -v;
+  if (v > INT64_MAX || v < INT64_MIN) return false;
+  *out = static_cast<int64_t>(v);
+  return true;
+}
+
+bool parse_py_float(const std::string& s, double* out) {
+  size_t b = py_lstrip_begin(s), e = py_rstrip_end(s);
+  if (b >= e) return false;
+  std::string t = s.substr(b, e - b);
+  std::string lower = py_lower(t);
+  if (lower == "inf" || lower == "+inf" || lower == "infinity" || lower == "+infinity") { *out = INFINITY; return true; }
+  if (lower == "-inf" || lower == "-infinity") { *out = -INFINITY; return true; }
+  if (lower == "nan" || lower == "+nan" || lower == "-nan") { *out = NAN; return true; }
+  for (char c : t)
+    if (!(std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-' || c == '_')) return false;
+  std::string clean;
+  for (char c : t)
+    if (c != '_') clean += c;
+  char* end = nullptr;
+  *out = std::strtod(clean.c_str(), &end);
+  return end && *end == 0 && end != clean.c_str();
+}
+
+Result<Value> do_tojson(Interp& in, const Value& v, CallArgs& a) {
+  KILN_TRY(check_args(in, a, "tojson", 4, {"ensure_ascii", "indent", "separators", "sort_keys"}));
+  JsonOptions o;
+  static const Value kFalse = Value::boolean(false), kNone = Value::none();
+  o.ensure_ascii = arg_or(a, 0, "ensure_ascii", kFalse).truthy();
+  const Value& indent = arg_or(a, 1, "indent", kNone);
+  if (indent.is_int() || indent.is_bool()) {
+    o.has_indent = true;
+    o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(indent.as_int(), 1000))), ' ');
+  } else if (indent.is_string()) {
+    o.has_indent = true;
+    o.indent = indent.str();
+  } else if (!indent.is_none()) {
+    return in.error("tojson: indent must be an int or a string");
+  }
+  if (o.has_indent) o.item_sep = ",";
+  const Value& seps = arg_or(a, 2, "separators", kNone);
+  if (!seps.is_none()) {
+    if (!seps.is_list() || seps.items().size() != 2 || !seps.items()[0].is_string() || !seps.items()[1].is_string())
+      return in.error("tojson: separators must be a pair of strings");
+    o.item_sep = seps.items()[0].str();
+    o.key_sep = seps.items()[1].str();
+  }
+  o.sort_keys = arg_or(a, 3, "sort_keys", kFalse).truthy();
+  std::string out;
+  KILN_TRY(to_json(v, o, &out));
+  KILN_TRY(in.check_string(out.size()));
+  return Value::string(std::move(out));
+}
+
+// select/reject/selectattr/rejectattr: jinja2's select_or_reject.
+Result<Value> select_or_reject(Interp& in, const Value& seq, CallArgs& a, bool use_attr, bool want) {
+  KILN_ASSIGN_OR_RETURN(List items, in.iterate(seq));
+  size_t off = 0;
+  std::string attr;
+  if (use_attr) {
+    if (a.pos.empty()) return in.error("Missing parameter for attribute name");
+    attr = to_str(a.pos[0]);
+    off = 1;
+  }
+  std::string test;
+  CallArgs targs;
+  if (a.pos.size() > off) {
+    test = to_str(a.pos[off]);
+    targs.pos.assign(a.pos.begin() + static_cast<long>(off) + 1, a.pos.end());
+    targs.kw = a.kw;
+    if (!have_test(test)) return in.error("No test named '%s'.", test.c_str());
+  }
+  List out;
+  for (const Value& item : items) {
+    KILN_TRY(in.step());
+    Value subject = item;
+    if (use_attr) {
+      KILN_ASSIGN_OR_RETURN(subject, attr_path(in, item, attr));
+    }
+    bool r;
+    if (test.empty()) {
+      r = subject.truthy();
+    } else {
+      CallArgs copy = targs;
+      KILN_ASSIGN_OR_RETURN(r, in.apply_test(test, subject, copy));
+    }
+    if (r == want) out.push_back(item);
+  }
+  return gen(std::move(out));
+}
+
+Result<Value> do_map(Interp& in, const Value& seq, CallArgs& a) {
+  KILN_ASSIGN_OR_RETURN(List items, in.iterate(seq));
+  List out;
+  if (const Value* attr = a.get(SIZE_MAX, "attribute")) {
+    if (!a.pos.empty()) return in.error("map: positional arguments cannot be combined with attribute=");
+    const Value* def = a.get(SIZE_MAX, "default");
+    for (const Value& item : items) {
+      KILN_TRY(in.step());
+      KILN_ASSIGN_OR_RETURN(Value v, attr_path(in, item, to_str(*attr)));
+      if (v.is_undefined() && def) v = *def;
+      out.push_back(std::move(v));
+    }
+    return gen(std::move(out));
+  }
+  if (a.pos.empty()) return in.error("map requires a filter argument");
+  const std::string f = to_str(a.pos[0]);
+  if (!have_filter(f)) return in.error("No filter named '%s'.", f.c_str());
+  CallArgs fargs;
+  fargs.pos.assign(a.pos.begin() + 1, a.pos.end());
+  fargs.kw = a.kw;
+  for (const Value& item : items) {
+    KILN_TRY(in.step());
+    CallArgs copy = fargs;
+    KILN_ASSIGN_OR_RETURN(Value v, in.apply_filter(f, item, copy));
+    out.push_back(std::move(v));
+  }
+  return gen(std::move(out));
+}
+
+Result<Value> min_max(Interp& in, const Value& seq, CallArgs& a, bool want_max) {
+  KILN_ASSIGN_OR_RETURN(List items, in.iterate(seq));
+  static const Value kFalse = Value::boolean(false), kNone = Value::none();
+  const bool cs = arg_or(a, 0, "case_sensitive", kFalse).truthy();
+  const Value& attr = arg_or(a, 1, "attribute", kNone);
+  if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
+  Value best, best_key;
+  bool first = true;
+  for (const Value& it : items) {
+    Value k = it;
+    if (!attr.is_none()) {
+      KILN_ASSIGN_OR_RETURN(k, attr_path(in, it, to_str(attr)));
+    }
+    k = lower_if_str(k, cs);
+    if (first) {
+      best = it;
+      best_key = k;
+      first = false;
+      continue;
+    }
+    KILN_ASSIGN_OR_RETURN(int c, compare(k, best_key));
+    if (want_max ? c > 0 : c < 0) {
+      best = it;
+      best_key = k;
+    }
+  }
+  return best;
+}
+
+Result<Value> do_round(Interp& in, const Value& v, CallArgs& a) {
+  static const Value kZero = Value::integer(0), kCommon = Value::string("common");
+  const Value& prec = arg_or(a, 0, "precision", kZero);
+  const std::string method = to_str(arg_or(a, 1, "method", kCommon));
+  if (!v.is_number()) return in.error("type %s doesn't define __round__ method", v.type_name().c_str());
+  if (!prec.is_int() && !prec.is_bool()) return in.error("round: precision must be an integer");
+  const int64_t p = std::clamp<int64_t>(prec.as_int(), -300, 300);
+  if (method == "common") {
+    if (!v.is_float()) return Value::integer(v.as_int());  // round(int, n) stays an int
+    const double x = v.as_float();
+    if (!std::isfinite(x)) return Value::number(x);
+    if (p >= 0) {
+      // Python rounds the exact binary value, half to even: printf's correctly rounded %.*f does the same.
+      return Value::number(std::strtod(strprintf("%.*f", static_cast<int>(p), x).c_str(), nullptr));
+    }
+    const double m = std::pow(10.0, static_cast<double>(-p));
+    return Value::number(std::nearbyint(x / m) * m);
+  }
+  if (method != "ceil" && method != "floor") return in.error("method must be 'common', 'ceil' or 'floor'");
+  const double m = std::pow(10.0, static_cast<double>(p));
+  const double x = v.as_float() * m;
+  return Value::number((method == "ceil" ? std::ceil(x) : std::floor(x)) / m);
+}
+
+std::string do_striptags(const std::string& s) {
+  std::string t;
+  for (size_t i = 0; i < s.size();) {
+    if (s.compare(i, 4, "<!--") == 0) {
+      const size_t e = s.find("-->", i + 4);
+      if (e == std::string::npos) { t += s.substr(i); break; }
+      i = e + 3;
+    } else if (s[i] == '<') {
+      const size_t e = s.find('>', i + 1);
+      if (e == std::string::npos) { t += s.substr(i); break; }
+      i = e + 1;
+    } else {
+      t += s[i++];
+    }
+  }
+  // collapse whitespace, then unescape the common entities (markupsafe's striptags + unescape)
+  std::string c;
+  for (const auto& w : py_split(t, nullptr, -1)) {
+    if (!c.empty()) c += ' ';
+    c += w;
+  }
+  static const std::pair<const char*, const char*> ents[] = {{"&amp;", "&"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&#34;", "\""}, {"&#39;", "'"}, {"&#x27;", "'"}, {"&nbsp;", "\xc2\xa0"}};
+  std::string out;
+  for (size_t i = 0; i < c.size();) {
+    bool hit = false;
+    if (c[i] == '&')
+      for (const auto& [e, r] : ents)
+        if (c.compare(i, std::strlen(e), e) == 0) {
+          out += r;
+          i += std::strlen(e);
+          hit = true;
+          break;
+        }
+    if (!hit) out += c[i++];
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- filters
+
+namespace {
+const std::unordered_set<std::string>& filter_names() {
+  // jinja2 3.1's builtin filters (all of them count as "known" at compile time, as in jinja2); the few kiln does
+  // not implement fail when called, with a message saying so.
+  static const std::unordered_set<std::string> names = {
+      "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape",
+      "filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent", "int", "items", "join",
+      "last", "length", "list", "lower", "map", "max", "min", "pprint", "random", "reject", "rejectattr",
+      "replace", "reverse", "round", "safe", "select", "selectattr", "slice", "sort", "string", "striptags", "sum",
+      "title", "tojson", "trim", "truncate", "unique", "upper", "urlencode", "urlize", "wordcount", "wordwrap",
+      "xmlattr"};
+  return names;
+}
+const std::unordered_set<std::string>& test_names() {
+  static const std::unordered_set<std::string> names = {
+      "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even", "false", "filter",
+      "float", "ge", "gt", "greaterthan", "in", "integer", "iterable", "le", "lessthan", "lower", "lt", "mapping",
+      "ne", "none", "number", "odd", "sameas", "sequence", "string", "test", "true", "undefined", "upper"};
+  return names;
+}
+}  // namespace
+
+bool have_filter(const std::string& name) { return filter_names().count(name) > 0; }
+bool have_test(const std::string& name) { return test_names().count(name) > 0; }
+
+Result<Value> Interp::apply_filter(const std::string& f, const Value& v, CallArgs& a) {
+  KILN_TRY(step());
+  static const Value kNone = Value::none(), kFalse = Value::boolean(false), kEmpty = Value::string("");
+  // soft_str: strings (Markup too) as they are, everything else str()'d; Undefined -> "".
+  auto sstr = [&]() { return v.is_string() ? v.str() : to_str(v); };
+  if (f == "default" || f == "d") {
+    const Value& def = arg_or(a, 0, "default_value", kEmpty);
+    const bool boolean = arg_or(a, 1, "boolean", kFalse).truthy();
+    if (v.is_undefined() || (boolean && !v.truthy())) return def;
+    return v;
+  }
+  if (f == "length" || f == "count") {
+    KILN_ASSIGN_OR_RETURN(int64_t n, len_of(*this, v));
+    return Value::integer(n);
+  }
+  if (f == "tojson") return do_tojson(*this, v, a);
+  if (f == "trim") {
+    const Value& chars = arg_or(a, 0, "chars", kNone);
+    return Value::string(py_strip(sstr(), chars.is_none() ? nullptr : &chars.str(), true, true), v.is_safe());
+  }
+  if (f == "upper") return Value::string(py_upper(sstr()), v.is_safe());
+  if (f == "lower") return Value::string(py_lower(sstr()), v.is_safe());
+  if (f == "capitalize") return Value::string(py_capitalize(sstr()), v.is_safe());
+  if (f == "title") return Value::string(jinja_title(sstr()), v.is_safe());
+  if (f == "string") return v.is_string() ? v : Value::string(to_str(v));
+  if (f == "safe") return Value::string(sstr(), true);
+  if (f == "escape" || f == "e" || f == "forceescape") {
+    if (v.is_safe() && f != "forceescape") return v;
+    return Value::string(html_escape(sstr()), true);
+  }
+  if (f == "list") {
+    KILN_ASSIGN_OR_RETURN(List l, iterate(v));
+    return Value::list(std::move(l));
+  }
+  if (f == "first") {
+    if (v.kind() == Kind::kIterator) {
+      auto* it = v.as<IteratorObj>();
+      if (it->pos < it->items.size()) return it->items[it->pos++];
+      return Value::undefined("No first item, sequence was empty.");
+    }
+    KILN_ASSIGN_OR_RETURN(List l, iterate(v));
+    if (l.empty()) return Value::undefined("No first item, sequence was empty.");
+    return l.front();
+  }
+  if (f == "last") {
+    if (v.kind() == Kind::kIterator || !(v.is_list() || v.is_string() || v.is_dict() || v.is_undefined()))
+      return error("'%s' object is not reversible", v.type_name().c_str());
+    KILN_ASSIGN_OR_RETURN(List l, iterate(v));
+    if (l.empty()) return Value::undefined("No last item, sequence was empty.");
+    return l.back();
+  }
+  if (f == "join") {
+    const Value& d = arg_or(a, 0, "d", kEmpty);
+    const Value& attr = arg_or(a, 1, "attribute", kNone);
+    KILN_ASSIGN_OR_RETURN(List l, iterate(v));
+    std::string out;
+    const std::string sep = to_str(d);
+    for (size_t i = 0; i < l.size(); ++i) {
+      if (i) out += sep;
+      if (!attr.is_none()) {
+        KILN_ASSIGN_OR_RETURN(Value x, attr_path(*this, l[i], to_str(attr)));
+        out += to_str(x);
+      } else {
+        out += to_str(l[i]);
+      }
+      KILN_TRY(check_string(out.size()));
+    }
+    return Value::string(std::move(out));
+  }
+  if (f == "replace") {
+    if (a.pos.size() < 2 && !(a.get(0, "old") && a.get(1, "new"))) return error("replace() needs old and new");
+    const Value& count = arg_or(a, 2, "count", kNone);
+    int64_t n = -1;
+    if (count.is_int()) n = count.as_int();
+    std::string out;
+    KILN_TRY(py_replace(*this, sstr(), to_str(*a.get(0, "old")), to_str(*a.get(1, "new")), n, &out));
+    return Value::string(std::move(out));
+  }
+  if (f == "int") {
+    static const Value kZero = Value::integer(0), kTen = Value::integer(10);
+    const Value& def = arg_or(a, 0, "default", kZero);
+    const Value& base = arg_or(a, 1, "base", kTen);
+    if (v.is_string()) {
+      int64_t r;
+      if (parse_py_int(v.str(), static_cast<int>(base.as_int()), &r)) return Value::integer(r);
+      double d;
+      if (parse_py_float(v.str(), &d)) {
+        if (std::isnan(d)) return def;
+        if (std::isinf(d) || std::fabs(d) >= 9.2e18) return error("cannot convert float infinity to integer");
+        return Value::integer(static_cast<int64_t>(d));
+      }
+      return def;
+    }
+    if (v.is_int() || v.is_bool()) return Value::integer(v.as_int());
+    if (v.is_float()) {
+      const double d = v.as_float();
+      if (std::isnan(d)) return def;
+      if (std::isinf(d) || std::fabs(d) >= 9.2e18) return error("cannot convert float infinity to integer");
+      return Value::integer(static_cast<int64_t>(d));
+    }
+    return def;
+  }
+  if (f == "float") {
+    static const Value kZero = Value::number(0.0);
+    const Value& def = arg_or(a, 0, "default", kZero);
+    if (v.is_number()) return Value::number(v.as_float());
+    if (v.is_string()) {
+      double d;
+      if (parse_py_float(v.str(), &d)) return Value::number(d);
+    }
+    return def;
+  }
+  if (f == "abs") {
+    if (v.is_float()) return Value::number(std::fabs(v.as_float()));
+    if (v.is_int() || v.is_bool()) {
+      if (v.as_int() == INT64_MIN) return error("integer overflow");
+      return Value::integer(std::llabs(v.as_int()));
+    }
+    return error("bad operand type for abs(): '%s'", v.type_name().c_str());
+  }
+  if (f == "round") return do_round(*this, v, a);
+  if (f == "items") {
+    if (v.is_undefined()) return gen({});
+    if (!v.is_dict()) return error("Can only get item pairs from a mapping.");
+    List out;
+    for (const auto& [k, x] : v.dict().entries) out.push_back(Value::list({k, x}, true));
+    return gen(std::move(out));
+  }
+  if (f == "dictsort") {
+    const bool cs = arg_or(a, 0, "case_sensitive", kFalse).truthy();
+    static const Value kKey = Value::string("key");
+    const std::string by = to_str(arg_or(a, 1, "by", kKey));
+    const bool rev = arg_or(a, 2, "reverse", kFalse).truthy();
+    if (!v.is_dict()) return error("dictsort: expected a mapping, got %s", v.type_name().c_str());
+    if (by != "key" && by != "value") return error("You can only sort by either \"key\" or \"value\"");
+    std::vector<std::pair<Value, Value>> keyed;
+    for (const auto& [k, x] : v.dict().entries)
+      keyed.emplace_back(lower_if_str(by == "key" ? k : x, cs), Value::list({k, x}, true));
+    KILN_TRY(sort_values(*this, &keyed, rev));
+    List out;
+    for (auto& kv : keyed) out.push_back(std::move(kv.second));
+    return Value::list(std::move(out));
+  }
+  if (f == "sort") {
+    const bool rev = arg_or(a, 0, "reverse", kFalse).truthy();
+    const bool cs = arg_or(a, 1, "case_sensitive", kFalse).truthy();
+    const Value& attr = arg_or(a, 2, "attribute", kNone);
+    KILN_ASSIGN_OR_RETURN(List l, iterate(v));
+    std::vector<std::pair<Value, Value>> keyed;
+    for (const Value& x : l) {
+      Value k = x;
+      if (!attr.is_none()) {
+        KILN_ASSIGN_OR_RETURN(k, attr_path(*this, x, to_str(attr)));
+      }
+      keyed.emplace_back(lower_if_str(k, cs), x);
+    }
+    KILN_TRY(sort_values(*this, &keyed, rev));
+    List out;
+    for (auto& kv : keyed) out.push_back(std::move(kv.second));
+    return Value::list(std::move(out));
+  }
+  if (f == "unique") {
+    const bool cs = arg_or(a, 0, "case_sensitive", kFalse).truthy();
+    const Value& attr = arg_or(a, 1, "attribute", kNone);
+    KILN_ASSIGN_OR_RETURN(List l, iterate(v));
+    List seen, out;
+    for (const Value& x : l) {
+      KILN_TRY(step());
+      Value k = x;
+      if (!attr.is_none()) {
+        KILN_ASSIGN_OR_RETURN(k, attr_path(*this, x, to_str(attr)));
+      }
+      k = lower_if_str(k, cs);
+      if (k.is_list() && !k.is_tuple()) return error("unhashable type: 'list'");
+      if (k.is_dict()) return error("unhashable type: 'dict'");
+      bool dup = false;
+      for (const Value& s : seen) dup |= equals(s, k);
+      if (!dup) {
+        seen.push_back(k);
+        out.push_back(x);
+      }
+    }
+    return gen(std::move(out));
+  }
+  if (f == "reverse") {
+    if (v.is_string()) {
+      auto cps = utf8_decode(v.str());
+      std::reverse(cps.begin(), cps.end());
+      return Value::string(utf8_encode(cps, 0, cps.size()), v.is_safe());
+    }
+    KILN_ASSIGN_OR_RETURN(List l, iterate(v));
+    std::reverse(l.begin(), l.end());
+    if (v.is_list()) return gen(std::move(l), "list_reverseiterator");
+    if (v.is_dict()) return gen(std::move(l), "dict_reversekeyiterator");
+    return Value::list(std::move(l));  // not reversible: jinja2 falls back to a reversed list
+  }
+  if (f == "map") return do_map(*this, v, a);
+  if (f == "select") return select_or_reject(*this, v, a, false, true);
+  if (f == "reject") return select_or_reject(*this, v, a, false, false);
+  if (f == "selectattr") return select_or_reject(*this, v, a, true, true);
+  if (f == "rejectattr") return select_or_reject(*this, v, a, true, false);
+  if (f == "min") return min_max(*this, v, a, false);
+  if (f == "max") return min_max(*this, v, a, true);
+  if (f == "sum") {
+    const Value& attr = arg_or(a, 0, "attribute", kNone);
+    static const Value kZero = Value::integer(0);
+    Value acc = arg_or(a, 1, "start", kZero);
+    KILN_ASSIGN_OR_RETURN(List l, iterate(v));
+    for (const Value& x : l) {
+      Value item = x;
+      if (!attr.is_none()) {
+        KILN_ASSIGN_OR_RETURN(item, attr_path(*this, x, to_str(attr)));
+      }
+      KILN_ASSIGN_OR_RETURN(acc, binary_op(*this, "+", acc, item));
+    }
+    return acc;
+  }
+  if (f == "striptags") return Value::string(do_striptags(sstr()));
+  if (f == "wordcount") return Value::integer(py_word_count(sstr()));
+  if (f == "indent") return jinja_indent(*this, v, a);
+  if (f == "center") {
+    static const Value k80 = Value::integer(80);
+    const Value& w = arg_or(a, 0, "width", k80);
+    if (!w.is_int()) return error("center: width must be an integer");
+    return Value::string(py_pad(sstr(), w.as_int(), ' ', 'c'));
+  }
+  if (f == "attr") {
+    if (a.pos.empty()) return error("attr() needs a name");
+    return getattr(v, to_str(a.pos[0]));
+  }
+  if (f == "format") {
+    if (!a.kw.empty()) {
+      Dict d;
+      for (auto& [k, x] : a.kw) d.set(Value::string(k), x);
+      return percent_format(*this, Value::string(sstr()), Value::dict(std::move(d)));
+    }
+    return percent_format(*this, Value::string(sstr()), Value::list(a.pos, true));
+  }
+  if (f == "batch") {
+    if (a.pos.empty() || !a.pos[0].is_int() || a.pos[0].as_int() <= 0) return error("batch: linecount must be a positive integer");
+    const size_t n = static_cast<size_t>(a.pos[0].as_int());
+    const Value* fill = a.get(1, "fill_with");
+    KILN_ASSIGN_OR_RETURN(List l, iterate(v));
+    List out, cur;
+    for (const Value& x : l) {
+      cur.push_back(x);
+      if (cur.size() == n) {
+        out.push_back(Value::list(std::move(cur)));
+        cur.clear();
+      }
+    }
+    if (!cur.empty()) {
+      if (fill && !fill->is_none())
+        while (cur.size() < n) cur.push_back(*fill);
+      out.push_back(Value::list(std::move(cur)));
+    }
+    return gen(std::move(out));
+  }
+  return error("filter '%s' is not supported by kiln's template engine", f.c_str());
+}
+
+// ---------------------------------------------------------------- tests
+
+Result<bool> Interp::apply_test(const std::string& t, const Value& v, CallArgs& a) {
+  KILN_TRY(step());
+  auto arg = [&](const char* name) -> Result<Value> {
+    const Value* x = a.get(0, name);
+    if (!x) return error("test '%s' needs an argument", t.c_str());
+    return *x;
+  };
+  if (t == "defined") return !v.is_undefined();
+  if (t == "undefined") return v.is_undefined();
+  if (t == "none") return v.is_none();
+  if (t == "boolean") return v.is_bool();
+  if (t == "true") return v.is_bool() && v.as_bool();
+  if (t == "false") return v.is_bool() && !v.as_bool();
+  if (t == "integer") return v.is_int();
+  if (t == "float") return v.is_float();
+  if (t == "number") return v.is_number();
+  if (t == "string") return v.is_string();
+  if (t == "mapping") return v.is_dict();
+  if (t == "callable") return v.kind() == Kind::kCallable;
+  if (t == "escaped") return v.is_safe();
+  // iter() works on: str, list, tuple, dict, generators, Undefined (empty)
+  if (t == "iterable")
+    return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined() || v.kind() == Kind::kIterator;
+  // len() and __getitem__: str, list, tuple, dict, Undefined (its __len__ is 0 and __getitem__ exists)
+  if (t == "sequence") return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
+  if (t == "lower" || t == "upper") {
+    if (!v.is_string()) return false;
+    return t == "lower" ? py_islower(v.str()) : py_isupper(v.str());
+  }
+  if (t == "odd" || t == "even" || t == "divisibleby") {
+    Value d = Value::integer(2);
+    if (t == "divisibleby") {
+      KILN_ASSIGN_OR_RETURN(d, arg("num"));
+    }
+    KILN_ASSIGN_OR_RETURN(Value m, binary_op(*this, "%", v, d));
+    const bool zero = m.is_float() ? m.as_float() == 0 : m.as_int() == 0;
+    return t == "odd" ? !zero : zero;
+  }
+  if (t == "eq" || t == "equalto") {
+    KILN_ASSIGN_OR_RETURN(Value o, arg("other"));
+    return equals(v, o);
+  }
+  if (t == "ne") {
+    KILN_ASSIGN_OR_RETURN(Value o, arg("other"));
+    return !equals(v, o);
+  }
+  if (t == "lt" || t == "lessthan" || t == "le" || t == "gt" || t == "greaterthan" || t == "ge") {
+    KILN_ASSIGN_OR_RETURN(Value o, arg("other"));
+    KILN_ASSIGN_OR_RETURN(int c, compare(v, o));
+    if (t == "lt" || t == "lessthan") return c < 0;
+    if (t == "le") return c <= 0;
+    if (t == "gt" || t == "greaterthan") return c > 0;
+    return c >= 0;
+  }
+  if (t == "in") {
+    KILN_ASSIGN_OR_RETURN(Value seq, arg("seq"));
+    return contains(*this, seq, v);
+  }
+  if (t == "sameas") {
+    KILN_ASSIGN_OR_RETURN(Value o, arg("other"));
+    if (v.is_none() || o.is_none()) return v.is_none() && o.is_none();
+    if (v.is_bool() || o.is_bool()) return v.is_bool() && o.is_bool() && v.as_bool() == o.as_bool();
+    // CPython caches small ints, so `1 is 1`; beyond that identity is an implementation detail.
+    if (v.is_int() && o.is_int()) return v.as_int() == o.as_int() && v.as_int() >= -5 && v.as_int() <= 256;
+    return v.obj() && v.obj() == o.obj();
+  }
+  if (t == "filter") return v.is_string() && have_filter(v.str());
+  if (t == "test") return v.is_string() && have_test(v.str());
+  return error("No test named '%s'.", t.c_str());
+}
+
+// ---------------------------------------------------------------- methods of builtin values
+
+Result<Value> builtin_attr(Interp& in, const Value& obj, const std::string& name) {
+  (void)in;
+  auto unsafe = [&]() {
+    return Value::undefined("access to attribute '" + name + "' of '" + obj.type_name() + "' object is unsafe.");
+  };
+  if (!name.empty() && name[0] == '_') return unsafe();
+  auto method = [&](Builtin f) { return make_builtin(name, std::move(f)); };
+  if (obj.is_string()) {
+    if (!is_str_method(name)) return Value();
+    Value self = obj;
+    std::string n = name;
+    return method([self, n](Interp& i, CallArgs& a) { return call_str_method(i, self, n, a); });
+  }
+  if (obj.is_dict()) {
+    static const std::unordered_set<std::string> mutating = {"pop", "popitem", "setdefault", "update", "clear"};
+    if (mutating.count(name)) return unsafe();
+    Value self = obj;
+    if (name == "get")
+      return method([self](Interp& i, CallArgs& a) -> Result<Value> {
+        if (a.pos.empty() || a.pos.size() > 2 || !a.kw.empty()) return i.error("get expected 1 or 2 arguments");
+        if (const Value* v = self.dict().find(a.pos[0])) return *v;
+        return a.pos.size() > 1 ? a.pos[1] : Value::none();
+      });
+    if (name == "items" || name == "keys" || name == "values") {
+      std::string n = name;
+      return method([self, n](Interp& i, CallArgs& a) -> Result<Value> {
+        if (!a.pos.empty() || !a.kw.empty()) return i.error("%s() takes no arguments", n.c_str());
+        List out;
+        for (const auto& [k, v] : self.dict().entries)
+          out.push_back(n == "items" ? Value::list({k, v}, true) : n == "keys" ? k : v);
+        return Value::list(std::move(out));
+      });
+    }
+    if (name == "copy") return method([self](Interp&, CallArgs&) -> Result<Value> { return Value::dict(self.dict()); });
+    return Value();
+  }
+  if (obj.is_list()) {
+    static const std::unordered_set<std::string> mutating = {"append", "extend", "insert", "pop", "remove",
+                                                            "reverse", "sort", "clear"};
+    if (mutating.count(name) && !obj.is_tuple()) return unsafe();
+    Value self = obj;
+    if (name == "index" || name == "count") {
+      std::string n = name;
+      return method([self, n](Interp& i, CallArgs& a) -> Result<Value> {
+        if (a.pos.size() != 1) return i.error("%s() takes exactly one argument", n.c_str());
+        int64_t c = 0;
+        for (size_t k = 0; k < self.items().size(); ++k)
+          if (equals(self.items()[k], a.pos[0])) {
+            if (n == "index") return Value::integer(static_cast<int64_t>(k));
+            ++c;
+          }
+        if (n == "index") return i.error("%s is not in list", repr(a.pos[0]).c_str());
+        return Value::integer(c);
+      });
+    }
+    if (name == "copy" && !obj.is_tuple())
+      return method([self](Interp&, CallArgs&) -> Result<Value> { return Value::list(self.items()); });
+    return Value();
+  }
+  return Value();
+}
+
+// ---------------------------------------------------------------- globals
+
+namespace {
+struct CyclerObj : AttrObject {
+  List items;
+  size_t pos = 0;
+  std::string type_name() const override { return "Cycler"; }
+  Value getattr(const std::string& n) override {
+    if (n == "current") return items.empty() ? Value::undefined("empty cycler") : items[pos];
+    if (n == "next") {
+      CyclerObj* self = this;
+      return make_builtin("next", [self](Interp& in, CallArgs&) -> Result<Value> {
+        if (self->items.empty()) return in.error("cycler has no items");
+        Value v = self->items[self->pos];
+        self->pos = (self->pos + 1) % self->items.size();
+        return v;
+      });
+    }
+    if (n == "reset") {
+      CyclerObj* self = this;
+      return make_builtin("reset", [self](Interp&, CallArgs&) -> Result<Value> {
+        self->pos = 0;
+        return Value::none();
+      });
+    }
+    return Value::undefined("'Cycler' object has no attribute '" + n + "'");
+  }
+};
+}  // namespace
+
+void add_builtin_globals(Scope* s) {
+  s->set("range", make_builtin("range", [](Interp& in, CallArgs& a) -> Result<Value> {
+    if (!a.kw.empty()) return in.error("range() takes no keyword arguments");
+    if (a.pos.empty() || a.pos.size() > 3) return in.error("range expected 1 to 3 arguments, got %zu", a.pos.size());
+    for (const Value& v : a.pos)
+      if (!v.is_int() && !v.is_bool())
+        return in.error("'%s' object cannot be interpreted as an integer", v.type_name().c_str());
+    int64_t start = 0, stop, step = 1;
+    if (a.pos.size() == 1) {
+      stop = a.pos[0].as_int();
+    } else {
+      start = a.pos[0].as_int();
+      stop = a.pos[1].as_int();
+      if (a.pos.size() == 3) step = a.pos[2].as_int();
+    }
+    if (step == 0) return in.error("range() arg 3 must not be zero");
+    const __int128 span = step > 0 ? (static_cast<__int128>(stop) - start + step - 1) / step
+                                   : (static_cast<__int128>(start) - stop - step - 1) / -step;
+    const int64_t n = span > 0 ? static_cast<int64_t>(std::min<__int128>(span, INT64_MAX)) : 0;
+    if (n > in.limits().max_range)
+      return in.error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (%lld).",
+                      static_cast<long long>(in.limits().max_range));
+    List out;
+    out.reserve(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) out.push_back(Value::integer(start + i * step));
+    return Value::list(std::move(out));
+  }));
+  auto make_dict = [](Interp& in, CallArgs& a, Dict* d) -> Status {
+    if (a.pos.size() > 1) return in.error("expected at most 1 positional argument, got %zu", a.pos.size());
+    if (!a.pos.empty()) {
+      if (!a.pos[0].is_dict()) return in.error("cannot convert %s to a mapping", a.pos[0].type_name().c_str());
+      *d = a.pos[0].dict();
+    }
+    for (auto& [k, v] : a.kw) d->set(Value::string(k), v);
+    return Status::ok();
+  };
+  s->set("dict", make_builtin("dict", [make_dict](Interp& in, CallArgs& a) -> Result<Value> {
+    Dict d;
+    KILN_TRY(make_dict(in, a, &d));
+    return Value::dict(std::move(d));
+  }));
+  s->set("namespace", make_builtin("namespace", [make_dict](Interp& in, CallArgs& a) -> Result<Value> {
+    auto ns = std::make_shared<NamespaceObj>();
+    KILN_TRY(make_dict(in, a, &ns->attrs));
+    return Value::from_object(Kind::kNamespace, ns);
+  }));
+  s->set("cycler", make_builtin("cycler", [](Interp&, CallArgs& a) -> Result<Value> {
+    auto c = std::make_shared<CyclerObj>();
+    c->items = a.pos;
+    return Value::from_object(Kind::kObject, c);
+  }));
+  s->set("joiner", make_builtin("joiner", [](Interp&, CallArgs& a) -> Result<Value> {
+    const std::string sep = a.pos.empty() ? ", " : to_str(a.pos[0]);
+    auto used = std::make_shared<bool>(false);
+    return make_builtin("joiner", [sep, used](Interp&, CallArgs&) -> Result<Value> {
+      if (!*used) {
+        *used = true;
+        return Value::string("");
+      }
+      return Value::string(sep);
+    });
+  }));
+  // transformers' globals
+  s->set("raise_exception", make_builtin("raise_exception", [](Interp& in, CallArgs& a) -> Result<Value> {
+    return Status(ErrorCode::kInvalidArgument,
+                  "raise_exception: " + (a.pos.empty() ? std::string() : to_str(a.pos[0])));
+    (void)in;
+  }));
+  s->set("strftime_now", make_builtin("strftime_now", [](Interp& in, CallArgs& a) -> Result<Value> {
+    if (a.pos.size() != 1 || !a.pos[0].is_string()) return in.error("strftime_now(format) takes one string");
+    const std::time_t t = in.now ? in.now : std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    const std::string& fmt = a.pos[0].str();
+    if (fmt.empty()) return Value::string("");
+    std::vector<char> buf(fmt.size() * 8 + 256);
+    const size_t n = std::strftime(buf.data(), buf.size(), fmt.c_str(), &tm);
+    return Value::string(std::string(buf.data(), n));
+  }));
+}
+
+}  // namespace kiln::tpl

@@ -75,7 +75,8 @@ Result<Value> binary_op(Interp& in, const std::string& op, const Value& a, const
   if (op == "+") {
     if (ints) {
       int64_t r;
-      return int_result(in, __builtin_add_overflow(a.as_int(), b.as_int(), &r), r);
+      const bool of = __builtin_add_overflow(a.as_int(), b.as_int(), &r);
+      return int_result(in, of, r);
     }
     if (nums) return Value::number(a.as_float() + b.as_float());
     if (a.is_string() && b.is_string()) {
@@ -97,7 +98,8 @@ Result<Value> binary_op(Interp& in, const std::string& op, const Value& a, const
   if (op == "-") {
     if (ints) {
       int64_t r;
-      return int_result(in, __builtin_sub_overflow(a.as_int(), b.as_int(), &r), r);
+      const bool of = __builtin_sub_overflow(a.as_int(), b.as_int(), &r);
+      return int_result(in, of, r);
     }
     if (nums) return Value::number(a.as_float() - b.as_float());
     return unsupported();
@@ -105,7 +107,8 @@ Result<Value> binary_op(Interp& in, const std::string& op, const Value& a, const
   if (op == "*") {
     if (ints) {
       int64_t r;
-      return int_result(in, __builtin_mul_overflow(a.as_int(), b.as_int(), &r), r);
+      const bool of = __builtin_mul_overflow(a.as_int(), b.as_int(), &r);
+      return int_result(in, of, r);
     }
     if (nums) return Value::number(a.as_float() * b.as_float());
     const Value* seq = (a.is_string() || a.is_list()) ? &a : (b.is_string() || b.is_list()) ? &b : nullptr;
@@ -349,6 +352,7 @@ Result<Value> do_tojson(Interp& in, const Value& v, CallArgs& a) {
 
 // select/reject/selectattr/rejectattr: jinja2's select_or_reject.
 Result<Value> select_or_reject(Interp& in, const Value& seq, CallArgs& a, bool use_attr, bool want) {
+  if (!seq.truthy()) return gen({});  // jinja2: `if value:` guards the loop, so none|select is empty
   KILN_ASSIGN_OR_RETURN(List items, in.iterate(seq));
   size_t off = 0;
   std::string attr;
@@ -385,6 +389,7 @@ Result<Value> select_or_reject(Interp& in, const Value& seq, CallArgs& a, bool u
 }
 
 Result<Value> do_map(Interp& in, const Value& seq, CallArgs& a) {
+  if (!seq.truthy()) return gen({});  // jinja2: `if value:` guards the loop
   KILN_ASSIGN_OR_RETURN(List items, in.iterate(seq));
   List out;
   if (const Value* attr = a.get(SIZE_MAX, "attribute")) {

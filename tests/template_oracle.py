@@ -8,6 +8,8 @@ JOB: {"now": EPOCH_SECONDS, "templates": [PATH, ...], "conversations": [CASE, ..
 CASE: {"messages": [...], "tools": [...]|null, "add_generation_prompt": bool, "kwargs": {...},
        "bos_token": str, "eos_token": str}
 OUT: [[{"ok": true, "text": STR} | {"ok": false, "error": STR}, ...per case], ...per template]
+Snippet mode: JOB {"now": ..., "snippets": [{"source": STR, "vars": {...}}, ...]} -> OUT [RESULT, ...], each
+snippet rendered with its variables only (no chat arguments).
 strftime_now reads the pinned clock "now" (local time), so kiln and jinja2 see the same date.
 """
 import json
@@ -55,6 +57,15 @@ def main():
     job = json.load(open(sys.argv[1], encoding="utf-8"))
     now = job.get("now", 0)
     out = []
+    if "snippets" in job:
+        for sn in job["snippets"]:
+            try:
+                out.append({"ok": True, "text": compile_template(sn["source"], now).render(**sn.get("vars", {}))})
+            except Exception as e:
+                out.append({"ok": False, "error": f"{type(e).__name__}: {e}"})
+        with open(sys.argv[2], "w", encoding="utf-8") as f:
+            json.dump(out, f, ensure_ascii=False)
+        return
     for path in job["templates"]:
         source = open(path, encoding="utf-8", newline="").read()
         results = []

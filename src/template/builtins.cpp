@@ -280,6 +280,21 @@ bool parse_py_int(const std::string& s, int base, int64_t* out) {
     i = 1;
   }
   if (i >= t.size()) return false;
+  // Python accepts a 0x/0o/0b prefix matching the base, and base 0 infers it (then no leading zeros).
+  if (t.size() >= i + 2 && t[i] == '0') {
+    const char p = static_cast<char>(std::tolower(static_cast<unsigned char>(t[i + 1])));
+    const int pb = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
+    if (pb && (base == pb || base == 0)) {
+      base = pb;
+      i += 2;
+      if (i < t.size() && t[i] == '_') ++i;
+    }
+  }
+  if (base == 0) {
+    base = 10;
+    if (t.size() > i + 1 && t[i] == '0' && t.find_first_not_of("0_", i) != std::string::npos) return false;
+  }
+  if (base < 2 || base > 36 || i >= t.size()) return false;
   __int128 v = 0;
   bool last_us = true;
   for (; i < t.size(); ++i) {
@@ -764,9 +779,13 @@ Result<Value> Interp::apply_filter(const std::string& f, const Value& v, CallArg
     if (!w.is_int()) return error("center: width must be an integer");
     return Value::string(py_pad(sstr(), w.as_int(), ' ', 'c'));
   }
-  if (f == "attr") {
+  if (f == "attr") {  // a Python attribute only: no fallback to dict keys (jinja2's do_attr)
     if (a.pos.empty()) return error("attr() needs a name");
-    return getattr(v, to_str(a.pos[0]));
+    const std::string name = to_str(a.pos[0]);
+    if (v.kind() == Kind::kNamespace || v.kind() == Kind::kObject || v.is_undefined()) return getattr(v, name);
+    KILN_ASSIGN_OR_RETURN(Value m, builtin_attr(*this, v, name));
+    if (!m.is_undefined() || !m.str().empty()) return m;
+    return Value::undefined("'" + v.type_name() + " object' has no attribute '" + name + "'");
   }
   if (f == "format") {
     if (!a.kw.empty()) {

@@ -95,8 +95,9 @@ struct Lexer {
 bool is_name_start(unsigned char c) { return std::isalpha(c) || c == '_'; }
 bool is_name_char(unsigned char c) { return std::isalnum(c) || c == '_'; }
 
-// Python's unicode-escape of a jinja string literal body (quotes already removed).
-std::string unescape(const std::string& s) {
+// Python's unicode-escape of a jinja string literal body (quotes already removed). \N{NAME} (named characters)
+// is not supported: *bad is set, as Python raises for a malformed one.
+std::string unescape(const std::string& s, bool* bad) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] != '\\' || i + 1 >= s.size()) {
@@ -127,6 +128,7 @@ std::string unescape(const std::string& s) {
       case 'f': out += '\f'; break;
       case 'v': out += '\v'; break;
       case '\n': break;  // line continuation
+      case 'N': *bad = true; return out;
       case 'x':
       case 'u':
       case 'U': {
@@ -230,7 +232,10 @@ Status Lexer::lex_tag(size_t* pos, bool is_block, bool* line_starting) {
       size_t q = p + 1;
       while (q < src.size() && src[q] != static_cast<char>(c)) q += (src[q] == '\\' && q + 1 < src.size()) ? 2 : 1;
       if (q >= src.size()) return error_at(start, "unexpected char '" + std::string(1, static_cast<char>(c)) + "' (unterminated string)");
-      emit(Tok::kString, unescape(src.substr(p + 1, q - p - 1)), start);
+      bool bad = false;
+      std::string value = unescape(src.substr(p + 1, q - p - 1), &bad);
+      if (bad) return error_at(start, "\\N{...} escapes are not supported (jinja2 raises for a malformed one)");
+      emit(Tok::kString, std::move(value), start);
       p = q + 1;
       continue;
     }

@@ -1,4 +1,4 @@
-// Tensors are views: a dtype, a shape, byte strides and an address in some backend's memory (DESIGN.md section 2).
+// Tensors are views: a dtype, a shape, byte strides and an address in some backend's memory (docs/ARCHITECTURE.md, "Backends").
 //
 //   ne[0] is the innermost (contiguous) dimension, as in ggml/GGUF: a weight [n_out, n_in] in GGUF terms has
 //   ne = {n_in, n_out, 1, 1}; an activation matrix of n_tok rows of width d has ne = {d, n_tok, 1, 1}.

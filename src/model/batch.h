@@ -1,5 +1,5 @@
 // A batch is a flat list of tokens from any number of sequences: prefill chunks and decode tokens of many
-// sequences go through one forward pass together (DESIGN.md section 3). Within one sequence, positions in a batch
+// sequences go through one forward pass together (docs/ARCHITECTURE.md, "A step"). Within one sequence, positions in a batch
 // must be consecutive and continue that sequence (pos == the sequence's length at that point; the runtime checks it
 // when it plans the step).
 #pragma once

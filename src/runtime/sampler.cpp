@@ -21,7 +21,9 @@ uint32_t pick_seed(uint64_t seed) {
   if (seed != kRandomSeed) return static_cast<uint32_t>(seed);
   std::random_device rd;
   uint32_t s = rd.entropy() > 0 ? rd() : 0u;
-  return s ^ static_cast<uint32_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  s ^= static_cast<uint32_t>(std::chrono::system_clock::now().time_since_epoch().count());
+  // Never the "random" sentinel itself: the reported seed must reproduce this run when passed back with -s.
+  return s == kRandomSeed ? s - 1 : s;
 }
 
 }  // namespace

@@ -72,7 +72,7 @@ void ThreadPool::worker(int ith) {
   }
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& fn) {
+void ThreadPool::run(FunctionRef<void(int, int)> fn) {
   if (n_threads_ == 1) {
     fn(0, 1);
     return;
@@ -89,7 +89,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   job_ = nullptr;
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn) {
   if (n <= 0) return;
   run([&](int ith, int nth) {
     const int64_t chunk = (n + nth - 1) / nth;

@@ -7,9 +7,10 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <thread>
 #include <vector>
+
+#include "util/function_ref.h"
 
 namespace kiln {
 
@@ -22,17 +23,18 @@ class ThreadPool {
 
   int size() const { return n_threads_; }
   // Not reentrant: one run() at a time, from one thread.
-  void run(const std::function<void(int ith, int nth)>& fn);
+  // fn is referenced, not copied (no allocation per call): it must outlive the call, which it does.
+  void run(FunctionRef<void(int ith, int nth)> fn);
 
   // Splits [0, n) into n_threads contiguous chunks; fn(begin, end) per chunk.
-  void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
+  void parallel_for(int64_t n, FunctionRef<void(int64_t begin, int64_t end)> fn);
 
  private:
   void worker(int ith);
 
   int n_threads_;
   std::vector<std::thread> threads_;
-  const std::function<void(int, int)>* job_ = nullptr;
+  const FunctionRef<void(int, int)>* job_ = nullptr;
   std::atomic<uint32_t> generation_{0};  // bumped once per run(); wraps harmlessly
   std::atomic<int32_t> pending_{0};      // workers still inside the current job
   std::atomic<bool> stop_{false};

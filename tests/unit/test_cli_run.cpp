@@ -202,10 +202,40 @@ TEST(CliPerplexity, ScoresWindows) {
   auto pos = r.out.find("Final estimate: PPL = ");
   ASSERT_NE(pos, std::string::npos) << r.out;
   const double ppl = std::stod(r.out.substr(pos + 22));
-  // A random-weight model over a 1000-token vocabulary: finite, above 1, and not wildly above uniform (1000).
   EXPECT_GT(ppl, 1.0);
-  EXPECT_LT(ppl, 1e5);
-  EXPECT_NE(r.out.find("[1] window ppl"), std::string::npos);
+  // Window 1's PPL is exp(mean NLL) over positions 32..62 of the first 64 tokens (BOS first) predicting the next
+  // token: recomputed here from `kiln tokenize` ids and `kiln logits --all` (an independent path through the
+  // engine), in double. The printed value has 4 decimals at ~7e4: relative 1e-6 covers the rounding, while a
+  // wrong half, an off-by-one target or a missing BOS changes it by orders of magnitude more.
+  const auto wpos = r.out.find("[1] window ppl ");
+  ASSERT_NE(wpos, std::string::npos) << r.out;
+  const double window_ppl = std::stod(r.out.substr(wpos + 15));
+  CmdResult tk = kiln("tokenize -m '" + first_model() + "' -f '" + text_path + "' --ids");
+  ASSERT_EQ(tk.rc, 0) << tk.err;
+  auto ids = parse_ids(tk.out);
+  ASSERT_GE(ids.size(), 64u);
+  ids.resize(64);
+  std::string list;
+  for (size_t i = 0; i < ids.size(); ++i) list += (i ? "," : "") + std::to_string(ids[i]);
+  const std::string lpath = ::testing::TempDir() + "kiln_ppl_logits.bin";
+  CmdResult lg = kiln("logits -t 1 -m '" + first_model() + "' --tokens " + list + " --all --out '" + lpath + "'");
+  ASSERT_EQ(lg.rc, 0) << lg.err;
+  const auto bytes = kiln::test::read_file(lpath);
+  const size_t nv = bytes.size() / sizeof(float) / 64;
+  ASSERT_EQ(nv * 64 * sizeof(float), bytes.size());
+  std::vector<float> logits(bytes.size() / sizeof(float));
+  std::memcpy(logits.data(), bytes.data(), bytes.size());
+  double sum = 0;
+  for (int pos = 32; pos <= 62; ++pos) {
+    const float* row = logits.data() + pos * nv;
+    double mx = row[0];
+    for (size_t i = 1; i < nv; ++i) mx = std::max(mx, static_cast<double>(row[i]));
+    double z = 0;
+    for (size_t i = 0; i < nv; ++i) z += std::exp(row[i] - mx);
+    sum += std::log(z) - (row[ids[pos + 1]] - mx);
+  }
+  EXPECT_NEAR(window_ppl, std::exp(sum / 31), window_ppl * 1e-6);
+  std::remove(lpath.c_str());
   // The window split does not depend on -b.
   CmdResult r2 = kiln("perplexity -t 1 -m '" + first_model() + "' -f '" + text_path + "' -c 64");
   ASSERT_EQ(r2.rc, 0) << r2.err;

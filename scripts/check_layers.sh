@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Include-direction check: no layer includes a header of a layer above it (headers too, not only link symbols).
+#   cli/server -> runtime -> model -> backend -> quant/gguf/util   (docs/ARCHITECTURE.md, "Layers")
+# Each src/<layer> may include only the layers listed for it (its own included). Runs as a ctest
+# (layers_include_direction) and exits non-zero naming every offending file and line.
+set -euo pipefail
+cd "$(dirname "$0")/../src"
+declare -A allowed=(
+  [util]="util"
+  [quant]="quant util"
+  [gguf]="gguf quant util"
+  [tokenizer]="tokenizer gguf quant util"
+  [template]="template util"
+  [backend]="backend quant util"
+  [model]="model backend gguf tokenizer quant util"
+  [runtime]="runtime model backend tokenizer template gguf quant util"
+  [server]="server runtime tokenizer template util"
+  [cli]="cli server runtime model backend tokenizer template gguf quant util"
+)
+layers=$(printf '%s\n' "${!allowed[@]}")
+bad=0
+for layer in */; do
+  layer=${layer%/}
+  if [ -z "${allowed[$layer]+x}" ]; then
+    echo "check_layers: src/$layer is not a known layer: add it to scripts/check_layers.sh with its allowed includes"
+    bad=1
+    continue
+  fi
+  while IFS=: read -r file line inc; do
+    target=$(sed -E 's/.*#include "([a-z_]+)\/.*/\1/' <<<"$inc")
+    grep -qx "$target" <<<"$layers" || continue          # not a kiln layer (e.g. "common/...")
+    if ! grep -qw "$target" <<<"${allowed[$layer]}"; then
+      echo "src/$file:$line: $layer includes $target (allowed: ${allowed[$layer]}): $inc"
+      bad=1
+    fi
+  done < <(grep -rnE '^\s*#\s*include "[a-z_]+/' "$layer" --include='*.h' --include='*.cpp' --include='*.cu' \
+             --include='*.cuh' || true)
+done
+[ $bad -eq 0 ] && echo "check_layers: every include points down"
+exit $bad

@@ -961,6 +961,7 @@ namespace {
 struct CyclerObj : AttrObject {
   List items;
   size_t pos = 0;
+  void clear_refs() override { items.clear(); }
   std::string type_name() const override { return "Cycler"; }
   Value getattr(const std::string& n) override {
     if (n == "current") return items.empty() ? Value::undefined("empty cycler") : items[pos];
@@ -1028,11 +1029,13 @@ void add_builtin_globals(Scope* s) {
   }));
   s->set("namespace", make_builtin("namespace", [make_dict](Interp& in, CallArgs& a) -> Result<Value> {
     auto ns = std::make_shared<NamespaceObj>();
+    in.track(ns);
     KILN_TRY(make_dict(in, a, &ns->attrs));
     return Value::from_object(Kind::kNamespace, ns);
   }));
-  s->set("cycler", make_builtin("cycler", [](Interp&, CallArgs& a) -> Result<Value> {
+  s->set("cycler", make_builtin("cycler", [](Interp& in, CallArgs& a) -> Result<Value> {
     auto c = std::make_shared<CyclerObj>();
+    in.track(c);
     c->items = a.pos;
     return Value::from_object(Kind::kObject, c);
   }));

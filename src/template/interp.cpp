@@ -29,6 +29,11 @@ struct LoopObj : AttrObject {
   Value last_changed;
   std::function<Result<Value>(Interp&, CallArgs&)> recurse;  // set for `recursive` loops
   std::string type_name() const override { return "LoopContext"; }
+  void clear_refs() override {
+    items.clear();
+    recurse = nullptr;
+    last_changed = Value();
+  }
   Value getattr(const std::string& n) override {
     const int64_t len = static_cast<int64_t>(items.size()), i = static_cast<int64_t>(index);
     if (n == "index") return Value::integer(i + 1);
@@ -72,8 +77,10 @@ struct MacroObj : CallableObj {
   std::string n;
   MacroObj(const Node* d, ScopePtr c, std::string name) : def(d), closure(std::move(c)), n(std::move(name)) {}
   std::string name() const override { return n; }
+  void clear_refs() override { closure.reset(); }
 
   Result<Value> call(Interp& in, CallArgs& args) override {
+    if (!closure) return in.error("macro '%s' called after its template finished rendering", n.c_str());
     if (in.call_depth >= in.limits().max_call_depth)
       return in.error("maximum recursion depth exceeded (%d nested macro calls)", in.limits().max_call_depth);
     auto scope = std::make_shared<Scope>();
@@ -132,6 +139,10 @@ struct MacroObj : CallableObj {
     return Value::string(std::move(out));
   }
 };
+
+Interp::~Interp() {
+  for (auto& o : arena_) o->clear_refs();
+}
 
 Status Interp::step() {
   if (++steps_ > lim_.max_steps)
@@ -246,7 +257,22 @@ Status bind_targets(Interp& in, const Node& n, const Value& v, Scope* scope) {
 }
 }  // namespace
 
+// Any error that leaves a node without a position gets the node's (the innermost failing node locates first).
 Status Interp::exec(const Node& n, const ScopePtr& scope, std::string* out) {
+  Status st = exec_node(n, scope, out);
+  if (st.is_ok()) return st;
+  at(n.line, n.col);
+  return located(std::move(st));
+}
+
+Result<Value> Interp::eval(const Expr& e, const ScopePtr& scope) {
+  auto r = eval_expr(e, scope);
+  if (r.is_ok()) return r;
+  at(e.line, e.col);
+  return located(r.status());
+}
+
+Status Interp::exec_node(const Node& n, const ScopePtr& scope, std::string* out) {
   KILN_TRY(located((at(n.line, n.col), step())));
   switch (n.kind) {
     case NK::kData: return emit(out, n.text);
@@ -290,15 +316,20 @@ Status Interp::exec(const Node& n, const ScopePtr& scope, std::string* out) {
       at(n.line, n.col);
       return located(emit(out, to_str(v)));
     }
-    case NK::kMacro:
-      scope->set(n.name, Value::from_object(Kind::kCallable, std::make_shared<MacroObj>(&n, scope, n.name)));
+    case NK::kMacro: {
+      auto m = std::make_shared<MacroObj>(&n, scope, n.name);
+      track(m);
+      scope->set(n.name, Value::from_object(Kind::kCallable, std::move(m)));
       return Status::ok();
+    }
     case NK::kCallBlock: {
       const Expr& call = *n.expr;
       KILN_ASSIGN_OR_RETURN(Value fn, eval(*call.a, scope));
       CallArgs args;
       KILN_TRY(eval_args(call, scope, &args));
-      args.kw.emplace_back("caller", Value::from_object(Kind::kCallable, std::make_shared<MacroObj>(&n, scope, "caller")));
+      auto caller = std::make_shared<MacroObj>(&n, scope, "caller");
+      track(caller);
+      args.kw.emplace_back("caller", Value::from_object(Kind::kCallable, std::move(caller)));
       at(call.line, call.col);
       auto r = call_value(fn, args);
       if (!r) return located(r.status());
@@ -352,6 +383,7 @@ Status Interp::exec_for(const Node& n, const ScopePtr& scope, std::string* out) 
 
 Status Interp::run_loop(const Node& n, const ScopePtr& scope, List items, int depth, std::string* out) {
   auto loop = std::make_shared<LoopObj>();
+  track(loop);
   loop->items = std::move(items);
   loop->depth = depth;
   if (n.recursive) {
@@ -520,7 +552,7 @@ Result<Value> slice_value(Interp& in, const Value& obj, const Value& start, cons
 }
 }  // namespace
 
-Result<Value> Interp::eval(const Expr& e, const ScopePtr& scope) {
+Result<Value> Interp::eval_expr(const Expr& e, const ScopePtr& scope) {
   switch (e.kind) {
     case EK::kConst: return e.value;
     case EK::kName: return lookup(e.name, scope);
@@ -538,7 +570,7 @@ Result<Value> Interp::eval(const Expr& e, const ScopePtr& scope) {
       for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
         KILN_ASSIGN_OR_RETURN(Value k, eval(*e.args[i], scope));
         KILN_ASSIGN_OR_RETURN(Value v, eval(*e.args[i + 1], scope));
-        if (k.is_list() && !k.is_tuple() || k.is_dict() || k.is_undefined()) {
+        if ((k.is_list() && !k.is_tuple()) || k.is_dict() || k.is_undefined()) {
           at(e.args[i]->line, e.args[i]->col);
           return located(error("unhashable type: '%s'", k.type_name().c_str()));
         }

@@ -74,6 +74,11 @@ Value make_builtin(std::string name, Builtin f);
 class Interp {
  public:
   Interp(const Program& prog, const Limits& lim, ScopePtr globals) : prog_(prog), lim_(lim), globals_(std::move(globals)) {}
+  ~Interp();
+  Interp(const Interp&) = delete;
+  Interp& operator=(const Interp&) = delete;
+  // Registers an object that may end up in a reference cycle (see Object::clear_refs).
+  void track(std::shared_ptr<Object> obj) { arena_.push_back(std::move(obj)); }
 
   Result<std::string> render();
 
@@ -99,6 +104,8 @@ class Interp {
 
  private:
   Status exec(const Node& n, const ScopePtr& scope, std::string* out);
+  Status exec_node(const Node& n, const ScopePtr& scope, std::string* out);
+  Result<Value> eval_expr(const Expr& e, const ScopePtr& scope);
   Status exec_for(const Node& n, const ScopePtr& scope, std::string* out);
   Result<List> loop_items(const Node& n, const ScopePtr& scope, const Value& seq);
   Status run_loop(const Node& n, const ScopePtr& scope, List items, int depth, std::string* out);
@@ -116,6 +123,7 @@ class Interp {
   const Program& prog_;
   Limits lim_;
   ScopePtr globals_;
+  std::vector<std::shared_ptr<Object>> arena_;
   int64_t steps_ = 0;
   size_t output_bytes_ = 0;
   int line_ = 0, col_ = 0;

@@ -47,6 +47,10 @@ enum class Kind : uint8_t {
 // Heap part of a value; one subclass per kind that has one.
 struct Object {
   virtual ~Object() = default;
+  // Drops references to other values. Objects that can sit in a reference cycle (a macro and the scope that
+  // holds it, a namespace holding itself, a loop object stored in an outer namespace) are registered with the
+  // interpreter, which calls this when a render ends so shared_ptr cycles never leak.
+  virtual void clear_refs() {}
 };
 
 struct Dict;
@@ -129,6 +133,7 @@ struct DictObj : Object {
 };
 struct NamespaceObj : Object {
   Dict attrs;
+  void clear_refs() override { attrs.entries.clear(); }
 };
 // One-shot iterator: the items are computed eagerly (filters here have no side effects other than errors),
 // `pos` advances as Python's iterator would, so a second iteration of a consumed generator is empty.

@@ -37,6 +37,14 @@ KvCache::KvCache(const KvCacheConfig& cfg) : cfg_(cfg) {
   dirty_.assign(cfg.max_seqs, 0);
   dirty_list_.reserve(cfg.max_seqs);
   refcount_.assign(n_blocks_, 0);
+  if (cfg.prefix_cache) {
+    hashed_.assign(n_blocks_, 0);
+    hash_.assign(n_blocks_, 0);
+    parent_.assign(n_blocks_, 0);
+    block_tokens_.assign(static_cast<size_t>(n_blocks_) * cfg.block_size, 0);
+    lru_prev_.assign(n_blocks_, -1);
+    lru_next_.assign(n_blocks_, -1);
+  }
   clear();
 }
 
@@ -61,20 +69,160 @@ void KvCache::clear() {
     seqs_[i] = Seq{};
   }
   std::fill(refcount_.begin(), refcount_.end(), 0);
+  std::fill(hashed_.begin(), hashed_.end(), 0);
+  index_.clear();
+  lru_head_ = lru_tail_ = -1;
+  lru_size_ = 0;
   free_.resize(n_blocks_);
   // Stack: lowest ids are taken first.
   for (int64_t i = 0; i < n_blocks_; ++i) free_[i] = static_cast<int32_t>(n_blocks_ - 1 - i);
 }
 
+// Never-indexed blocks first; then the least recently used cached block loses its index entry.
 int32_t KvCache::take_block() {
-  const int32_t b = free_.back();
-  free_.pop_back();
+  int32_t b;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else {
+    b = lru_head_;
+    lru_remove(b);
+    unindex(b);
+  }
   refcount_[b] = 1;
   return b;
 }
 
 void KvCache::release_block(int32_t b) {
-  if (--refcount_[b] == 0) free_.push_back(b);
+  if (--refcount_[b] != 0) return;
+  if (!hashed_.empty() && hashed_[b]) lru_push(b);
+  else free_.push_back(b);
+}
+
+void KvCache::lru_push(int32_t b) {
+  lru_prev_[b] = lru_tail_;
+  lru_next_[b] = -1;
+  if (lru_tail_ >= 0) lru_next_[lru_tail_] = b;
+  else lru_head_ = b;
+  lru_tail_ = b;
+  ++lru_size_;
+}
+
+void KvCache::lru_remove(int32_t b) {
+  const int32_t p = lru_prev_[b], n = lru_next_[b];
+  if (p >= 0) lru_next_[p] = n;
+  else lru_head_ = n;
+  if (n >= 0) lru_prev_[n] = p;
+  else lru_tail_ = p;
+  lru_prev_[b] = lru_next_[b] = -1;
+  --lru_size_;
+}
+
+void KvCache::unindex(int32_t b) {
+  if (hashed_.empty() || !hashed_[b]) return;
+  auto it = index_.find(hash_[b]);
+  if (it != index_.end() && it->second == b) index_.erase(it);
+  hashed_[b] = 0;
+}
+
+// splitmix64-style mixing over (parent, tokens); collisions are checked against the stored tokens and parent.
+uint64_t KvCache::chain(uint64_t parent, const int32_t* toks) const {
+  auto mix = [](uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  };
+  uint64_t h = mix(parent ^ 0x9e3779b97f4a7c15ull);
+  for (int32_t i = 0; i < cfg_.block_size; ++i) h = mix(h ^ (static_cast<uint64_t>(static_cast<uint32_t>(toks[i])) +
+                                                          0x9e3779b97f4a7c15ull * static_cast<uint64_t>(i + 1)));
+  return h;
+}
+
+int32_t KvCache::lookup(uint64_t parent, uint64_t h, const int32_t* toks) const {
+  auto it = index_.find(h);
+  if (it == index_.end()) return -1;
+  const int32_t b = it->second;
+  const int32_t* have = block_tokens_.data() + static_cast<size_t>(b) * cfg_.block_size;
+  if (parent_[b] != parent || !std::equal(toks, toks + cfg_.block_size, have)) return -1;
+  return b;
+}
+
+int64_t KvCache::cached_prefix(std::span<const int32_t> tokens) const {
+  if (!cfg_.prefix_cache) return 0;
+  const size_t bs = static_cast<size_t>(cfg_.block_size);
+  uint64_t parent = cfg_.prefix_seed;
+  int64_t n = 0;
+  for (size_t i = 0; (i + 1) * bs <= tokens.size(); ++i) {
+    const uint64_t h = chain(parent, tokens.data() + i * bs);
+    if (lookup(parent, h, tokens.data() + i * bs) < 0) break;
+    parent = h;
+    n += static_cast<int64_t>(bs);
+  }
+  return n;
+}
+
+int64_t KvCache::attach_prefix(int32_t seq_id, std::span<const int32_t> tokens, int64_t max_tokens) {
+  if (!cfg_.prefix_cache || !valid_seq(seq_id)) return 0;
+  Seq& s = seqs_[seq_id];
+  if (s.len != 0 || !s.table.empty() || max_tokens <= 0) return s.len;
+  const size_t bs = static_cast<size_t>(cfg_.block_size);
+  uint64_t parent = cfg_.prefix_seed;
+  for (size_t i = 0; (i + 1) * bs <= tokens.size() && static_cast<int64_t>(i * bs) < max_tokens; ++i) {
+    const uint64_t h = chain(parent, tokens.data() + i * bs);
+    const int32_t b = lookup(parent, h, tokens.data() + i * bs);
+    if (b < 0) break;
+    if (refcount_[b]++ == 0) lru_remove(b);
+    s.table.push_back(b);
+    s.hashes.push_back(h);
+    parent = h;
+  }
+  if (s.table.empty()) return 0;
+  s.len = std::min<int64_t>(static_cast<int64_t>(s.table.size() * bs), max_tokens);
+  s.hashes.resize(static_cast<size_t>(s.len) / bs);
+  mark(seq_id);
+  return s.len;
+}
+
+void KvCache::cache_blocks(int32_t seq_id, std::span<const int32_t> tokens) {
+  if (!cfg_.prefix_cache || !valid_seq(seq_id)) return;
+  Seq& s = seqs_[seq_id];
+  const size_t bs = static_cast<size_t>(cfg_.block_size);
+  const size_t full = static_cast<size_t>(std::min<int64_t>(s.len, static_cast<int64_t>(tokens.size()))) / bs;
+  while (s.hashes.size() < full) {
+    const size_t i = s.hashes.size();
+    const uint64_t parent = i == 0 ? cfg_.prefix_seed : s.hashes[i - 1];
+    const int32_t* toks = tokens.data() + i * bs;
+    const uint64_t h = chain(parent, toks);
+    s.hashes.push_back(h);
+    const int32_t b = s.table[i];
+    if (hashed_[b] || index_.count(h)) continue;  // indexed already (attached), or another copy is
+    hashed_[b] = 1;
+    hash_[b] = h;
+    parent_[b] = parent;
+    std::copy(toks, toks + bs, block_tokens_.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(b) * bs));
+    index_.emplace(h, b);
+  }
+}
+
+void KvCache::drop_cached() {
+  while (lru_head_ >= 0) {
+    const int32_t b = lru_head_;
+    lru_remove(b);
+    unindex(b);
+    free_.push_back(b);
+  }
+}
+
+int64_t KvCache::blocks_needed(int32_t seq_id, int64_t n_tokens) const {
+  if (!valid_seq(seq_id) || n_tokens <= 0) return 0;
+  const Seq& s = seqs_[seq_id];
+  const int64_t bs = cfg_.block_size;
+  const int64_t need = (s.len + n_tokens + bs - 1) / bs;
+  const int64_t add = std::max<int64_t>(0, need - static_cast<int64_t>(s.table.size()));
+  const bool cow = s.len % bs != 0 && immutable(s.table[s.len / bs]);
+  return add + (cow ? 1 : 0);
 }
 
 Status KvCache::reserve(int32_t seq_id, int64_t n_tokens) {
@@ -92,7 +240,7 @@ Status KvCache::reserve(int32_t seq_id, int64_t n_tokens) {
   const int64_t need = (s.len + n_tokens + bs - 1) / bs;
   const int64_t add = std::max<int64_t>(0, need - static_cast<int64_t>(s.table.size()));
   // Appending into a shared partial block needs a private copy of it first.
-  const bool cow = n_tokens > 0 && s.len % bs != 0 && refcount_[s.table[s.len / bs]] > 1;
+  const bool cow = n_tokens > 0 && s.len % bs != 0 && immutable(s.table[s.len / bs]);
   if (add + (cow ? 1 : 0) > n_blocks_free())
     return make_error(ErrorCode::kOutOfRange, "out of KV cache blocks: sequence %d (%lld tokens) needs %lld more "
                       "blocks of %lld tokens, %lld of %lld are free", seq_id, static_cast<long long>(s.len),
@@ -133,6 +281,8 @@ void KvCache::truncate(int32_t seq_id, int64_t from) {
   Seq& s = seqs_[seq_id];
   s.len = std::clamp<int64_t>(from, 0, s.len);
   const size_t keep = static_cast<size_t>((s.len + cfg_.block_size - 1) / cfg_.block_size);
+  if (s.hashes.size() > static_cast<size_t>(s.len / cfg_.block_size)) s.hashes.resize(s.len / cfg_.block_size);
+  // Back to front: the tail of a sequence enters the LRU first, so it is evicted before the shared head.
   while (s.table.size() > keep) {
     release_block(s.table.back());
     s.table.pop_back();
@@ -153,6 +303,8 @@ Status KvCache::fork(int32_t src_seq, int32_t dst_seq) {
   dst.table.assign(src.table.begin(), src.table.begin() + used);
   for (int32_t b : dst.table) ++refcount_[b];
   dst.len = src.len;
+  dst.hashes.assign(src.hashes.begin(),
+                    src.hashes.begin() + std::min<size_t>(src.hashes.size(), src.len / cfg_.block_size));
   mark(dst_seq);
   return Status::ok();
 }

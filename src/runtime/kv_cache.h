@@ -8,11 +8,23 @@
 //   - seq_len(s) <= table(s).size() * block_size; blocks past the length are reserved but hold no tokens yet.
 //   - A block with refcount > 1 is shared by forked sequences and is never written: before a sequence appends into a
 //     shared partial block, reserve() gives it a private copy through the block copier (copy-on-write).
+//
+// Prefix cache (KvCacheConfig::prefix_cache; the server's scheduler turns it on, like vLLM's block pool): a full
+// block can be indexed by a hash chained over the tokens of every block up to it (seeded with the model's
+// identity): hash(block i) = H(hash(block i-1), tokens of block i). cache_blocks() indexes a sequence's full
+// blocks once they are written; when the last sequence holding an indexed block lets it go, the block is not
+// freed but kept, unreferenced, in LRU order (the tail of a sequence first), and taken back (its index entry
+// dropped) only when a reservation finds no never-indexed block free. attach_prefix() gives an empty sequence
+// the longest indexed prefix of its tokens; an indexed block is never written (a sequence appending into one that
+// it holds partly gets a private copy, as with a shared block). n_blocks_free() counts the cached blocks as free
+// (a reservation may take them); n_blocks_cached() says how many of them there are.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "quant/dtype.h"
@@ -27,6 +39,8 @@ struct KvCacheConfig {
   DType dtype = DType::F16;  // storage type: F16 or Q8_0 (F32 for tests)
   int32_t max_batch = 512;   // tokens per step (the engine splits larger batches)
   int32_t max_outputs = 0;   // output rows per step; 0: max(max_seqs, 8), capped at max_batch
+  bool prefix_cache = false; // index full blocks by content and keep them after their sequences end (see above)
+  uint64_t prefix_seed = 0;  // the first link of the hash chain: the model's identity (a cache holds one model)
 };
 
 class KvCache {
@@ -37,7 +51,12 @@ class KvCache {
 
   const KvCacheConfig& config() const { return cfg_; }
   int64_t n_blocks_total() const { return n_blocks_; }
-  int64_t n_blocks_free() const { return static_cast<int64_t>(free_.size()); }
+  // Blocks a reservation can take: never-indexed free blocks plus unreferenced cached ones.
+  int64_t n_blocks_free() const { return static_cast<int64_t>(free_.size()) + lru_size_; }
+  // Unreferenced blocks kept for their contents (prefix cache); included in n_blocks_free().
+  int64_t n_blocks_cached() const { return lru_size_; }
+  // Blocks held by at least one sequence.
+  int64_t n_blocks_used() const { return n_blocks_ - n_blocks_free(); }
   bool valid_seq(int32_t seq_id) const { return seq_id >= 0 && seq_id < cfg_.max_seqs; }
 
   // Tokens stored for a sequence (its next position).
@@ -46,6 +65,8 @@ class KvCache {
   // Makes room for n more tokens of seq_id (allocates blocks; copy-on-write of a shared partial last block);
   // kOutOfRange with a clear message if the pool is exhausted or the context is full.
   Status reserve(int32_t seq_id, int64_t n_tokens);
+  // Blocks reserve(seq_id, n_tokens) would take (new blocks plus a copy-on-write copy).
+  int64_t blocks_needed(int32_t seq_id, int64_t n_tokens) const;
   // Records that n reserved tokens were written after the current length.
   Status commit(int32_t seq_id, int64_t n_tokens);
   // Drops a sequence's tokens from position `from` on (from = 0 frees the sequence).
@@ -53,6 +74,19 @@ class KvCache {
   // dst shares src's blocks (copy-on-write at the block granularity of the last, partial block).
   Status fork(int32_t src_seq, int32_t dst_seq);
   void clear();
+
+  // ---- prefix cache (no-ops unless config().prefix_cache) ----
+  // Gives the empty sequence seq_id the longest indexed prefix of `tokens` in whole blocks, holding at most
+  // max_tokens of them (a last block past max_tokens is held partly: the next append copies it). Returns the
+  // sequence's new length (0: nothing cached, or the sequence was not empty).
+  int64_t attach_prefix(int32_t seq_id, std::span<const int32_t> tokens, int64_t max_tokens);
+  // How many leading tokens of `tokens` attach_prefix would find (whole blocks; no limit applied).
+  int64_t cached_prefix(std::span<const int32_t> tokens) const;
+  // Indexes the full blocks of seq_id written since the last call; tokens: the sequence's tokens (at least
+  // seq_len(seq_id) of them). A block whose content is indexed already (another copy) stays unindexed.
+  void cache_blocks(int32_t seq_id, std::span<const int32_t> tokens);
+  // Drops every cached block's index entry (they become plain free blocks). Held blocks stay indexed.
+  void drop_cached();
 
   // Copies slots [0, n) of block src to block dst in the storage (set by the engine that owns the storage).
   using BlockCopier = std::function<Status(int32_t src, int32_t dst, int32_t n)>;
@@ -65,16 +99,32 @@ class KvCache {
   struct Seq {
     std::vector<int32_t> table;
     int64_t len = 0;
+    std::vector<uint64_t> hashes;  // chain hash of each full block the prefix cache has seen (<= len / block_size)
   };
   int32_t take_block();
   void release_block(int32_t b);
   void mark(int32_t seq_id);
+  bool immutable(int32_t b) const { return refcount_[b] > 1 || (!hashed_.empty() && hashed_[b]); }
+  uint64_t chain(uint64_t parent, const int32_t* toks) const;
+  int32_t lookup(uint64_t parent, uint64_t h, const int32_t* toks) const;  // -1: not indexed
+  void unindex(int32_t b);
+  void lru_push(int32_t b);
+  void lru_remove(int32_t b);
 
   KvCacheConfig cfg_;
   int64_t n_blocks_ = 0;
   std::vector<Seq> seqs_;
   std::vector<int32_t> refcount_;
-  std::vector<int32_t> free_;  // stack of free block ids
+  std::vector<int32_t> free_;  // stack of free block ids (never indexed, or unindexed)
+  // Prefix cache (sized only when enabled): per block its hash, parent hash and tokens; the hash -> block index;
+  // the LRU list of unreferenced indexed blocks (oldest first) as an intrusive doubly linked list.
+  std::vector<uint8_t> hashed_;
+  std::vector<uint64_t> hash_, parent_;
+  std::vector<int32_t> block_tokens_;
+  std::unordered_map<uint64_t, int32_t> index_;
+  std::vector<int32_t> lru_prev_, lru_next_;
+  int32_t lru_head_ = -1, lru_tail_ = -1;
+  int64_t lru_size_ = 0;
   std::vector<uint8_t> dirty_;
   std::vector<int32_t> dirty_list_;
   BlockCopier copier_;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_features.h"
+#include "backend/registry.h"
 #include "cli/args.h"
 #include "util/thread_pool.h"
 #ifdef KILN_HAVE_CUDA
@@ -40,7 +41,7 @@ int cmd_devices(int argc, char** argv) {
 #ifdef KILN_HAVE_CUDA
   auto devs = cuda::list_devices();
   if (!devs.is_ok()) return fail("devices", devs.status());
-  if (devs->empty()) std::printf("cuda: no device found\n");
+  if (devs->empty()) std::printf("cuda: no device found (kiln runs on the CPU)\n");
   for (const cuda::DeviceInfo& d : *devs)
     std::printf("cuda: %d: %s, sm_%d%d, %d SMs, %.1f GiB (%.1f GiB free), %zu KiB shared memory per block\n", d.index,
                 d.name.c_str(), d.cc_major, d.cc_minor, d.sm_count, d.total_mem / 1073741824.0,
@@ -48,6 +49,12 @@ int cmd_devices(int argc, char** argv) {
 #else
   std::printf("cuda: not in this build (configure with -DKILN_CUDA=ON)\n");
 #endif
+  // What --device accepts here, from the backend registry (the same list the placement resolves against).
+  auto all = list_devices();
+  if (!all.is_ok()) return fail("devices", all.status());
+  std::string ids;
+  for (const DeviceInfo& d : *all) ids += (ids.empty() ? "" : ", ") + d.id;
+  std::printf("--device: %s (auto = %s)\n", ids.c_str(), resolve_device("auto").c_str());
   return 0;
 }
 

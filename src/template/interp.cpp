@@ -82,7 +82,8 @@ struct MacroObj : CallableObj {
   Result<Value> call(Interp& in, CallArgs& args) override {
     if (!closure) return in.error("macro '%s' called after its template finished rendering", n.c_str());
     if (in.call_depth >= in.limits().max_call_depth)
-      return in.error("maximum recursion depth exceeded (%d nested macro calls)", in.limits().max_call_depth);
+      return make_error(ErrorCode::kOutOfRange, "maximum recursion depth exceeded (%d nested macro calls)",
+                        in.limits().max_call_depth);
     auto scope = std::make_shared<Scope>();
     scope->parent = closure;
     const size_t np = def->params.size();
@@ -392,7 +393,8 @@ Status Interp::run_loop(const Node& n, const ScopePtr& scope, List items, int de
     ScopePtr sc = scope;
     loop->recurse = [this, node, sc, depth](Interp&, CallArgs& a) -> Result<Value> {
       if (a.pos.size() != 1) return error("loop() takes exactly one argument");
-      if (call_depth >= lim_.max_call_depth) return error("maximum recursion depth exceeded in a recursive loop");
+      if (call_depth >= lim_.max_call_depth)
+        return make_error(ErrorCode::kOutOfRange, "maximum recursion depth exceeded in a recursive loop");
       KILN_ASSIGN_OR_RETURN(List sub, loop_items(*node, sc, a.pos[0]));
       std::string buf;
       ++call_depth;

@@ -687,6 +687,8 @@ class Parser {
   }
   Result<ExprPtr> parse_call(ExprPtr fn) {
     auto e = mk(EK::kCall, cur());
+    e->line = fn->line;  // a call is located at its callee ("raise_exception" rather than its "(")
+    e->col = fn->col;
     e->a = std::move(fn);
     KILN_TRY(parse_call_args(e.get()));
     return e;

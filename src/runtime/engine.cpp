@@ -30,7 +30,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const KvCacheConfig
 }
 
 int32_t Engine::bucket_tokens(int32_t n) const {
-  if (!state_->wants_buckets() || n <= 0) return n;
+  if (!buckets() || n <= 0) return n;
   int32_t b = 1;
   while (b < n && b < 64) b *= 2;
   if (n > 64) b = (n + 63) / 64 * 64;
@@ -40,7 +40,7 @@ int32_t Engine::bucket_tokens(int32_t n) const {
 int32_t Engine::bucket_kv(int32_t n) const {
   const StepCaps& c = state_->caps();
   const int64_t cap = static_cast<int64_t>(c.max_blocks_per_seq()) * c.block_size;
-  if (!state_->wants_buckets()) return n;
+  if (!buckets()) return n;
   int64_t b = 256;
   while (b < n) b *= 2;
   return static_cast<int32_t>(std::min<int64_t>(b, cap));
@@ -125,7 +125,7 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
     }
   }
   for (int64_t i = n; i < nb; ++i) P.token[i] = 0, P.pos[i] = 0, P.slot[i] = -1, P.tok_table[i] = 0, P.kv_len[i] = 0;
-  const int32_t mb = std::min(bucket_tokens(j), nb);
+  const int32_t mb = std::min({bucket_tokens(j), nb, caps.max_outputs});
   for (int32_t i = j; i < mb; ++i) P.out_rows[i] = 0;
   int32_t start = 0, max_q = 0;
   for (size_t s = 0; s < seqs_.size(); ++s) {
@@ -137,6 +137,10 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
     start += P.seq_q_len[s];
     max_q = std::max(max_q, P.seq_q_len[s]);
   }
+  // Per-sequence entries past n_seq read as empty sequences (a kernel sized by a bucket may look at them).
+  if (buckets())
+    for (int32_t s = static_cast<int32_t>(seqs_.size()); s < std::min<int32_t>(caps.max_seqs, nb); ++s)
+      P.seq_row[s] = 0, P.seq_q_start[s] = static_cast<int32_t>(n), P.seq_q_len[s] = 0, P.seq_kv_len[s] = 0;
   P.n_tok = static_cast<int32_t>(n);
   P.n_bucket = nb;
   P.n_out = j;

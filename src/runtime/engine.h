@@ -38,6 +38,9 @@ class Engine {
   // want_logits token, in batch order, n_vocab logits into `logits` (resized; may be null: nothing fetched).
   Status forward(const Batch& batch, std::vector<float>* logits);
 
+  // Buckets and padding even on a host-only placement (tests: the padding rules are checked on the CPU too).
+  void force_buckets(bool on) { force_buckets_ = on; }
+  bool buckets() const { return force_buckets_ || state_->wants_buckets(); }
   // Rounds n up to its bucket (model/step.h), or returns n when the placement does not want buckets.
   int32_t bucket_tokens(int32_t n) const;
   int32_t bucket_kv(int32_t n) const;
@@ -55,6 +58,7 @@ class Engine {
   std::vector<int32_t> seqs_;
   std::vector<int32_t> dirty_;
   std::vector<OutputKind> kinds_;  // forward(): all kLogits
+  bool force_buckets_ = false;
 };
 
 }  // namespace kiln

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages kiln builds with, when missing (needs root or sudo; no-op when all present).
 set -euo pipefail
-pkgs=(cmake ninja-build g++ pkg-config libpcre2-dev libgtest-dev libgmock-dev nlohmann-json3-dev xz-utils python3-jinja2)
+pkgs=(cmake ninja-build g++ pkg-config libpcre2-dev libgtest-dev libgmock-dev nlohmann-json3-dev libcpp-httplib-dev xz-utils python3-jinja2)
 if [ "${1:-}" = "--fuzz" ]; then pkgs+=(clang libclang-rt-14-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do

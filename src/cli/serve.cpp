@@ -1,0 +1,175 @@
+// kiln serve: the OpenAI-compatible HTTP server (src/server) over the continuous-batching scheduler
+// (runtime/scheduler.h). It listens first (/health says 503 while the model loads), then opens the endpoints.
+// SIGINT/SIGTERM: stop accepting (503), let running requests finish for --shutdown-timeout seconds, cancel the
+// rest, exit 0 (a second signal cancels at once).
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "cli/args.h"
+#include "cli/model_source.h"
+#include "runtime/scheduler.h"
+#include "server/server.h"
+
+namespace kiln::cli {
+namespace {
+
+std::string basename_of(const std::string& p) {
+  const size_t s = p.find_last_of('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+int serve_main(int argc, char** argv) {
+  ArgParser args("serve", "OpenAI-compatible HTTP server with continuous batching over a shared paged KV cache.");
+  ModelSource src;
+  CacheOptions cache_opt;
+  server::ServerConfig sc;
+  SchedulerConfig sched_cfg;
+  int n_batch = defaults::kBatch;
+  int parallel = 4;
+  bool no_prefix = false, quiet = false;
+  int64_t body_limit = 8 << 20;
+  float timeout_s = 600, shutdown_s = 10;
+  std::string alias;
+  add_model_options(args, &src);
+  add_cache_options(args, &cache_opt);
+  args.option({"-b", "--batch-size"}, &n_batch, "N",
+              "token budget per step: decode tokens first, then prompt chunks (default " +
+                  std::to_string(defaults::kBatch) + ")");
+  args.option({"-np", "--parallel"}, &parallel, "N", "sequences decoded at once, 1..256 (default 4)");
+  args.option({"--host"}, &sc.host, "ADDR", "address to listen on (default 127.0.0.1)");
+  args.option({"--port"}, &sc.port, "PORT", "port to listen on; 0: any free one (default 8080)");
+  args.option({"--api-key"}, &sc.api_key, "KEY", "require 'Authorization: Bearer KEY' (all but /health)");
+  args.option({"-a", "--alias"}, &alias, "NAME", "model id in /v1/models and responses (default: the file name)");
+  args.option({"--chat-template"}, &sc.chat_template, "NAME",
+              "chat format: llama3, chatml, mistral, gemma, phi3, llama2 (default: the model's, else chatml)");
+  args.option({"-n", "--n-predict"}, &sc.default_max_tokens, "N",
+              "max_tokens of requests that name none; -1: until EOG or the context is full (default -1)");
+  args.option({"--timeout"}, &timeout_s, "S", "per-request limit in seconds: generation stops there (default 600)");
+  args.option({"--body-limit"}, &body_limit, "BYTES", "request body limit, 413 above (default 8388608)");
+  args.option({"--shutdown-timeout"}, &shutdown_s, "S",
+              "on SIGINT/SIGTERM, seconds running requests may take to finish before they are cancelled (default 10)");
+  args.option({"--threads-http"}, &sc.http_threads, "N", "HTTP worker threads (default max(64, 4 x parallel + 16))");
+  args.flag({"--no-prefix-cache"}, &no_prefix, "do not keep or reuse the KV blocks of shared prompt prefixes");
+  args.flag({"--no-log"}, &quiet, "no log line per request");
+  add_sampling_options(args, &sc.sampling);
+  if (Status st = args.parse(argc, argv); !st) return fail("serve", st);
+  if (args.help_requested()) {
+    std::fputs(args.usage().c_str(), stdout);
+    std::fputs("\n-c is the KV capacity in tokens shared by all sequences (default: the model's context, at most 4096, "
+               "times --parallel, at most 65536); one sequence holds at most min(-c, the model's training context).\n",
+               stdout);
+    return 0;
+  }
+  if (parallel < 1 || parallel > 256)
+    return fail("serve", make_error(ErrorCode::kInvalidArgument, "--parallel: must be in [1, 256] (got %d)", parallel));
+  if (n_batch < 1) return fail("serve", make_error(ErrorCode::kInvalidArgument, "-b: must be >= 1 (got %d)", n_batch));
+  if (sc.port < 0 || sc.port > 65535)
+    return fail("serve", make_error(ErrorCode::kInvalidArgument, "--port: must be in [0, 65535] (got %d)", sc.port));
+  if (body_limit < 1024 || body_limit > (int64_t{1} << 30))
+    return fail("serve", make_error(ErrorCode::kInvalidArgument, "--body-limit: must be in [1024, 2^30] bytes"));
+  if (!(timeout_s > 0) || !(shutdown_s >= 0))
+    return fail("serve", make_error(ErrorCode::kInvalidArgument, "--timeout / --shutdown-timeout: must be > 0"));
+  if (sc.http_threads < 0 || sc.http_threads > 4096)
+    return fail("serve", make_error(ErrorCode::kInvalidArgument, "--threads-http: must be in [0, 4096]"));
+  if (sc.default_max_tokens < -1 || sc.default_max_tokens == 0)
+    return fail("serve", make_error(ErrorCode::kInvalidArgument, "-n: must be -1 or >= 1 (got %d)", sc.default_max_tokens));
+  if (!sc.chat_template.empty())
+    if (auto f = chat_format_from_name(sc.chat_template); !f) return fail("serve", f.status().with_context("--chat-template"));
+  {
+    Sampler probe(sc.sampling, 1);
+    if (Status st = probe.validate(); !st) return fail("serve", st);
+  }
+  if (Status st = check_model_options(src); !st) return fail("serve", st);
+  if (Status st = check_cache_options(cache_opt); !st) return fail("serve", st);
+  sc.max_body = static_cast<size_t>(body_limit);
+  sc.timeout_s = timeout_s;
+  sc.parallel = parallel;
+  sc.log_requests = !quiet;
+  sc.model_id = !alias.empty() ? alias : !src.path.empty() ? basename_of(src.path) : "kiln-demo";
+
+  // Signals go to one thread (sigwait); every other thread starts with them blocked.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that hung up is a failed write, not the end of the server
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<int> n_signals{0};
+  std::thread sig_thread([&] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&sigs, &sig) != 0) continue;
+      n_signals.fetch_add(1);
+      cv.notify_all();
+    }
+  });
+  sig_thread.detach();
+
+  server::Server srv(sc);
+  if (Status st = srv.bind(); !st) return fail("serve", st);
+  std::thread http([&] { srv.run(); });
+  std::fprintf(stderr, "kiln serve: listening on http://%s:%d (loading the model)\n", sc.host.c_str(), srv.port());
+  auto quit = [&](int rc) {
+    srv.stop();
+    http.join();
+    return rc;
+  };
+
+  auto loaded = load_model(src, /*show_progress=*/true);
+  if (!loaded) return quit(fail("serve", loaded.status()));
+  const HParams& hp = loaded->model->hparams();
+  const int64_t train = hp.n_ctx_train;
+  int64_t n_ctx = cache_opt.n_ctx;
+  if (n_ctx == 0) n_ctx = std::min<int64_t>(effective_ctx(*loaded->model, 0) * parallel, 65536);
+  sched_cfg.n_ctx = n_ctx;
+  sched_cfg.max_batch = n_batch;
+  sched_cfg.parallel = parallel;
+  sched_cfg.prefix_cache = !no_prefix;
+  sched_cfg.block_size = defaults::kBlockSize;
+  sched_cfg.kv_q8 = cache_opt.kv_type == "q8_0";
+  sched_cfg.max_seq_ctx = train > 0 ? std::min(train, n_ctx) : n_ctx;
+  auto sched = Scheduler::create(std::move(loaded->model), sched_cfg);
+  if (!sched) return quit(fail("serve", sched.status()));
+  srv.set_ready(sched->get());
+  std::fprintf(stderr,
+               "kiln serve: ready: model '%s' (%s), KV %lld tokens shared by %d sequences (at most %lld each), "
+               "budget %d tokens per step, prefix cache %s, http://%s:%d/v1\n",
+               sc.model_id.c_str(), (*sched)->model_description().c_str(), (long long)n_ctx, parallel,
+               (long long)(*sched)->max_seq_ctx(), n_batch, no_prefix ? "off" : "on", sc.host.c_str(), srv.port());
+
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [&] { return n_signals.load() > 0; });
+  }
+  std::fprintf(stderr, "kiln serve: shutting down: %lld requests in flight\n", (long long)srv.in_flight());
+  srv.begin_shutdown();
+  (*sched)->shutdown(/*cancel=*/false);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(shutdown_s * 1000));
+  while (std::chrono::steady_clock::now() < end && n_signals.load() < 2 &&
+         !(*sched)->wait_idle(std::chrono::milliseconds(50))) {
+  }
+  (*sched)->shutdown(/*cancel=*/true);
+  (*sched)->wait_idle(std::chrono::seconds(5));
+  // Streams write their last chunk, then the listener closes.
+  for (int i = 0; i < 100 && srv.in_flight() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const int rc = quit(0);
+  std::fprintf(stderr, "kiln serve: stopped\n");
+  return rc;
+}
+
+}  // namespace
+
+KILN_REGISTER_COMMAND("serve", "OpenAI-compatible HTTP server (continuous batching, prefix cache, /metrics)",
+                      serve_main);
+
+}  // namespace kiln::cli

@@ -1,0 +1,467 @@
+#include "server/openai.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "runtime/prompt.h"
+
+namespace kiln::server {
+
+json error_body(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}};
+  err["param"] = e.param.empty() ? json(nullptr) : json(e.param);
+  err["code"] = e.code.empty() ? json(nullptr) : json(e.code);
+  return json{{"error", err}};
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+namespace {
+
+ApiError bad(const std::string& param, const std::string& msg, const std::string& code = "invalid_value") {
+  ApiError e;
+  e.status = 400;
+  e.param = param;
+  e.message = msg;
+  e.code = code;
+  return e;
+}
+
+bool present(const json& b, const char* k) {
+  auto it = b.find(k);
+  return it != b.end() && !it->is_null();
+}
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::object: return "an object";
+    case json::value_t::array: return "an array";
+    case json::value_t::string: return "a string";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a number";
+    default: return "a value";
+  }
+}
+
+std::optional<ApiError> get_bool(const json& b, const char* k, bool* out) {
+  if (!present(b, k)) return std::nullopt;
+  const json& v = b[k];
+  if (!v.is_boolean()) return bad(k, std::string("'") + k + "' must be a boolean, not " + type_name(v), "invalid_type");
+  *out = v.get<bool>();
+  return std::nullopt;
+}
+
+// A finite number in [lo, hi] (lo excluded when lo_open).
+std::optional<ApiError> get_number(const json& b, const char* k, double lo, double hi, bool lo_open, double* out) {
+  if (!present(b, k)) return std::nullopt;
+  const json& v = b[k];
+  if (!v.is_number()) return bad(k, std::string("'") + k + "' must be a number, not " + type_name(v), "invalid_type");
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x > hi || (lo_open ? x <= lo : x < lo)) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "'%s' must be in %s%g, %g]; got %g", k, lo_open ? "(" : "[", lo, hi, x);
+    return bad(k, buf);
+  }
+  *out = x;
+  return std::nullopt;
+}
+
+bool as_int(const json& v, int64_t* out) {
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return false;
+    *out = v.get<int64_t>();
+    return true;
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e15) return false;
+    *out = static_cast<int64_t>(d);
+    return true;
+  }
+  return false;
+}
+
+std::optional<ApiError> get_int(const json& b, const char* k, int64_t lo, int64_t hi, int64_t* out) {
+  if (!present(b, k)) return std::nullopt;
+  const json& v = b[k];
+  int64_t x = 0;
+  if (!as_int(v, &x)) return bad(k, std::string("'") + k + "' must be an integer, not " + type_name(v), "invalid_type");
+  if (x < lo || x > hi) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "'%s' must be in [%lld, %lld]; got %lld", k, (long long)lo, (long long)hi,
+                  (long long)x);
+    return bad(k, buf);
+  }
+  *out = x;
+  return std::nullopt;
+}
+
+// Fields of OpenAI's schemas that kiln does not act on: their type is still checked, and the ones whose presence
+// would change the answer are refused rather than ignored.
+enum class T { kString, kObject, kArray, kBool, kInt, kStringOrObject };
+struct Known {
+  const char* name;
+  T type;
+};
+constexpr Known kKnown[] = {
+    {"user", T::kString},         {"logit_bias", T::kObject},      {"response_format", T::kObject},
+    {"tools", T::kArray},         {"tool_choice", T::kStringOrObject}, {"parallel_tool_calls", T::kBool},
+    {"service_tier", T::kString}, {"metadata", T::kObject},        {"store", T::kBool},
+    {"suffix", T::kString},       {"echo", T::kBool},              {"best_of", T::kInt},
+    {"stream_options", T::kObject}, {"functions", T::kArray},      {"function_call", T::kStringOrObject},
+    {"modalities", T::kArray},    {"prediction", T::kObject},      {"audio", T::kObject},
+    {"reasoning_effort", T::kString},
+};
+
+std::optional<ApiError> check_known(const json& b) {
+  for (const Known& k : kKnown) {
+    if (!present(b, k.name)) continue;
+    const json& v = b[k.name];
+    bool ok = false;
+    const char* want = "";
+    switch (k.type) {
+      case T::kString: ok = v.is_string(), want = "a string"; break;
+      case T::kObject: ok = v.is_object(), want = "an object"; break;
+      case T::kArray: ok = v.is_array(), want = "an array"; break;
+      case T::kBool: ok = v.is_boolean(), want = "a boolean"; break;
+      case T::kInt: ok = v.is_number_integer(), want = "an integer"; break;
+      case T::kStringOrObject: ok = v.is_string() || v.is_object(), want = "a string or an object"; break;
+    }
+    if (!ok)
+      return bad(k.name, std::string("'") + k.name + "' must be " + want + ", not " + type_name(v), "invalid_type");
+  }
+  auto unsupported = [](const char* p, const std::string& m) { return bad(p, m, "unsupported_parameter"); };
+  if (present(b, "tools") && !b["tools"].empty()) return unsupported("tools", "tool calls are not supported");
+  if (present(b, "functions") && !b["functions"].empty())
+    return unsupported("functions", "function calls are not supported");
+  if (present(b, "logit_bias") && !b["logit_bias"].empty())
+    return unsupported("logit_bias", "'logit_bias' is not supported");
+  if (present(b, "response_format")) {
+    const json& rf = b["response_format"];
+    if (!rf.contains("type") || !rf["type"].is_string() || rf["type"].get<std::string>() != "text")
+      return unsupported("response_format", "only response_format {\"type\": \"text\"} is supported");
+  }
+  if (present(b, "echo") && b["echo"].get<bool>()) return unsupported("echo", "'echo' is not supported");
+  if (present(b, "best_of") && b["best_of"].get<int64_t>() != 1)
+    return unsupported("best_of", "'best_of' other than 1 is not supported");
+  if (present(b, "suffix") && !b["suffix"].get<std::string>().empty())
+    return unsupported("suffix", "'suffix' is not supported");
+  return std::nullopt;
+}
+
+// Fields common to both endpoints: model, sampling, limits, stop, stream.
+std::optional<ApiError> parse_common(const json& b, const ParseContext& ctx, ParsedRequest* out) {
+  if (auto e = check_known(b)) return e;
+  if (present(b, "model")) {
+    if (!b["model"].is_string()) return bad("model", std::string("'model' must be a string, not ") + type_name(b["model"]), "invalid_type");
+    out->model = b["model"].get<std::string>();
+    if (!out->model.empty() && out->model != ctx.model_id) {
+      ApiError e = bad("model", "The model '" + out->model + "' does not exist; this server serves '" + ctx.model_id +
+                                    "' (GET /v1/models)", "model_not_found");
+      e.status = 404;
+      return e;
+    }
+  }
+  if (out->model.empty()) out->model = ctx.model_id;
+  GenRequest& g = out->gen;
+  SamplerParams& sp = g.sampling;
+  double d = 0;
+  int64_t i = 0;
+  if (auto e = get_number(b, "temperature", 0, 2, false, &d)) return e;
+  if (present(b, "temperature")) sp.temp = static_cast<float>(d);
+  if (auto e = get_number(b, "top_p", 0, 1, true, &d)) return e;
+  if (present(b, "top_p")) sp.top_p = static_cast<float>(d);
+  if (auto e = get_int(b, "top_k", 0, 1 << 20, &i)) return e;
+  if (present(b, "top_k")) sp.top_k = static_cast<int32_t>(i);
+  if (auto e = get_number(b, "min_p", 0, 1, false, &d)) return e;
+  if (present(b, "min_p")) sp.min_p = static_cast<float>(d);
+  if (auto e = get_number(b, "presence_penalty", -2, 2, false, &d)) return e;
+  if (present(b, "presence_penalty")) sp.presence_penalty = static_cast<float>(d);
+  if (auto e = get_number(b, "frequency_penalty", -2, 2, false, &d)) return e;
+  if (present(b, "frequency_penalty")) sp.frequency_penalty = static_cast<float>(d);
+  if (auto e = get_number(b, "repeat_penalty", 0, 100, true, &d)) return e;
+  if (present(b, "repeat_penalty")) sp.repeat_penalty = static_cast<float>(d);
+  if (auto e = get_int(b, "repeat_last_n", -1, 1 << 20, &i)) return e;
+  if (present(b, "repeat_last_n")) sp.penalty_last_n = static_cast<int32_t>(i);
+  if (present(b, "seed")) {
+    if (!as_int(b["seed"], &i))
+      return bad("seed", std::string("'seed' must be an integer, not ") + type_name(b["seed"]), "invalid_type");
+    sp.seed = static_cast<uint64_t>(i);
+  }
+  // max_completion_tokens (the current name) wins over max_tokens (deprecated), as in OpenAI's API.
+  const int64_t max_gen = std::max<int64_t>(1, ctx.max_seq_ctx - 1);
+  g.max_tokens = ctx.default_max_tokens;
+  for (const char* k : {"max_tokens", "max_completion_tokens"}) {
+    if (auto e = get_int(b, k, 1, max_gen, &i)) {
+      if (e->code == "invalid_value")
+        e->message += " (a request generates at least 1 token and at most the context, " + std::to_string(max_gen) + ")";
+      return e;
+    }
+    if (present(b, k)) g.max_tokens = static_cast<int32_t>(i);
+  }
+  if (auto e = get_bool(b, "ignore_eos", &g.ignore_eos)) return e;
+  if (present(b, "stop")) {
+    const json& s = b["stop"];
+    std::vector<std::string> stops;
+    if (s.is_string()) {
+      stops.push_back(s.get<std::string>());
+    } else if (s.is_array()) {
+      if (s.size() > 16) return bad("stop", "'stop' holds at most 16 strings (got " + std::to_string(s.size()) + ")");
+      for (size_t k = 0; k < s.size(); ++k) {
+        if (!s[k].is_string())
+          return bad("stop", "'stop[" + std::to_string(k) + "]' must be a string, not " + type_name(s[k]), "invalid_type");
+        stops.push_back(s[k].get<std::string>());
+      }
+    } else {
+      return bad("stop", std::string("'stop' must be a string or an array of strings, not ") + type_name(s), "invalid_type");
+    }
+    for (auto& x : stops) {
+      if (x.empty()) return bad("stop", "'stop' strings must not be empty");
+      if (x.size() > 1024) return bad("stop", "'stop' strings are limited to 1024 bytes");
+    }
+    g.stop = std::move(stops);
+  }
+  if (auto e = get_int(b, "n", 1, 16, &i)) return e;
+  if (present(b, "n")) out->n = static_cast<int>(i);
+  if (auto e = get_bool(b, "stream", &out->stream)) return e;
+  if (present(b, "stream_options")) {
+    if (auto e = get_bool(b["stream_options"], "include_usage", &out->include_usage)) {
+      e->param = "stream_options.include_usage";
+      return e;
+    }
+  }
+  // llama-server's n_probs: top alternatives per token.
+  if (auto e = get_int(b, "n_probs", 0, 20, &i)) return e;
+  if (present(b, "n_probs") && i > 0) g.logprobs = true, g.top_logprobs = static_cast<int32_t>(i);
+  g.timeout_s = ctx.timeout_s;
+  return std::nullopt;
+}
+
+std::optional<ApiError> check_prompt_len(size_t n, const char* param, const ParseContext& ctx) {
+  if (static_cast<int64_t>(n) >= ctx.max_seq_ctx) {
+    return bad(param, "This model's maximum context length is " + std::to_string(ctx.max_seq_ctx) +
+                          " tokens per sequence; the prompt has " + std::to_string(n) +
+                          " tokens (at least one must be left to generate)", "context_length_exceeded");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, ParsedRequest* out) {
+  out->chat = true;
+  out->gen.sampling = ctx.sampling;
+  if (!b.contains("messages")) return bad("messages", "'messages' is required", "missing_required_parameter");
+  const json& ms = b["messages"];
+  if (!ms.is_array()) return bad("messages", std::string("'messages' must be an array, not ") + type_name(ms), "invalid_type");
+  if (ms.empty()) return bad("messages", "'messages' must hold at least one message");
+  std::vector<ChatMessage> msgs;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    const std::string p = "messages[" + std::to_string(i) + "]";
+    const json& m = ms[i];
+    if (!m.is_object()) return bad(p, "'" + p + "' must be an object, not " + type_name(m), "invalid_type");
+    if (!m.contains("role") || !m["role"].is_string())
+      return bad(p + ".role", "'" + p + ".role' must be a string", m.contains("role") ? "invalid_type" : "missing_required_parameter");
+    std::string role = m["role"].get<std::string>();
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant")
+      return bad(p + ".role", "'" + p + ".role': unknown role '" + m["role"].get<std::string>() +
+                                  "' (system, developer, user, assistant)");
+    std::string content;
+    const json* c = m.contains("content") ? &m["content"] : nullptr;
+    if (!c || c->is_null()) {
+      if (role != "assistant") return bad(p + ".content", "'" + p + ".content' is required", "missing_required_parameter");
+    } else if (c->is_string()) {
+      content = c->get<std::string>();
+    } else if (c->is_array()) {
+      for (size_t k = 0; k < c->size(); ++k) {
+        const json& part = (*c)[k];
+        const std::string pp = p + ".content[" + std::to_string(k) + "]";
+        if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+          return bad(pp, "'" + pp + "' must be an object with a 'type'", "invalid_type");
+        if (part["type"].get<std::string>() != "text")
+          return bad(pp + ".type", "'" + pp + ".type': only text content is supported (got '" +
+                                       part["type"].get<std::string>() + "')", "unsupported_parameter");
+        if (!part.contains("text") || !part["text"].is_string())
+          return bad(pp + ".text", "'" + pp + ".text' must be a string", "invalid_type");
+        content += part["text"].get<std::string>();
+      }
+    } else {
+      return bad(p + ".content", "'" + p + ".content' must be a string or an array of content parts, not " +
+                                     std::string(type_name(*c)), "invalid_type");
+    }
+    if (m.contains("name") && !m["name"].is_null() && !m["name"].is_string())
+      return bad(p + ".name", "'" + p + ".name' must be a string", "invalid_type");
+    msgs.push_back({role, content});
+  }
+  if (auto e = parse_common(b, ctx, out)) return e;
+  bool lp = false;
+  if (auto e = get_bool(b, "logprobs", &lp)) return e;
+  int64_t top = 0;
+  if (auto e = get_int(b, "top_logprobs", 0, 20, &top)) return e;
+  if (present(b, "top_logprobs") && !lp) return bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  if (lp) out->gen.logprobs = true, out->gen.top_logprobs = static_cast<int32_t>(top);
+  std::vector<int32_t> ids = encode_chat(*ctx.tok, ctx.format, msgs);
+  if (ids.empty()) return bad("messages", "the conversation renders to no tokens");
+  if (auto e = check_prompt_len(ids.size(), "messages", ctx)) return e;
+  out->prompts.push_back(std::move(ids));
+  return std::nullopt;
+}
+
+std::optional<ApiError> parse_completion(const json& b, const ParseContext& ctx, ParsedRequest* out) {
+  out->chat = false;
+  out->gen.sampling = ctx.sampling;
+  if (!b.contains("prompt")) return bad("prompt", "'prompt' is required", "missing_required_parameter");
+  const json& p = b["prompt"];
+  const int32_t nv = ctx.tok->n_vocab();
+  auto token_list = [&](const json& arr, const std::string& param, std::vector<int32_t>* ids) -> std::optional<ApiError> {
+    for (size_t k = 0; k < arr.size(); ++k) {
+      int64_t v = 0;
+      if (!as_int(arr[k], &v))
+        return bad(param, "'" + param + "[" + std::to_string(k) + "]' must be a token id (integer), not " +
+                              type_name(arr[k]), "invalid_type");
+      if (v < 0 || v >= nv)
+        return bad(param, "'" + param + "[" + std::to_string(k) + "]': token id " + std::to_string(v) +
+                              " is outside the vocabulary [0, " + std::to_string(nv) + ")");
+      ids->push_back(static_cast<int32_t>(v));
+    }
+    if (ids->empty()) return bad(param, "'" + param + "' is an empty token list");
+    return std::nullopt;
+  };
+  if (p.is_string()) {
+    out->prompts.push_back(encode_prompt(*ctx.tok, p.get<std::string>()));
+  } else if (p.is_array()) {
+    if (p.empty()) return bad("prompt", "'prompt' is an empty array");
+    if (p[0].is_number()) {
+      std::vector<int32_t> ids;
+      if (auto e = token_list(p, "prompt", &ids)) return e;
+      out->prompts.push_back(std::move(ids));
+    } else {
+      if (p.size() > 64) return bad("prompt", "'prompt' holds at most 64 prompts");
+      for (size_t k = 0; k < p.size(); ++k) {
+        const std::string pk = "prompt[" + std::to_string(k) + "]";
+        if (p[k].is_string()) {
+          out->prompts.push_back(encode_prompt(*ctx.tok, p[k].get<std::string>()));
+        } else if (p[k].is_array()) {
+          std::vector<int32_t> ids;
+          if (auto e = token_list(p[k], pk, &ids)) return e;
+          out->prompts.push_back(std::move(ids));
+        } else {
+          return bad(pk, "'" + pk + "' must be a string or a token list, not " + type_name(p[k]), "invalid_type");
+        }
+      }
+    }
+  } else {
+    return bad("prompt", std::string("'prompt' must be a string, an array of strings or token ids, not ") +
+                             type_name(p), "invalid_type");
+  }
+  for (auto& ids : out->prompts) {
+    if (ids.empty()) return bad("prompt", "the prompt encodes to no tokens");
+    if (auto e = check_prompt_len(ids.size(), "prompt", ctx)) return e;
+  }
+  if (auto e = parse_common(b, ctx, out)) return e;
+  if (out->prompts.size() * static_cast<size_t>(out->n) > 64)
+    return bad("n", "at most 64 choices per request (prompts x n)");
+  int64_t lp = 0;
+  if (auto e = get_int(b, "logprobs", 0, 20, &lp)) return e;
+  if (present(b, "logprobs")) out->gen.logprobs = true, out->gen.top_logprobs = static_cast<int32_t>(lp);
+  return std::nullopt;
+}
+
+ApiError submit_error(const Status& st) {
+  const std::string& m = st.message();
+  std::string param;
+  const size_t colon = m.find(':');
+  if (colon != std::string::npos && colon < 32 && m.find(' ') > colon) param = m.substr(0, colon);
+  if (st.code() == ErrorCode::kUnsupported && m.find("shutting down") != std::string::npos) {
+    ApiError e;
+    e.status = 503;
+    e.type = "unavailable_error";
+    e.message = m;
+    e.code = "shutting_down";
+    return e;
+  }
+  return bad(param, m, st.code() == ErrorCode::kOutOfRange ? "context_length_exceeded" : "invalid_value");
+}
+
+const char* finish_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+    default: return "stop";
+  }
+}
+
+json usage_json(const std::vector<ChoiceState>& choices, const std::vector<int64_t>& prompt_tokens) {
+  int64_t p = 0, c = 0, cached = 0;
+  for (int64_t n : prompt_tokens) p += n;
+  for (auto& ch : choices) c += ch.timings.n_gen, cached += ch.timings.n_cached;
+  return json{{"prompt_tokens", p},
+              {"completion_tokens", c},
+              {"total_tokens", p + c},
+              {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+json timings_json(const std::vector<ChoiceState>& choices) {
+  int64_t cache_n = 0, prompt_n = 0, pred_n = 0;
+  double prompt_ms = 0, pred_ms = 0;
+  for (auto& ch : choices) {
+    cache_n += ch.timings.n_cached;
+    prompt_n += ch.timings.n_prompt - ch.timings.n_cached;
+    pred_n += ch.timings.n_gen;
+    prompt_ms = std::max(prompt_ms, ch.timings.prompt_ms);
+    pred_ms = std::max(pred_ms, ch.timings.gen_ms);
+  }
+  auto per_s = [](int64_t n, double ms) { return ms > 0 ? n * 1000.0 / ms : 0.0; };
+  auto per_tok = [](int64_t n, double ms) { return n > 0 ? ms / n : 0.0; };
+  return json{{"cache_n", cache_n},
+              {"prompt_n", prompt_n},
+              {"prompt_ms", prompt_ms},
+              {"prompt_per_token_ms", per_tok(prompt_n, prompt_ms)},
+              {"prompt_per_second", per_s(prompt_n, prompt_ms)},
+              {"predicted_n", pred_n},
+              {"predicted_ms", pred_ms},
+              {"predicted_per_token_ms", per_tok(pred_n, pred_ms)},
+              {"predicted_per_second", per_s(pred_n, pred_ms)}};
+}
+
+namespace {
+json bytes_of(const std::string& s) {
+  json a = json::array();
+  for (unsigned char c : s) a.push_back(static_cast<int>(c));
+  return a;
+}
+}  // namespace
+
+json chat_logprob_entry(const Tokenizer& tok, int32_t id, float lp, const std::vector<TokenLogprob>& top) {
+  const std::string piece = tok.token_to_piece(id);
+  json tops = json::array();
+  for (auto& t : top) {
+    const std::string tp = tok.token_to_piece(t.id);
+    tops.push_back({{"token", tp}, {"logprob", t.logprob}, {"bytes", bytes_of(tp)}});
+  }
+  return json{{"token", piece}, {"logprob", lp}, {"bytes", bytes_of(piece)}, {"top_logprobs", tops}};
+}
+
+json completion_logprobs(const Tokenizer& tok, const ChoiceState& c) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  size_t off = 0;
+  for (size_t i = 0; i < c.ids.size(); ++i) {
+    const std::string piece = tok.token_to_piece(c.ids[i]);
+    tokens.push_back(piece);
+    lps.push_back(c.lps[i]);
+    json t = json::object();
+    for (auto& x : c.tops[i]) t[tok.token_to_piece(x.id)] = x.logprob;
+    tops.push_back(t);
+    offs.push_back(off);
+    off += piece.size();
+  }
+  return json{{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,647 @@
+#include "server/server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <mutex>
+#include <thread>
+
+#include "server/metrics.h"
+#include "server/openai.h"
+
+namespace kiln::server {
+
+using Clock = std::chrono::steady_clock;
+using httplib::Request;
+using httplib::Response;
+
+namespace {
+
+// Constant-time comparison (the time does not depend on where the strings differ).
+bool ct_equal(const std::string& a, const std::string& b) {
+  const size_t n = std::max(a.size(), b.size());
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+const char* endpoint_of(const std::string& path) {
+  static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
+                                "/metrics",             "/tokenize",       "/detokenize"};
+  for (const char* k : known)
+    if (path == k) return k;
+  return "other";
+}
+
+}  // namespace
+
+struct Server::Impl {
+  ServerConfig cfg;
+  httplib::Server http;
+  std::atomic<Scheduler*> sched{nullptr};
+  std::atomic<bool> draining{false};
+  std::atomic<int64_t> in_flight{0};
+  std::atomic<uint64_t> next_id{1};
+  int bound_port = -1;
+  ParseContext pctx;
+  HttpCounters counters;
+  Clock::time_point started = Clock::now();
+  std::mutex log_mu;
+
+  void log(uint64_t id, const Request& req, int status, const RequestTimings* t, double ms, const char* finish) {
+    counters.count(endpoint_of(req.path), status);
+    if (!cfg.log_requests) return;
+    char buf[512];
+    if (t)
+      std::snprintf(buf, sizeof buf,
+                    "kiln serve: req %llu %s %s %d prompt %lld (cached %lld) gen %lld tokens %.1f ms finish %s\n",
+                    (unsigned long long)id, req.method.c_str(), endpoint_of(req.path), status, (long long)t->n_prompt,
+                    (long long)t->n_cached, (long long)t->n_gen, ms, finish);
+    else
+      std::snprintf(buf, sizeof buf, "kiln serve: req %llu %s %s %d %.1f ms\n", (unsigned long long)id,
+                    req.method.c_str(), endpoint_of(req.path), status, ms);
+    std::lock_guard<std::mutex> lk(log_mu);
+    std::fputs(buf, stderr);
+  }
+
+  void send_error(Response& res, const ApiError& e) {
+    res.status = e.status;
+    res.set_content(dump(error_body(e)), "application/json");
+  }
+
+  // Common gate of the model endpoints: ready, not shutting down, JSON object body.
+  std::optional<ApiError> gate(const Request& req, json* body) {
+    if (!sched.load()) {
+      ApiError e;
+      e.status = 503;
+      e.type = "unavailable_error";
+      e.code = "model_loading";
+      e.message = "Loading model";
+      return e;
+    }
+    if (draining.load()) {
+      ApiError e;
+      e.status = 503;
+      e.type = "unavailable_error";
+      e.code = "shutting_down";
+      e.message = "the server is shutting down";
+      return e;
+    }
+    if (!body) return std::nullopt;
+    try {
+      *body = json::parse(req.body);
+    } catch (const json::parse_error& ex) {
+      ApiError e;
+      e.code = "invalid_json";
+      e.message = std::string("the request body is not valid JSON: ") + ex.what();
+      return e;
+    }
+    if (!body->is_object()) {
+      ApiError e;
+      e.code = "invalid_json";
+      e.message = "the request body must be a JSON object";
+      return e;
+    }
+    return std::nullopt;
+  }
+
+  void completions(const Request& req, Response& res, bool chat);
+  void tokenize(const Request& req, Response& res);
+  void detokenize(const Request& req, Response& res);
+};
+
+namespace {
+
+struct InFlight {
+  std::atomic<int64_t>& n;
+  explicit InFlight(std::atomic<int64_t>& c) : n(c) { ++n; }
+  ~InFlight() { --n; }
+};
+
+// The request being answered: its handles and the choices built from their events.
+struct Exchange {
+  Server::Impl* impl = nullptr;
+  uint64_t req_id = 0;
+  Request req_copy;  // method and path for the log line (the Request object does not outlive the handler)
+  Clock::time_point t0;
+  ParsedRequest pr;
+  std::string id;
+  int64_t created = 0;
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  std::vector<ChoiceState> choices;
+  std::vector<int64_t> prompt_tokens;
+  std::vector<bool> done;
+  bool started = false, ended = false;
+  Clock::time_point last_write = Clock::now();
+  int status = 200;
+
+  ~Exchange() {
+    for (auto& h : hs)
+      if (!h->finished()) h->cancel();  // the client went away: the blocks are freed at the next step
+    if (!impl) return;  // refused before it started: logged by the caller
+    RequestTimings sum;
+    for (auto& c : choices) {
+      sum.n_prompt += c.timings.n_prompt;
+      sum.n_cached += c.timings.n_cached;
+      sum.n_gen += c.timings.n_gen;
+    }
+    const char* fin = choices.empty() ? "-" : ended ? finish_name(choices[0].finish) : "disconnected";
+    impl->log(req_id, req_copy, status, &sum, ms_since(t0), fin);
+    --impl->in_flight;
+  }
+
+  void absorb(size_t i, TokenEvent& ev) {
+    ChoiceState& c = choices[i];
+    c.text += ev.text;
+    if (ev.id >= 0 && pr.gen.logprobs) {
+      c.ids.push_back(ev.id);
+      c.lps.push_back(ev.logprob);
+      c.tops.push_back(ev.top);
+    }
+  }
+  void finish(size_t i) {
+    choices[i].finish = hs[i]->finish_reason();
+    choices[i].timings = hs[i]->timings();
+    done[i] = true;
+  }
+  bool failed(std::string* msg) const {
+    for (size_t i = 0; i < hs.size(); ++i) {
+      const FinishReason r = choices[i].finish;
+      if (r == FinishReason::kError) {
+        *msg = hs[i]->error().to_string();
+        return true;
+      }
+      if (r == FinishReason::kCancelled) {
+        *msg = "the request was cancelled (the server is shutting down)";
+        return true;
+      }
+    }
+    return false;
+  }
+
+  json base(const char* object) const {
+    return json{{"id", id}, {"object", object}, {"created", created}, {"model", pr.model},
+                {"system_fingerprint", "kiln"}};
+  }
+  json full_response(const Tokenizer& tok) const {
+    json r = base(pr.chat ? "chat.completion" : "text_completion");
+    json cs = json::array();
+    for (const ChoiceState& c : choices) {
+      json ch = {{"index", c.index}, {"finish_reason", finish_name(c.finish)}};
+      if (pr.chat) {
+        ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+        if (pr.gen.logprobs) {
+          json content = json::array();
+          for (size_t k = 0; k < c.ids.size(); ++k) content.push_back(chat_logprob_entry(tok, c.ids[k], c.lps[k], c.tops[k]));
+          ch["logprobs"] = {{"content", content}};
+        } else {
+          ch["logprobs"] = nullptr;
+        }
+      } else {
+        ch["text"] = c.text;
+        ch["logprobs"] = pr.gen.logprobs ? completion_logprobs(tok, c) : json(nullptr);
+      }
+      cs.push_back(ch);
+    }
+    r["choices"] = cs;
+    r["usage"] = usage_json(choices, prompt_tokens);
+    r["timings"] = timings_json(choices);
+    return r;
+  }
+  std::string chunk(const json& choice, bool with_usage_null) const {
+    json r = base(pr.chat ? "chat.completion.chunk" : "text_completion");
+    r["choices"] = json::array({choice});
+    if (with_usage_null) r["usage"] = nullptr;
+    return "data: " + dump(r) + "\n\n";
+  }
+};
+
+}  // namespace
+
+void Server::Impl::completions(const Request& req, Response& res, bool chat) {
+  const uint64_t rid = next_id.fetch_add(1);
+  const Clock::time_point t0 = Clock::now();
+  ++in_flight;
+  auto fail = [&](const ApiError& e) {
+    send_error(res, e);
+    log(rid, req, e.status, nullptr, ms_since(t0), nullptr);
+    --in_flight;
+  };
+  json body;
+  if (auto e = gate(req, &body)) return fail(*e);
+  Scheduler* S = sched.load();
+  auto ex = std::make_shared<Exchange>();
+  ex->impl = this;
+  ex->req_id = rid;
+  ex->req_copy.method = req.method;
+  ex->req_copy.path = req.path;
+  ex->t0 = t0;
+  std::optional<ApiError> perr;
+  try {
+    perr = chat ? parse_chat(body, pctx, &ex->pr) : parse_completion(body, pctx, &ex->pr);
+  } catch (const std::exception& x) {  // a JSON type surprise the checks missed: still the client's fault
+    ApiError e;
+    e.message = std::string("bad request: ") + x.what();
+    perr = e;
+  }
+  if (perr) {
+    ex->impl = nullptr;  // not logged twice
+    ex.reset();
+    return fail(*perr);
+  }
+  ex->id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(rid);
+  ex->created = static_cast<int64_t>(std::time(nullptr));
+  for (size_t p = 0; p < ex->pr.prompts.size(); ++p) {
+    ex->prompt_tokens.push_back(static_cast<int64_t>(ex->pr.prompts[p].size()));
+    for (int k = 0; k < ex->pr.n; ++k) {
+      GenRequest g = ex->pr.gen;
+      g.prompt = ex->pr.prompts[p];
+      if (k > 0 && g.sampling.seed != kRandomSeed) g.sampling.seed += static_cast<uint64_t>(k);
+      auto h = S->submit(std::move(g));
+      if (!h) {
+        for (auto& o : ex->hs) o->cancel();
+        ex->hs.clear();
+        ex->choices.clear();
+        ex->impl = nullptr;
+        ex.reset();
+        return fail(submit_error(h.status()));
+      }
+      ex->hs.push_back(*h);
+      ChoiceState c;
+      c.index = static_cast<int>(ex->choices.size());
+      ex->choices.push_back(c);
+    }
+  }
+  ex->done.assign(ex->hs.size(), false);
+  const Tokenizer& tok = S->tokenizer();
+
+  if (!ex->pr.stream) {
+    for (size_t i = 0; i < ex->hs.size(); ++i) {
+      for (auto& ev : ex->hs[i]->wait_all()) ex->absorb(i, ev);
+      ex->finish(i);
+    }
+    ex->ended = true;
+    std::string msg;
+    if (ex->failed(&msg)) {
+      ApiError e;
+      e.status = 500;
+      e.type = "server_error";
+      e.message = msg;
+      ex->status = 500;
+      send_error(res, e);
+      return;
+    }
+    res.set_content(dump(ex->full_response(tok)), "application/json");
+    return;  // ~Exchange logs
+  }
+
+  // Streaming: SSE chunks in OpenAI's format, then data: [DONE].
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  const bool chat_mode = chat;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [ex, chat_mode, &tok](size_t, httplib::DataSink& sink) -> bool {
+        auto write = [&](const std::string& s) {
+          ex->last_write = Clock::now();
+          return sink.write(s.data(), s.size());
+        };
+        const bool usage_null = ex->pr.include_usage;
+        if (!ex->started) {
+          ex->started = true;
+          if (chat_mode)
+            for (auto& c : ex->choices) {
+              json ch = {{"index", c.index},
+                         {"delta", {{"role", "assistant"}, {"content", ""}}},
+                         {"logprobs", nullptr},
+                         {"finish_reason", nullptr}};
+              if (!write(ex->chunk(ch, usage_null))) return false;
+            }
+        }
+        const auto wait = ex->hs.size() == 1 ? std::chrono::milliseconds(500) : std::chrono::milliseconds(20);
+        for (size_t i = 0; i < ex->hs.size(); ++i) {
+          if (ex->done[i]) continue;
+          std::vector<TokenEvent> evs;
+          const bool more = ex->hs[i]->next(evs, wait);
+          for (auto& ev : evs) {
+            ex->absorb(i, ev);
+            const bool lp = ex->pr.gen.logprobs && ev.id >= 0;
+            if (ev.text.empty() && !lp) continue;
+            json ch = {{"index", ex->choices[i].index}, {"finish_reason", nullptr}};
+            if (chat_mode) {
+              ch["delta"] = {{"content", ev.text}};
+              ch["logprobs"] = lp ? json{{"content", json::array({chat_logprob_entry(tok, ev.id, ev.logprob, ev.top)})}}
+                                  : json(nullptr);
+            } else {
+              ch["text"] = ev.text;
+              if (lp) {
+                ChoiceState one;
+                one.ids = {ev.id};
+                one.lps = {ev.logprob};
+                one.tops = {ev.top};
+                ch["logprobs"] = completion_logprobs(tok, one);
+              } else {
+                ch["logprobs"] = nullptr;
+              }
+            }
+            if (!write(ex->chunk(ch, usage_null))) return false;
+          }
+          if (!more) {
+            ex->finish(i);
+            std::string msg;
+            const FinishReason r = ex->choices[i].finish;
+            if (r == FinishReason::kError || r == FinishReason::kCancelled) {
+              ex->failed(&msg);
+              ex->status = 500;
+              ApiError e;
+              e.status = 500;
+              e.type = "server_error";
+              e.message = msg;
+              if (!write("data: " + dump(error_body(e)) + "\n\n")) return false;
+              continue;
+            }
+            json ch = {{"index", ex->choices[i].index}, {"finish_reason", finish_name(r)}, {"logprobs", nullptr}};
+            if (chat_mode) ch["delta"] = json::object();
+            else ch["text"] = "";
+            json r0 = ex->base(chat_mode ? "chat.completion.chunk" : "text_completion");
+            r0["choices"] = json::array({ch});
+            // llama-server puts usage and timings on the last chunk of each choice; OpenAI's include_usage adds a
+            // separate usage-only chunk at the end (below).
+            std::vector<ChoiceState> one = {ex->choices[i]};
+            r0["usage"] = usage_json(one, {ex->choices[i].timings.n_prompt});
+            r0["timings"] = timings_json(one);
+            if (!write("data: " + dump(r0) + "\n\n")) return false;
+          }
+        }
+        bool all = true;
+        for (bool d : ex->done) all = all && d;
+        if (all) {
+          if (ex->pr.include_usage) {
+            json u = ex->base(chat_mode ? "chat.completion.chunk" : "text_completion");
+            u["choices"] = json::array();
+            u["usage"] = usage_json(ex->choices, ex->prompt_tokens);
+            u["timings"] = timings_json(ex->choices);
+            if (!write("data: " + dump(u) + "\n\n")) return false;
+          }
+          if (!write("data: [DONE]\n\n")) return false;
+          ex->ended = true;
+          sink.done();
+          return true;
+        }
+        // A comment line now and then: a client that hung up makes the write fail, which cancels the request.
+        if (Clock::now() - ex->last_write > std::chrono::milliseconds(1000))
+          if (!write(": keep-alive\n\n")) return false;
+        return true;
+      },
+      [ex](bool) {
+        for (auto& h : ex->hs)
+          if (!h->finished()) h->cancel();
+      });
+}
+
+void Server::Impl::tokenize(const Request& req, Response& res) {
+  const uint64_t rid = next_id.fetch_add(1);
+  const Clock::time_point t0 = Clock::now();
+  InFlight fl(in_flight);
+  json body;
+  auto done = [&](int status) { log(rid, req, status, nullptr, ms_since(t0), nullptr); };
+  if (auto e = gate(req, &body)) return send_error(res, *e), done(e->status);
+  ApiError err;
+  err.code = "invalid_type";
+  if (!body.contains("content") || !body["content"].is_string()) {
+    err.param = "content";
+    err.message = "'content' must be a string";
+    return send_error(res, err), done(400);
+  }
+  bool add_special = false, parse_special = true, with_pieces = false;
+  for (auto [k, p] : {std::pair<const char*, bool*>{"add_special", &add_special}, {"parse_special", &parse_special},
+                      {"with_pieces", &with_pieces}}) {
+    if (body.contains(k) && !body[k].is_null()) {
+      if (!body[k].is_boolean()) {
+        err.param = k;
+        err.message = std::string("'") + k + "' must be a boolean";
+        return send_error(res, err), done(400);
+      }
+      *p = body[k].get<bool>();
+    }
+  }
+  const Tokenizer& tok = sched.load()->tokenizer();
+  std::vector<int32_t> ids = tok.encode(body["content"].get<std::string>(), add_special, parse_special);
+  json toks = json::array();
+  for (int32_t id : ids) {
+    if (!with_pieces) {
+      toks.push_back(id);
+      continue;
+    }
+    const std::string piece = tok.token_to_piece(id, true);
+    json p = {{"id", id}};
+    // llama-server: the piece as a string when it is valid UTF-8, else its bytes.
+    try {
+      p["piece"] = json::parse(json(piece).dump());
+    } catch (...) {
+      json b = json::array();
+      for (unsigned char c : piece) b.push_back(static_cast<int>(c));
+      p["piece"] = b;
+    }
+    toks.push_back(p);
+  }
+  res.set_content(dump(json{{"tokens", toks}}), "application/json");
+  done(200);
+}
+
+void Server::Impl::detokenize(const Request& req, Response& res) {
+  const uint64_t rid = next_id.fetch_add(1);
+  const Clock::time_point t0 = Clock::now();
+  InFlight fl(in_flight);
+  json body;
+  auto done = [&](int status) { log(rid, req, status, nullptr, ms_since(t0), nullptr); };
+  if (auto e = gate(req, &body)) return send_error(res, *e), done(e->status);
+  ApiError err;
+  err.param = "tokens";
+  if (!body.contains("tokens") || !body["tokens"].is_array()) {
+    err.code = "invalid_type";
+    err.message = "'tokens' must be an array of token ids";
+    return send_error(res, err), done(400);
+  }
+  const Tokenizer& tok = sched.load()->tokenizer();
+  std::vector<int32_t> ids;
+  const json& t = body["tokens"];
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (!t[i].is_number_integer()) {
+      err.code = "invalid_type";
+      err.message = "'tokens[" + std::to_string(i) + "]' must be an integer";
+      return send_error(res, err), done(400);
+    }
+    const int64_t v = t[i].get<int64_t>();
+    if (v < 0 || v >= tok.n_vocab()) {
+      err.code = "invalid_value";
+      err.message = "'tokens[" + std::to_string(i) + "]': token id " + std::to_string(v) +
+                    " is outside the vocabulary [0, " + std::to_string(tok.n_vocab()) + ")";
+      return send_error(res, err), done(400);
+    }
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  res.set_content(dump(json{{"content", tok.decode(ids)}}), "application/json");
+  done(200);
+}
+
+Server::Server(ServerConfig cfg) : impl_(std::make_unique<Impl>()) {
+  Impl& I = *impl_;
+  I.cfg = std::move(cfg);
+  const int n_threads = I.cfg.http_threads > 0 ? I.cfg.http_threads : std::max(64, 4 * I.cfg.parallel + 16);
+  I.http.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
+  I.http.set_payload_max_length(I.cfg.max_body);
+  I.http.set_read_timeout(60, 0);
+  I.http.set_write_timeout(60, 0);
+  I.http.set_keep_alive_timeout(5);
+  I.http.set_tcp_nodelay(true);
+
+  // Auth: a Bearer token on everything but /health.
+  I.http.set_pre_routing_handler([&I](const Request& req, Response& res) {
+    if (I.cfg.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string key = auth.rfind("Bearer ", 0) == 0 ? auth.substr(7) : std::string();
+    if (ct_equal(key, I.cfg.api_key)) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e;
+    e.status = 401;
+    e.code = "invalid_api_key";
+    e.message = auth.empty() ? "missing API key: send the header 'Authorization: Bearer <key>'"
+                             : "invalid API key";
+    I.send_error(res, e);
+    I.log(I.next_id.fetch_add(1), req, 401, nullptr, 0, nullptr);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // What httplib answers itself (no route, body over the limit, a malformed request line) gets an OpenAI body.
+  I.http.set_error_handler(httplib::Server::HandlerWithResponse([&I](const Request& req, Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e;
+    e.status = res.status;
+    switch (res.status) {
+      case 404: e.code = "not_found", e.message = "no such endpoint: " + req.method + " " + req.path; break;
+      case 405: e.code = "method_not_allowed", e.message = "method not allowed"; break;
+      case 413:
+        e.code = "request_too_large";
+        e.message = "the request body is larger than the limit of " + std::to_string(I.cfg.max_body) + " bytes";
+        break;
+      case 414: e.code = "uri_too_long", e.message = "the request URI is too long"; break;
+      default: e.code = "bad_request", e.message = "malformed HTTP request"; break;
+    }
+    if (res.status >= 500) e.type = "server_error";
+    I.send_error(res, e);
+    I.log(I.next_id.fetch_add(1), req, res.status, nullptr, 0, nullptr);
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  I.http.set_exception_handler([&I](const Request& req, Response& res, std::exception_ptr ep) {
+    ApiError e;
+    e.status = 500;
+    e.type = "server_error";
+    e.message = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& x) {
+      e.message = std::string("internal error: ") + x.what();
+    } catch (...) {
+    }
+    I.send_error(res, e);
+  });
+
+  I.http.Post("/v1/chat/completions", [&I](const Request& q, Response& r) { I.completions(q, r, true); });
+  I.http.Post("/v1/completions", [&I](const Request& q, Response& r) { I.completions(q, r, false); });
+  I.http.Post("/chat/completions", [&I](const Request& q, Response& r) { I.completions(q, r, true); });
+  I.http.Post("/completions", [&I](const Request& q, Response& r) { I.completions(q, r, false); });
+  I.http.Post("/tokenize", [&I](const Request& q, Response& r) { I.tokenize(q, r); });
+  I.http.Post("/detokenize", [&I](const Request& q, Response& r) { I.detokenize(q, r); });
+  auto models = [&I](const Request& q, Response& r) {
+    const uint64_t rid = I.next_id.fetch_add(1);
+    if (auto e = I.gate(q, nullptr); e && e->code == "model_loading") {
+      I.send_error(r, *e);
+      return I.log(rid, q, e->status, nullptr, 0, nullptr);
+    }
+    json m = {{"id", I.cfg.model_id}, {"object", "model"}, {"created", static_cast<int64_t>(std::time(nullptr))},
+              {"owned_by", "kiln"}};
+    if (Scheduler* S = I.sched.load())
+      m["meta"] = {{"n_vocab", S->n_vocab()}, {"n_ctx", S->max_seq_ctx()}, {"n_ctx_train", S->n_ctx_train()},
+                   {"parallel", S->config().parallel}, {"description", S->model_description()}};
+    r.set_content(dump(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
+    I.log(rid, q, 200, nullptr, 0, nullptr);
+  };
+  I.http.Get("/v1/models", models);
+  I.http.Get("/models", models);
+  I.http.Get("/health", [&I](const Request& q, Response& r) {
+    if (!I.sched.load()) {
+      r.status = 503;
+      r.set_content(dump(json{{"error", {{"code", 503}, {"message", "Loading model"}, {"type", "unavailable_error"}}}}),
+                    "application/json");
+    } else {
+      r.set_content(dump(json{{"status", "ok"}}), "application/json");
+    }
+    I.counters.count("/health", r.status);
+  });
+  I.http.Get("/metrics", [&I](const Request& q, Response& r) {
+    Scheduler* S = I.sched.load();
+    SchedulerStats st;
+    if (S) st = S->stats();
+    const double up = std::chrono::duration<double>(Clock::now() - I.started).count();
+    I.counters.count("/metrics", 200);
+    r.set_content(render_metrics(I.counters, S ? &st : nullptr, I.in_flight.load(), up),
+                  "text/plain; version=0.0.4; charset=utf-8");
+  });
+}
+
+Server::~Server() = default;
+
+Status Server::bind() {
+  Impl& I = *impl_;
+  if (I.cfg.port == 0) {
+    I.bound_port = I.http.bind_to_any_port(I.cfg.host);
+    if (I.bound_port < 0)
+      return make_error(ErrorCode::kIo, "--host %s: cannot bind a port", I.cfg.host.c_str());
+    return Status::ok();
+  }
+  if (!I.http.bind_to_port(I.cfg.host, I.cfg.port))
+    return make_error(ErrorCode::kIo, "--host %s --port %d: cannot bind (in use, or not an address of this machine)",
+                      I.cfg.host.c_str(), I.cfg.port);
+  I.bound_port = I.cfg.port;
+  return Status::ok();
+}
+
+int Server::port() const { return impl_->bound_port; }
+void Server::run() { impl_->http.listen_after_bind(); }
+
+void Server::set_ready(Scheduler* s) {
+  Impl& I = *impl_;
+  I.pctx.tok = &s->tokenizer();
+  I.pctx.max_seq_ctx = s->max_seq_ctx();
+  I.pctx.model_id = I.cfg.model_id;
+  I.pctx.timeout_s = I.cfg.timeout_s;
+  I.pctx.default_max_tokens = I.cfg.default_max_tokens;
+  I.pctx.sampling = I.cfg.sampling;
+  // The chat format: --chat-template, else the model's template when it is one kiln knows, else ChatML.
+  const Tokenizer& tok = s->tokenizer();
+  ChatFormat f = ChatFormat::kChatML;
+  if (!I.cfg.chat_template.empty()) {
+    if (auto r = chat_format_from_name(I.cfg.chat_template)) f = *r;
+  } else if (tok.chat_template().empty()) {
+    std::fprintf(stderr, "kiln serve: the model has no chat template; chat uses chatml\n");
+  } else if (auto r = detect_chat_format(tok.chat_template())) {
+    f = *r;
+  } else {
+    std::fprintf(stderr, "kiln serve: %s; chat uses chatml\n", r.status().message().c_str());
+  }
+  I.pctx.format = f;
+  I.sched.store(s);
+}
+
+void Server::begin_shutdown() { impl_->draining.store(true); }
+int64_t Server::in_flight() const { return impl_->in_flight.load(); }
+void Server::stop() { impl_->http.stop(); }
+
+}  // namespace kiln::server

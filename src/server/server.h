@@ -1,0 +1,57 @@
+// kiln serve's HTTP side (cpp-httplib): routes, auth, body limits, OpenAI error bodies, SSE streaming, /metrics,
+// request logs. HTTP threads parse, check, tokenize, submit to the Scheduler and stream its token channels; the
+// scheduler's engine thread does all compute. The server starts listening before the model is loaded (/health
+// answers 503 until set_ready()).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/scheduler.h"
+#include "tokenizer/chat_template.h"
+#include "util/status.h"
+
+namespace kiln::server {
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8080;                       // 0: any free port (port() says which)
+  std::string api_key;                   // empty: no auth
+  size_t max_body = 8u << 20;            // request body limit (413 above)
+  double timeout_s = 600;                // per request: generation stops (finish "length") after this long
+  int http_threads = 0;                  // 0: max(64, 4 * parallel + 16)
+  std::string model_id = "kiln";         // the id /v1/models lists
+  std::string chat_template;             // a built-in format name; empty: the model's template, else chatml
+  int32_t default_max_tokens = -1;       // when a request names none (-1: until EOG or the context is full)
+  bool log_requests = true;              // one line per request on stderr
+  int parallel = 4;                      // for the thread count
+  SamplerParams sampling;                // defaults of the sampling fields
+};
+
+class Server {
+ public:
+  explicit Server(ServerConfig cfg);
+  ~Server();
+
+  // Binds host:port (the error names them); then run() serves until stop().
+  Status bind();
+  int port() const;
+  void run();
+  // The model is loaded: the endpoints open (until then 503 "loading model").
+  void set_ready(Scheduler* sched);
+  // Graceful shutdown, first step: new requests get 503 while running ones finish.
+  void begin_shutdown();
+  // Streams and requests still running.
+  int64_t in_flight() const;
+  // Stops listening and returns from run() once the handlers are done.
+  void stop();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::server

@@ -35,7 +35,8 @@ Result<Value> int_result(Interp& in, bool overflow, int64_t v) {
 
 double py_fmod(double a, double b) {
   double m = std::fmod(a, b);
-  if (m != 0 && ((m < 0) != (b < 0))) m += b;
+  if (m == 0) return std::copysign(0.0, b);  // CPython: a zero remainder takes the divisor's sign
+  if ((m < 0) != (b < 0)) m += b;
   return m;
 }
 
@@ -555,6 +556,7 @@ bool have_test(const std::string& name) { return test_names().count(name) > 0; }
 
 Result<Value> Interp::apply_filter(const std::string& f, const Value& v, CallArgs& a) {
   KILN_TRY(step());
+  static const std::string kComma = ",";
   static const Value kNone = Value::none(), kFalse = Value::boolean(false), kEmpty = Value::string("");
   // soft_str: strings (Markup too) as they are, everything else str()'d; Undefined -> "".
   auto sstr = [&]() { return v.is_string() ? v.str() : to_str(v); };
@@ -703,11 +705,18 @@ Result<Value> Interp::apply_filter(const std::string& f, const Value& v, CallArg
     KILN_ASSIGN_OR_RETURN(List l, iterate(v));
     std::vector<std::pair<Value, Value>> keyed;
     for (const Value& x : l) {
-      Value k = x;
-      if (!attr.is_none()) {
-        KILN_ASSIGN_OR_RETURN(k, attr_path(*this, x, to_str(attr)));
+      if (attr.is_none()) {
+        keyed.emplace_back(lower_if_str(x, cs), x);
+        continue;
       }
-      keyed.emplace_back(lower_if_str(k, cs), x);
+      // jinja2's make_multi_attrgetter: "a,b" sorts by a list of attributes (lists compare element-wise, ==
+      // first, so missing attributes (Undefined == Undefined) keep the input order instead of failing).
+      List parts;
+      for (const auto& one : py_split(to_str(attr), &kComma, -1)) {
+        KILN_ASSIGN_OR_RETURN(Value k, attr_path(*this, x, one));
+        parts.push_back(lower_if_str(k, cs));
+      }
+      keyed.emplace_back(Value::list(std::move(parts)), x);
     }
     KILN_TRY(sort_values(*this, &keyed, rev));
     List out;
@@ -814,6 +823,61 @@ Result<Value> Interp::apply_filter(const std::string& f, const Value& v, CallArg
       out.push_back(Value::list(std::move(cur)));
     }
     return gen(std::move(out));
+  }
+  if (f == "groupby") {  // sorted by the key, then grouped: a list of (grouper, list) tuples
+    if (a.pos.empty() && !a.get(0, "attribute")) return error("groupby() needs an attribute");
+    const std::string attr = to_str(*a.get(0, "attribute"));
+    const Value* def = a.get(1, "default");
+    const bool cs = arg_or(a, 2, "case_sensitive", kFalse).truthy();
+    KILN_ASSIGN_OR_RETURN(List l, iterate(v));
+    std::vector<std::pair<Value, Value>> keyed;
+    for (const Value& x : l) {
+      KILN_ASSIGN_OR_RETURN(Value k, attr_path(*this, x, attr));
+      if (k.is_undefined() && def) k = *def;
+      keyed.emplace_back(lower_if_str(k, cs), x);
+    }
+    KILN_TRY(sort_values(*this, &keyed, false));
+    List out;
+    for (size_t i = 0; i < keyed.size();) {
+      size_t j = i;
+      List group;
+      while (j < keyed.size() && equals(keyed[j].first, keyed[i].first)) group.push_back(keyed[j++].second);
+      Value grouper = keyed[i].first;
+      if (!cs) {  // jinja2 reports the first item's own (not lowercased) key
+        KILN_ASSIGN_OR_RETURN(grouper, attr_path(*this, group[0], attr));
+        if (grouper.is_undefined() && def) grouper = *def;
+      }
+      out.push_back(Value::list({grouper, Value::list(std::move(group))}, true));
+      i = j;
+    }
+    return Value::list(std::move(out));
+  }
+  if (f == "urlencode") {  // urllib.parse.quote(safe="/") per string; dicts/pairs as k=v&...
+    auto quote = [](const std::string& x, bool for_pairs) {
+      std::string o;
+      for (unsigned char c : x) {
+        if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || (c == '/' && !for_pairs)) o += static_cast<char>(c);
+        else o += strprintf("%%%02X", c);
+      }
+      return o;
+    };
+    if (v.is_string()) return Value::string(quote(v.str(), false));
+    if (v.is_dict() || v.is_list()) {
+      std::string o;
+      List pairs;
+      if (v.is_dict()) {
+        for (const auto& [k, x] : v.dict().entries) pairs.push_back(Value::list({k, x}, true));
+      } else {
+        pairs = v.items();
+      }
+      for (const Value& pr : pairs) {
+        if (!pr.is_list() || pr.items().size() != 2) return error("urlencode: expected (key, value) pairs");
+        if (!o.empty()) o += "&";
+        o += quote(to_str(pr.items()[0]), true) + "=" + quote(to_str(pr.items()[1]), true);
+      }
+      return Value::string(std::move(o));
+    }
+    return Value::string(quote(to_str(v), false));
   }
   return error("filter '%s' is not supported by kiln's template engine", f.c_str());
 }
@@ -958,6 +1022,12 @@ Result<Value> builtin_attr(Interp& in, const Value& obj, const std::string& name
 // ---------------------------------------------------------------- globals
 
 namespace {
+// jinja2's `self` (the template's blocks); chat templates have no blocks, so it has no attributes.
+struct TemplateRefObj : AttrObject {
+  std::string type_name() const override { return "TemplateReference"; }
+  Value getattr(const std::string& n) override { return Value::undefined("there is no block named '" + n + "'"); }
+};
+
 struct CyclerObj : AttrObject {
   List items;
   size_t pos = 0;
@@ -1049,6 +1119,11 @@ void add_builtin_globals(Scope* s) {
       }
       return Value::string(sep);
     });
+  }));
+  s->set("self", Value::from_object(Kind::kObject, std::make_shared<TemplateRefObj>()));
+  // jinja2's lipsum() is random text: defined (as in jinja2) but refused.
+  s->set("lipsum", make_builtin("lipsum", [](Interp& in, CallArgs&) -> Result<Value> {
+    return in.error("lipsum() (random text) is not supported by kiln's template engine");
   }));
   // transformers' globals
   s->set("raise_exception", make_builtin("raise_exception", [](Interp& in, CallArgs& a) -> Result<Value> {

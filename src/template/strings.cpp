@@ -314,6 +314,9 @@ Result<Value> jinja_indent(Interp& in, const Value& v, CallArgs& a) {
   if (width.is_string()) ind = width.str();
   else if (width.is_int() || width.is_bool()) ind = std::string(static_cast<size_t>(std::clamp<int64_t>(width.as_int(), 0, 1 << 16)), ' ');
   else return in.error("indent: width must be an int or a string");
+  if (v.is_undefined()) return Status(ErrorCode::kInvalidArgument, v.str().empty() ? "undefined value used" : v.str());
+  if (!v.is_string())  // jinja2 appends "\n" to the value itself
+    return in.error("unsupported operand type(s) for +=: '%s' and 'str'", v.type_name().c_str());
   std::string s = (v.is_string() ? v.str() : to_str(v)) + "\n";  // jinja2's quirk for splitlines
   const auto lines = py_splitlines(s, false);
   std::string rv;

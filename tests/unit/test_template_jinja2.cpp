@@ -1,6 +1,6 @@
 // kiln's template interpreter against Python's jinja2, byte for byte, on real chat templates.
 // For every template (the committed subset in tests/data/templates, and the full ../shared/fixtures/templates set
-// when present) and every conversation in tests/data/templates/conversations.json, the oracle
+// when present) and every conversation in tests/data/templates/conversations*.json, the oracle
 // tests/template_oracle.py renders with jinja2 configured exactly as transformers configures it, and kiln renders
 // with render_chat. Where jinja2 renders, kiln must produce the same bytes; where jinja2 raises, kiln must return
 // an error. strftime_now is pinned to the same instant on both sides.
@@ -63,7 +63,12 @@ Outcome compare(const std::vector<std::string>& templates) {
     o.failures.push_back("python3 with jinja2 not found (install python3-jinja2: scripts/deps.sh)");
     return o;
   }
-  const ordered_json convs = ordered_json::parse(kiln::test::slurp(kiln::test::data_path("templates/conversations.json")));
+  // The hand-written set (system/user, multi-turn, tool calls and results, parts, thinking on/off, ...) plus 60
+  // seeded random conversations (gen_random_conversations.py: odd role orders, null/list/dict content, tool calls
+  // with dict or string arguments, kwargs), which exercise the templates' error paths.
+  ordered_json convs = ordered_json::parse(kiln::test::slurp(kiln::test::data_path("templates/conversations.json")));
+  for (auto& c : ordered_json::parse(kiln::test::slurp(kiln::test::data_path("templates/conversations_random.json"))))
+    convs.push_back(std::move(c));
   ordered_json job;
   job["now"] = kNow;
   job["templates"] = templates;

@@ -2,14 +2,11 @@
 // (runtime/scheduler.h). It listens first (/health says 503 while the model loads), then opens the endpoints.
 // SIGINT/SIGTERM: stop accepting (503), let running requests finish for --shutdown-timeout seconds, cancel the
 // rest, exit 0 (a second signal cancels at once).
-#include <pthread.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
-#include <mutex>
 #include <string>
 #include <thread>
 
@@ -20,6 +17,9 @@
 
 namespace kiln::cli {
 namespace {
+
+std::atomic<int> g_signals{0};
+void on_signal(int) { g_signals.fetch_add(1); }
 
 std::string basename_of(const std::string& p) {
   const size_t s = p.find_last_of('/');
@@ -95,25 +95,13 @@ int serve_main(int argc, char** argv) {
   sc.log_requests = !quiet;
   sc.model_id = !alias.empty() ? alias : !src.path.empty() ? basename_of(src.path) : "kiln-demo";
 
-  // Signals go to one thread (sigwait); every other thread starts with them blocked.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // SIGINT/SIGTERM only count (async-signal-safe); the main thread polls the count.
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client that hung up is a failed write, not the end of the server
-  std::mutex mu;
-  std::condition_variable cv;
-  std::atomic<int> n_signals{0};
-  std::thread sig_thread([&] {
-    for (;;) {
-      int sig = 0;
-      if (sigwait(&sigs, &sig) != 0) continue;
-      n_signals.fetch_add(1);
-      cv.notify_all();
-    }
-  });
-  sig_thread.detach();
 
   server::Server srv(sc);
   if (Status st = srv.bind(); !st) return fail("serve", st);
@@ -147,15 +135,12 @@ int serve_main(int argc, char** argv) {
                sc.model_id.c_str(), (*sched)->model_description().c_str(), (long long)n_ctx, parallel,
                (long long)(*sched)->max_seq_ctx(), n_batch, no_prefix ? "off" : "on", sc.host.c_str(), srv.port());
 
-  {
-    std::unique_lock<std::mutex> lk(mu);
-    cv.wait(lk, [&] { return n_signals.load() > 0; });
-  }
+  while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::fprintf(stderr, "kiln serve: shutting down: %lld requests in flight\n", (long long)srv.in_flight());
   srv.begin_shutdown();
   (*sched)->shutdown(/*cancel=*/false);
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(shutdown_s * 1000));
-  while (std::chrono::steady_clock::now() < end && n_signals.load() < 2 &&
+  while (std::chrono::steady_clock::now() < end && g_signals.load() < 2 &&
          !(*sched)->wait_idle(std::chrono::milliseconds(50))) {
   }
   (*sched)->shutdown(/*cancel=*/true);

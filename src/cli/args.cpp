@@ -24,11 +24,23 @@ Result<int64_t> parse_int(const std::string& name, const std::string& v) {
 
 }  // namespace
 
+ArgParser::Opt ArgParser::make_opt(std::vector<std::string> names, std::string metavar, std::string help,
+                                  bool takes_value,
+                                  std::function<Status(const std::string&, const std::string&)> set) {
+  Opt o;
+  o.names = std::move(names);
+  o.metavar = std::move(metavar);
+  o.help = std::move(help);
+  o.takes_value = takes_value;
+  o.set = std::move(set);
+  return o;
+}
+
 ArgParser::ArgParser(std::string command, std::string summary)
     : command_(std::move(command)), summary_(std::move(summary)) {}
 
 void ArgParser::flag(std::vector<std::string> names, bool* out, std::string help) {
-  Opt o{std::move(names), "", std::move(help), false, false, nullptr};
+  Opt o = make_opt(std::move(names), "", std::move(help), false, nullptr);
   o.set = [out](const std::string&, const std::string&) {
     *out = true;
     return Status::ok();
@@ -37,7 +49,7 @@ void ArgParser::flag(std::vector<std::string> names, bool* out, std::string help
 }
 
 void ArgParser::option(std::vector<std::string> names, std::string* out, std::string metavar, std::string help) {
-  Opt o{std::move(names), std::move(metavar), std::move(help), true, false, nullptr};
+  Opt o = make_opt(std::move(names), std::move(metavar), std::move(help), true, nullptr);
   o.set = [out](const std::string&, const std::string& v) {
     *out = v;
     return Status::ok();
@@ -46,7 +58,7 @@ void ArgParser::option(std::vector<std::string> names, std::string* out, std::st
 }
 
 void ArgParser::option(std::vector<std::string> names, int64_t* out, std::string metavar, std::string help) {
-  Opt o{std::move(names), std::move(metavar), std::move(help), true, false, nullptr};
+  Opt o = make_opt(std::move(names), std::move(metavar), std::move(help), true, nullptr);
   o.set = [out](const std::string& n, const std::string& v) -> Status {
     auto r = parse_int(n, v);
     if (!r) return r.status();
@@ -57,7 +69,7 @@ void ArgParser::option(std::vector<std::string> names, int64_t* out, std::string
 }
 
 void ArgParser::option(std::vector<std::string> names, int* out, std::string metavar, std::string help) {
-  Opt o{std::move(names), std::move(metavar), std::move(help), true, false, nullptr};
+  Opt o = make_opt(std::move(names), std::move(metavar), std::move(help), true, nullptr);
   o.set = [out](const std::string& n, const std::string& v) -> Status {
     auto r = parse_int(n, v);
     if (!r) return r.status();
@@ -70,7 +82,7 @@ void ArgParser::option(std::vector<std::string> names, int* out, std::string met
 }
 
 void ArgParser::option(std::vector<std::string> names, uint64_t* out, std::string metavar, std::string help) {
-  Opt o{std::move(names), std::move(metavar), std::move(help), true, false, nullptr};
+  Opt o = make_opt(std::move(names), std::move(metavar), std::move(help), true, nullptr);
   o.set = [out](const std::string& n, const std::string& v) -> Status {
     if (v.empty() || v[0] == '-') return bad_value(n, v, "a non-negative integer");
     errno = 0;
@@ -84,7 +96,7 @@ void ArgParser::option(std::vector<std::string> names, uint64_t* out, std::strin
 }
 
 void ArgParser::option(std::vector<std::string> names, float* out, std::string metavar, std::string help) {
-  Opt o{std::move(names), std::move(metavar), std::move(help), true, false, nullptr};
+  Opt o = make_opt(std::move(names), std::move(metavar), std::move(help), true, nullptr);
   o.set = [out](const std::string& n, const std::string& v) -> Status {
     errno = 0;
     char* end = nullptr;
@@ -96,9 +108,35 @@ void ArgParser::option(std::vector<std::string> names, float* out, std::string m
   opts_.push_back(std::move(o));
 }
 
+void ArgParser::option(std::vector<std::string> names,
+                       std::function<Status(const std::string& name, const std::string& value)> set,
+                       std::string metavar, std::string help) {
+  Opt o = make_opt(std::move(names), std::move(metavar), std::move(help), true, std::move(set));
+  opts_.push_back(std::move(o));
+}
+
+void ArgParser::optional_value(std::vector<std::string> names, std::string* out, std::vector<std::string> values,
+                               std::string absent, std::string metavar, std::string help) {
+  Opt o = make_opt(std::move(names), "[" + std::move(metavar) + "]", std::move(help), true, nullptr);
+  o.value_optional = true;
+  o.values = values;
+  o.absent = std::move(absent);
+  o.set = [out, values](const std::string& n, const std::string& v) -> Status {
+    for (const auto& x : values)
+      if (x == v) {
+        *out = v;
+        return Status::ok();
+      }
+    std::string list;
+    for (size_t i = 0; i < values.size(); ++i) list += (i ? ", " : "") + values[i];
+    return make_error(ErrorCode::kInvalidArgument, "%s: '%s' is not one of %s", n.c_str(), v.c_str(), list.c_str());
+  };
+  opts_.push_back(std::move(o));
+}
+
 void ArgParser::multi(std::vector<std::string> names, std::vector<std::string>* out, std::string metavar,
                       std::string help) {
-  Opt o{std::move(names), std::move(metavar), std::move(help), true, false, nullptr};
+  Opt o = make_opt(std::move(names), std::move(metavar), std::move(help), true, nullptr);
   o.set = [out](const std::string&, const std::string& v) {
     out->push_back(v);
     return Status::ok();
@@ -149,7 +187,15 @@ Status ArgParser::parse(int argc, char** argv) {
       if (!o)
         return make_error(ErrorCode::kInvalidArgument, "unknown option '%s' (see 'kiln %s -h')", name.c_str(),
                           command_.c_str());
-      if (o->takes_value && !has_inline) {
+      if (o->value_optional && !has_inline) {
+        value = o->absent;
+        if (i + 1 < argc)
+          for (const auto& x : o->values)
+            if (x == argv[i + 1]) {
+              value = argv[++i];
+              break;
+            }
+      } else if (o->takes_value && !has_inline) {
         if (i + 1 >= argc)
           return make_error(ErrorCode::kInvalidArgument, "option '%s' needs a value (%s)", name.c_str(),
                             o->metavar.c_str());

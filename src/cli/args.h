@@ -22,6 +22,13 @@ class ArgParser {
   void option(std::vector<std::string> names, int* out, std::string metavar, std::string help);
   void option(std::vector<std::string> names, float* out, std::string metavar, std::string help);
   void option(std::vector<std::string> names, uint64_t* out, std::string metavar, std::string help);
+  // An option parsed by `set` (called with the name as written and the value); e.g. -s, where -1 means random.
+  void option(std::vector<std::string> names, std::function<Status(const std::string& name, const std::string& value)> set,
+              std::string metavar, std::string help);
+  // An option whose value may be left out (llama.cpp's `-fa [on|off|auto]`): the next argument is its value when
+  // it is one of `values`, else `absent` is stored.
+  void optional_value(std::vector<std::string> names, std::string* out, std::vector<std::string> values,
+                      std::string absent, std::string metavar, std::string help);
   // A repeatable option: every occurrence is appended.
   void multi(std::vector<std::string> names, std::vector<std::string>* out, std::string metavar, std::string help);
   void positional(std::string name, std::string* out, std::string help, bool required = true);
@@ -40,6 +47,9 @@ class ArgParser {
     bool takes_value = true;
     bool seen = false;
     std::function<Status(const std::string& name, const std::string& value)> set;
+    bool value_optional = false;        // optional_value(): the value may be left out
+    std::vector<std::string> values;    // ... the values it takes when given
+    std::string absent;                 // ... what is stored when it is left out
   };
   struct Pos {
     std::string name, help;
@@ -47,6 +57,8 @@ class ArgParser {
     bool required;
   };
   Opt* find(const std::string& name);
+  static Opt make_opt(std::vector<std::string> names, std::string metavar, std::string help, bool takes_value,
+                      std::function<Status(const std::string&, const std::string&)> set);
 
   std::string command_, summary_;
   std::vector<Opt> opts_;

@@ -273,6 +273,7 @@ struct Printer {
 int bench_main(int argc, char** argv) {
   ArgParser args("bench", "Benchmark prompt processing (pp) and generation (tg) like llama-bench.");
   std::string model_path, p_list = "512", n_list = "128", d_list = "0", t_list, fmt = "md", kv_type = "f16";
+  std::string fa_list, type_k, type_v;
   int reps = 5, n_batch = defaults::kBatch;
   uint64_t seed = 1234;
   ModelSource dev_src;  // --device, -ngl (-m and -t are lists of their own here)
@@ -290,6 +291,10 @@ int bench_main(int argc, char** argv) {
               "with a GPU: the last N layers, then the output, on it (default -1: all)");
   args.option({"-o", "--output"}, &fmt, "FMT", "md (default), csv or json");
   args.option({"--kv-type"}, &kv_type, "TYPE", "KV cache storage: f16 (default) or q8_0");
+  args.option({"-ctk", "--cache-type-k"}, &type_k, "TYPE", "llama-bench's name: f16 or q8_0, as --kv-type");
+  args.option({"-ctv", "--cache-type-v"}, &type_v, "TYPE", "llama-bench's name: f16 or q8_0 (the same as -ctk)");
+  args.option({"-fa", "--flash-attn"}, &fa_list, "0|1[,..]",
+              "accepted for llama-bench's scripts; no effect (kiln's attention is always flash-style)");
   args.option({"-s", "--seed"}, &seed, "N", "seed of the random prompt tokens (default 1234)");
   if (Status st = args.parse(argc, argv); !st) return fail("bench", st);
   if (args.help_requested()) {
@@ -299,7 +304,30 @@ int bench_main(int argc, char** argv) {
   if (fmt != "md" && fmt != "csv" && fmt != "json")
     return fail("bench", make_error(ErrorCode::kInvalidArgument, "-o: '%s' is not md, csv or json", fmt.c_str()));
   if (reps < 1) return fail("bench", make_error(ErrorCode::kInvalidArgument, "-r: must be >= 1 (got %d)", reps));
-  if (n_batch < 1) return fail("bench", make_error(ErrorCode::kInvalidArgument, "-b: must be >= 1 (got %d)", n_batch));
+  if (Status st = check_generation_options(0, n_batch); !st) return fail("bench", st);
+  {
+    CacheOptions co;
+    co.kv_type = kv_type;
+    co.type_k = type_k;
+    co.type_v = type_v;
+    if (Status st = check_cache_options(co); !st) return fail("bench", st);
+    kv_type = co.kv_type;
+  }
+  if (args.seen("-fa") || args.seen("--flash-attn")) {
+    for (size_t i = 0; i <= fa_list.size();) {
+      size_t j = std::min(fa_list.find(',', i), fa_list.size());
+      const std::string v = fa_list.substr(i, j - i);
+      if (v != "0" && v != "1" && v != "on" && v != "off" && v != "auto")
+        return fail("bench", make_error(ErrorCode::kInvalidArgument, "-fa: '%s' is not 0, 1, on, off or auto",
+                                        v.c_str()));
+      i = j + 1;
+    }
+    note_once("-fa", "kiln: -fa has no effect: kiln's attention is always flash-style (online softmax over KV blocks)");
+  }
+  {
+    ModelSource check = dev_src;
+    if (Status st = check_model_options(check); !st) return fail("bench", st);
+  }
   auto pl = parse_list("-p", p_list);
   auto nl = parse_list("-n", n_list);
   auto dl = parse_list("-d", d_list);

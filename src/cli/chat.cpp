@@ -1,10 +1,20 @@
 // kiln chat: an interactive conversation on stdin/stdout through the model's chat template. The conversation stays
 // in the KV cache between turns: each turn re-renders the whole conversation and Generator::sync feeds only what
 // differs from the cached tokens (the new turn). Works with piped stdin: one user message per line.
+//
+// Models without a chat template whose vocabulary cannot write ChatML's markers (the embedded demo model, random
+// synth models) get a plain-text conversation instead: "User: ...\nAssistant:" continued by the model, the reply
+// ending at "\nUser:" or a blank line (held back from the output until it can no longer be the start of one) or
+// after a per-reply token cap (-n; default kPlainReplyCap), so no reply fills the context.
+//
+// A message that does not fit the context is refused and the session goes on (/clear starts the conversation over).
+// Ctrl-C during a reply ends that reply; at the prompt, a second Ctrl-C in a row (or Ctrl-D, /exit) quits.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
-#include <iostream>
 #include <string>
 #include <vector>
 
@@ -17,28 +27,184 @@
 namespace kiln::cli {
 namespace {
 
-// The format: --chat-template NAME, else detected from the model's template, else ChatML (with a notice).
-Result<ChatFormat> choose_format(const Tokenizer& tok, const std::string& override_name) {
+// Plain mode: the most tokens per reply when -n is not given (and at most a quarter of the context).
+constexpr int32_t kPlainReplyCap = 128;
+
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_sigint(int) { g_interrupted = 1; }
+
+// SIGINT sets g_interrupted, without SA_RESTART: a read() waiting at the prompt returns EINTR.
+void install_sigint_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+// Lines from a file descriptor, each at most max_bytes (longer ones are skipped and reported), interruptible.
+class LineReader {
+ public:
+  enum Result { kLine, kEof, kInterrupted, kTooLong, kNoLines };
+  explicit LineReader(int fd) : fd_(fd) {}
+
+  Result next(std::string* line, size_t max_bytes) {
+    for (;;) {
+      const size_t nl = buf_.find('\n');
+      if (skipping_) {
+        if (nl != std::string::npos) {
+          buf_.erase(0, nl + 1);
+          skipping_ = false;
+          return kTooLong;
+        }
+        skipped_ += buf_.size();
+        buf_.clear();
+        // Megabytes without one end of line (e.g. stdin from /dev/zero) are no conversation: stop reading.
+        if (skipped_ > kMaxSkipped) return kNoLines;
+        if (eof_) {
+          skipping_ = false;
+          return kTooLong;
+        }
+      } else if (nl != std::string::npos) {
+        if (nl > max_bytes) {
+          buf_.erase(0, nl + 1);
+          return kTooLong;
+        }
+        line->assign(buf_, 0, nl);
+        buf_.erase(0, nl + 1);
+        return kLine;
+      } else if (buf_.size() > max_bytes) {
+        skipping_ = true;
+        skipped_ = 0;
+        continue;
+      } else if (eof_) {
+        if (buf_.empty()) return kEof;
+        line->swap(buf_);
+        buf_.clear();
+        return kLine;
+      }
+      if (g_interrupted) return kInterrupted;
+      char tmp[1 << 16];
+      const ssize_t n = ::read(fd_, tmp, sizeof tmp);
+      if (n < 0 && errno == EINTR) continue;  // g_interrupted is checked above
+      if (n <= 0) {
+        eof_ = true;
+        continue;
+      }
+      buf_.append(tmp, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  static constexpr size_t kMaxSkipped = size_t{64} << 20;
+  int fd_;
+  std::string buf_;
+  bool eof_ = false, skipping_ = false;
+  size_t skipped_ = 0;
+};
+
+// Holds back streamed text that may be the beginning of a stop string; text() is what may be shown.
+class StopFilter {
+ public:
+  explicit StopFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+  // Adds a piece; returns the text that can be printed now. After a stop string, hit() is true and the rest is
+  // dropped.
+  std::string push(const std::string& piece) {
+    if (hit_) return "";
+    pending_ += piece;
+    size_t cut = std::string::npos;
+    for (const std::string& s : stops_) cut = std::min(cut, pending_.find(s));
+    if (cut != std::string::npos) {
+      hit_ = true;
+      std::string out = pending_.substr(0, cut);
+      pending_.clear();
+      return out;
+    }
+    size_t keep = 0;  // the longest tail of pending_ that begins some stop string
+    for (const std::string& s : stops_)
+      for (size_t k = std::min(s.size() - 1, pending_.size()); k > keep; --k)
+        if (pending_.compare(pending_.size() - k, k, s, 0, k) == 0) {
+          keep = k;
+          break;
+        }
+    std::string out = pending_.substr(0, pending_.size() - keep);
+    pending_.erase(0, pending_.size() - keep);
+    return out;
+  }
+  std::string flush() {
+    std::string out;
+    if (!hit_) out.swap(pending_);
+    pending_.clear();
+    return out;
+  }
+  bool hit() const { return hit_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string pending_;
+  bool hit_ = false;
+};
+
+struct Mode {
+  bool plain = false;
+  ChatFormat format = ChatFormat::kChatML;
+};
+
+// Whether `text` encodes (special tokens parsed) to exactly one token.
+bool is_one_token(const Tokenizer& tok, const std::string& text) {
+  return tok.encode(text, /*add_special=*/false, /*parse_special=*/true).size() == 1;
+}
+
+// The mode: --chat-template NAME (or plain), else detected from the model's template, else ChatML when the
+// vocabulary has its markers, else plain text (each fallback announced on stderr).
+Result<Mode> choose_mode(const Tokenizer& tok, const std::string& override_name) {
+  if (override_name == "plain") return Mode{true, ChatFormat::kChatML};
   if (!override_name.empty()) {
     auto f = chat_format_from_name(override_name);
     if (!f) return f.status().with_context("--chat-template");
-    return f;
+    return Mode{false, *f};
   }
+  std::string why;
   if (tok.chat_template().empty()) {
-    std::fprintf(stderr, "kiln chat: the model has no chat template; using chatml (override with --chat-template NAME)\n");
-    return ChatFormat::kChatML;
+    why = "the model has no chat template";
+  } else {
+    auto f = detect_chat_format(tok.chat_template());
+    if (f) return Mode{false, *f};
+    why = f.status().message();
   }
-  auto f = detect_chat_format(tok.chat_template());
-  if (!f) {
-    std::fprintf(stderr, "kiln chat: %s; using chatml (override with --chat-template NAME)\n",
-                 f.status().message().c_str());
-    return ChatFormat::kChatML;
+  if (is_one_token(tok, "<|im_start|>") && is_one_token(tok, "<|im_end|>")) {
+    std::fprintf(stderr, "kiln chat: %s; using chatml (override with --chat-template NAME)\n", why.c_str());
+    return Mode{false, ChatFormat::kChatML};
   }
-  return f;
+  std::fprintf(stderr,
+               "kiln chat: %s and its vocabulary has no ChatML tokens: plain-text conversation (\"User: ...\" / "
+               "\"Assistant: ...\"; override with --chat-template NAME)\n",
+               why.c_str());
+  return Mode{true, ChatFormat::kChatML};
+}
+
+// Plain mode's rendering: the system message as a paragraph, then "User: m\n" and "Assistant:<reply>\n" lines,
+// ending with "Assistant:" for the model to continue.
+std::string render_plain(const std::vector<ChatMessage>& messages) {
+  std::string s;
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") s += m.content + "\n\n";
+    else if (m.role == "user") s += "User: " + m.content + "\n";
+    else s += "Assistant:" + m.content + "\n";
+  }
+  return s + "Assistant:";
+}
+
+std::vector<int32_t> encode_conversation(const Tokenizer& tok, const Mode& mode,
+                                         const std::vector<ChatMessage>& messages) {
+  if (mode.plain) return encode_prompt(tok, render_plain(messages), /*add_bos=*/true, /*parse_special=*/false);
+  return encode_chat(tok, mode.format, messages);
 }
 
 int chat_main(int argc, char** argv) {
-  ArgParser args("chat", "Chat with a model on stdin/stdout (one message per line; EOF or /exit quits).");
+  ArgParser args("chat",
+                 "Chat with a model on stdin/stdout (one message per line; /clear starts over; EOF, /exit or Ctrl-C "
+                 "twice at the prompt quits; Ctrl-C during a reply ends the reply).");
   ModelSource src;
   CacheOptions cache_opt;
   GenerateOptions gen;
@@ -47,65 +213,145 @@ int chat_main(int argc, char** argv) {
   add_model_options(args, &src);
   args.option({"-sys", "--system-prompt"}, &system_prompt, "TEXT", "system message");
   args.option({"--chat-template"}, &template_name, "NAME",
-              "chat format: llama3, chatml, mistral, gemma, phi3, llama2 (default: the model's)");
-  args.option({"-n", "--n-predict"}, &gen.seq.n_predict, "N", "most tokens per reply; -1: until EOG or context full");
+              "chat format: llama3, chatml, mistral, gemma, phi3, llama2, or plain (\"User:\"/\"Assistant:\" text) "
+              "(default: the model's)");
+  args.option({"-n", "--n-predict"}, &gen.seq.n_predict, "N",
+              "most tokens per reply; -1: until EOG or context full (default -1; plain text: " +
+                  std::to_string(kPlainReplyCap) + ", at most a quarter of -c)");
   add_cache_options(args, &cache_opt);
   args.option({"-b", "--batch-size"}, &n_batch, "N",
               "prompt tokens per forward pass (default " + std::to_string(defaults::kBatch) + ")");
   add_sampling_options(args, &gen.seq.sampling);
+  args.flag({"--ignore-eos"}, &gen.seq.ignore_eos, "do not end a reply at end-of-generation tokens");
   if (Status st = args.parse(argc, argv); !st) return fail("chat", st);
   if (args.help_requested()) {
     std::fputs(args.usage().c_str(), stdout);
     return 0;
   }
   gen.n_batch = n_batch;
+  if (Status st = check_generation_options(gen.seq.n_predict, n_batch); !st) return fail("chat", st);
+  if (Status st = check_sampling_options(gen.seq.sampling); !st) return fail("chat", st);
+  if (Status st = check_model_options(src); !st) return fail("chat", st);
+  if (Status st = check_cache_options(cache_opt); !st) return fail("chat", st);
+  if (!template_name.empty() && template_name != "plain")
+    if (auto f = chat_format_from_name(template_name); !f) return fail("chat", f.status().with_context("--chat-template"));
 
   auto loaded = load_model(src, /*show_progress=*/true);
   if (!loaded) return fail("chat", loaded.status());
   Model& model = *loaded->model;
   const Tokenizer& tok = model.tokenizer();
-  auto format = choose_format(tok, template_name);
-  if (!format) return fail("chat", format.status());
+  auto mode = choose_mode(tok, template_name);
+  if (!mode) return fail("chat", mode.status());
   auto engine = make_engine(model, cache_opt, 1, n_batch);
   if (!engine) return fail("chat", engine.status());
   const int64_t n_ctx = effective_ctx(model, cache_opt.n_ctx);
+  if (mode->plain && !args.seen("-n") && !args.seen("--n-predict"))
+    gen.seq.n_predict = static_cast<int32_t>(std::clamp<int64_t>(n_ctx / 4, 1, kPlainReplyCap));
   Generator g(**engine, 0, gen, n_ctx);
   if (Status st = g.validate(); !st) return fail("chat", st);
 
   std::vector<ChatMessage> messages;
   if (!system_prompt.empty()) messages.push_back({"system", system_prompt});
+  const size_t n_fixed = messages.size();  // what /clear keeps
   const bool interactive = isatty(STDIN_FILENO);
+  install_sigint_handler();
+  LineReader reader(STDIN_FILENO);
+  const size_t max_line = static_cast<size_t>(std::min<int64_t>(n_ctx * kMaxBytesPerToken, int64_t{16} << 20));
+  int prompt_interrupts = 0;
   std::string line;
   while (true) {
     if (interactive) {
       std::fputs("> ", stdout);
       std::fflush(stdout);
     }
-    if (!std::getline(std::cin, line)) break;
+    const LineReader::Result rr = reader.next(&line, max_line);
+    if (rr == LineReader::kEof) {
+      if (interactive) std::fputc('\n', stdout);  // the stats below start on a line of their own
+      break;
+    }
+    if (rr == LineReader::kNoLines) {
+      if (interactive) std::fputc('\n', stdout);
+      std::fflush(stdout);
+      return fail("chat", make_error(ErrorCode::kInvalidArgument, "stdin: no end of line in more than 64 MiB"));
+    }
+    if (rr == LineReader::kInterrupted) {
+      g_interrupted = 0;
+      if (++prompt_interrupts >= 2) {
+        if (interactive) std::fputc('\n', stdout);
+        break;
+      }
+      std::fputs(interactive ? "\n" : "", stdout);
+      std::fprintf(stderr, "kiln chat: Ctrl-C again (or Ctrl-D, /exit) quits\n");
+      continue;
+    }
+    prompt_interrupts = 0;
+    if (rr == LineReader::kTooLong) {
+      std::fprintf(stderr, "kiln chat: message refused: more than %zu bytes, more than the context of %lld tokens can "
+                   "hold (raise -c)\n", max_line, (long long)n_ctx);
+      continue;
+    }
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line == "/exit" || line == "/quit") break;
+    if (line == "/clear") {
+      messages.resize(n_fixed);
+      std::fprintf(stderr, "kiln chat: conversation cleared\n");
+      continue;
+    }
     if (line.empty()) continue;
     messages.push_back({"user", line});
 
-    std::vector<int32_t> ids = encode_chat(tok, *format, messages);
+    std::vector<int32_t> ids = encode_conversation(tok, *mode, messages);
+    // Room for the turn and at least one token of reply; else the message is refused and the session goes on.
+    if (static_cast<int64_t>(ids.size()) >= n_ctx) {
+      std::vector<ChatMessage> alone(messages.begin(), messages.begin() + n_fixed);
+      alone.push_back(messages.back());
+      const size_t n_alone = encode_conversation(tok, *mode, alone).size();
+      messages.pop_back();
+      if (static_cast<int64_t>(n_alone) >= n_ctx)
+        std::fprintf(stderr, "kiln chat: message refused: %zu tokens with the prompt around it, the context holds %lld "
+                     "(raise -c)\n", n_alone, (long long)n_ctx);
+      else
+        std::fprintf(stderr, "kiln chat: message refused: the conversation would be %zu tokens, the context holds "
+                     "%lld: /clear starts over (or raise -c)\n", ids.size(), (long long)n_ctx);
+      continue;
+    }
     if (Status st = g.sync(ids); !st) return fail("chat", st);
 
     std::string reply;
-    auto stop = g.generate([&](int32_t, const std::string& piece) {
-      reply += piece;
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
+    StopFilter filter(mode->plain ? std::vector<std::string>{"\nUser:", "\n\n"} : std::vector<std::string>{});
+    bool started = !mode->plain;  // plain mode shows the reply from its first visible character
+    auto show = [&](std::string text) {
+      reply += text;
+      if (!started) {
+        const size_t b = text.find_first_not_of(" \t\r\n");
+        if (b == std::string::npos) return;
+        text.erase(0, b);
+        started = true;
+      }
+      std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
-      return true;
+    };
+    auto stop = g.generate([&](int32_t, const std::string& piece) {
+      if (filter.hit()) return false;
+      show(filter.push(piece));
+      return !filter.hit() && !g_interrupted;
     });
     if (!stop) return fail("chat", stop.status());
+    std::string tail = filter.flush();  // after the cap: at most the start of a stop string, or text
+    while (!tail.empty() && tail.back() == '\n') tail.pop_back();
+    show(tail);
     std::fputs("\n", stdout);
     std::fflush(stdout);
-    messages.push_back({"assistant", reply});
-    if (*stop == StopReason::kContextFull) {
-      std::fprintf(stderr, "kiln chat: context full (%lld tokens): ending the conversation; raise -c for more\n",
-                   (long long)n_ctx);
-      break;
+    if (g_interrupted) {
+      g_interrupted = 0;
+      std::fprintf(stderr, "kiln chat: reply interrupted\n");
     }
+    // Plain mode keeps the reply as the model wrote it after "Assistant:", without trailing whitespace.
+    while (!reply.empty() && (reply.back() == '\n' || reply.back() == ' ')) reply.pop_back();
+    messages.push_back({"assistant", reply});
+    if (*stop == StopReason::kContextFull)
+      std::fprintf(stderr, "kiln chat: context full (%lld tokens): the reply was cut; /clear starts over (or raise "
+                   "-c)\n", (long long)n_ctx);
   }
   const Timings& t = g.timings();
   std::fprintf(stderr, "kiln chat: prompt %lld tokens in %.3f s (%.2f tok/s), generated %lld tokens in %.3f s (%.2f tok/s)\n",

@@ -18,14 +18,15 @@ int run_logits(int argc, char** argv) {
   ArgParser ap("logits", "write raw f32 logits of a token sequence ([n_rows][n_vocab], little-endian)");
   std::string tokens_text, out_path;
   bool all = false;
-  int64_t n_batch = defaults::kBatch, n_ctx = 0;
+  int64_t n_batch = defaults::kBatch;
   ModelSource src;
+  CacheOptions co;
   add_model_options(ap, &src);
   ap.option({"--tokens"}, &tokens_text, "IDS", "token ids, e.g. 1,2,3 (fed verbatim: no BOS is added)");
   ap.flag({"--all"}, &all, "write the logits of every position (default: the last one)");
   ap.option({"-b", "--batch-size"}, &n_batch, "N",
             "tokens per forward pass (default " + std::to_string(defaults::kBatch) + ")");
-  ap.option({"-c", "--ctx-size"}, &n_ctx, "N", "KV cache size in tokens (default: the number of tokens)");
+  add_cache_options(ap, &co, "KV cache size in tokens (default: the number of tokens)");
   ap.option({"-o", "--out"}, &out_path, "FILE", "output file");
   Status st = ap.parse(argc, argv);
   if (!st.is_ok()) return fail("logits", st);
@@ -34,17 +35,17 @@ int run_logits(int argc, char** argv) {
     return 0;
   }
   if (out_path.empty()) return fail("logits", make_error(ErrorCode::kInvalidArgument, "--out FILE is required"));
-  if (tokens_text.empty()) return fail("logits", make_error(ErrorCode::kInvalidArgument, "--tokens is required"));
-  if (n_batch <= 0 || n_batch > (1 << 20))
-    return fail("logits", make_error(ErrorCode::kInvalidArgument, "-b %lld: must be in [1, %d]",
-                                     static_cast<long long>(n_batch), 1 << 20));
-  if (n_ctx < 0)
-    return fail("logits", make_error(ErrorCode::kInvalidArgument, "-c %lld: must be >= 0", static_cast<long long>(n_ctx)));
+  if (!ap.seen("--tokens")) return fail("logits", make_error(ErrorCode::kInvalidArgument, "--tokens is required"));
+  if (Status cs = check_generation_options(0, n_batch); !cs) return fail("logits", cs);
   if (Status cs = check_model_options(src); !cs) return fail("logits", cs);
+  if (Status cs = check_cache_options(co); !cs) return fail("logits", cs);
   auto ids = parse_id_list(tokens_text);
   if (!ids) return fail("logits", ids.status().with_context("--tokens"));
   const std::vector<int32_t>& tokens = ids.value();
-  if (tokens.empty()) return fail("logits", make_error(ErrorCode::kInvalidArgument, "--tokens: no ids given"));
+  if (tokens.empty()) return fail("logits", make_error(ErrorCode::kInvalidArgument, "--tokens: the list is empty"));
+  if (co.n_ctx > 0 && static_cast<int64_t>(tokens.size()) > co.n_ctx)
+    return fail("logits", make_error(ErrorCode::kOutOfRange, "--tokens: %zu ids are more than -c %lld holds",
+                                     tokens.size(), static_cast<long long>(co.n_ctx)));
 
   auto loaded = load_model(src);
   if (!loaded) return fail("logits", loaded.status());
@@ -55,8 +56,7 @@ int run_logits(int argc, char** argv) {
       return fail("logits", make_error(ErrorCode::kInvalidArgument, "--tokens: token %zu (id %d) is out of range "
                                        "[0, %lld)", i, tokens[i], static_cast<long long>(n_vocab)));
 
-  CacheOptions co;
-  co.n_ctx = n_ctx > 0 ? n_ctx : static_cast<int64_t>(tokens.size());
+  if (co.n_ctx == 0) co.n_ctx = static_cast<int64_t>(tokens.size());
   const int32_t nb = static_cast<int32_t>(n_batch);
   auto engine = make_engine(m, co, 1, nb, all ? nb : 1);
   if (!engine) return fail("logits", engine.status());

@@ -4,7 +4,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <set>
 #include <span>
 
 #include "gguf/gguf.h"
@@ -28,6 +35,23 @@ bool have_embedded_model() {
 #endif
 }
 
+std::span<const uint8_t> embedded_model_bytes() {
+#ifdef KILN_HAVE_EMBEDDED_MODEL
+  return std::span<const uint8_t>(kiln_embedded_model_begin,
+                                  static_cast<size_t>(kiln_embedded_model_end - kiln_embedded_model_begin));
+#else
+  return {};
+#endif
+}
+
+void note_once(const std::string& key, const std::string& message) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!seen.insert(key).second) return;
+  std::fprintf(stderr, "%s\n", message.c_str());
+}
+
 void add_model_options(ArgParser& args, ModelSource* src) {
   args.option({"-m", "--model"}, &src->path, "FILE",
               have_embedded_model() ? "GGUF model file (default: the embedded kiln-demo model)" : "GGUF model file");
@@ -35,6 +59,8 @@ void add_model_options(ArgParser& args, ModelSource* src) {
   args.option({"--device"}, &src->device, "DEV", "where to run: auto (a GPU when present), cpu, cuda, cuda:N");
   args.option({"-ngl", "--n-gpu-layers", "--gpu-layers"}, &src->n_gpu_layers, "N",
               "with a GPU: the last N layers, then the output, on it; the rest on the CPU (default -1: all)");
+  args.optional_value({"-fa", "--flash-attn"}, &src->flash_attn, {"on", "off", "auto"}, "on", "on|off|auto",
+                      "accepted for llama.cpp's scripts; no effect (kiln's attention is always flash-style)");
 }
 
 Status check_model_options(ModelSource& src) {
@@ -52,6 +78,9 @@ Status check_model_options(ModelSource& src) {
   const std::string d = src.device;
   if (!(d == "auto" || d == "cpu" || d == "cuda" || d.rfind("cuda:", 0) == 0))
     return make_error(ErrorCode::kInvalidArgument, "--device: '%s' is not auto, cpu, cuda or cuda:N", d.c_str());
+  if (!src.flash_attn.empty())
+    note_once("-fa", "kiln: -fa " + src.flash_attn +
+                         " has no effect: kiln's attention is always flash-style (online softmax over KV blocks)");
   return Status::ok();
 }
 
@@ -69,6 +98,8 @@ Result<LoadedModel> load_model(const ModelSource& src_in, bool show_progress) {
       std::fprintf(stderr, "\rloading %s: %3d%%", shown.c_str(), static_cast<int>(done * 100 / total));
       if (done == total) std::fputc('\n', stderr);
     };
+  if (std::string notice = gpu_fallback_notice(backend_factories(), src.device); !notice.empty())
+    note_once("no-gpu", notice);
   LoadedModel out;
   Timer t;
   if (!src.path.empty()) {
@@ -79,9 +110,8 @@ Result<LoadedModel> load_model(const ModelSource& src_in, bool show_progress) {
     out.name = src.path;
   } else {
 #ifdef KILN_HAVE_EMBEDDED_MODEL
-    std::span<const uint8_t> bytes(kiln_embedded_model_begin,
-                                   static_cast<size_t>(kiln_embedded_model_end - kiln_embedded_model_begin));
-    out.name = "<embedded kiln-demo>";
+    std::span<const uint8_t> bytes = embedded_model_bytes();
+    out.name = kEmbeddedModelName;
     shown = out.name;
     auto file = gguf::File::parse(MappedFile::from_memory(bytes, out.name));
     if (!file) return file.status().with_context("embedded model");
@@ -93,6 +123,8 @@ Result<LoadedModel> load_model(const ModelSource& src_in, bool show_progress) {
 #endif
   }
   out.load_seconds = t.seconds();
+  if (src.n_gpu_layers > 0 && out.model->placement().n_offloaded() == 0)
+    note_once("-ngl", "kiln: -ngl " + std::to_string(src.n_gpu_layers) + " has no effect: the model runs on the CPU");
   if (show_progress) {
     const Model& m = *out.model;
     const HParams& hp = m.hparams();
@@ -105,10 +137,14 @@ Result<LoadedModel> load_model(const ModelSource& src_in, bool show_progress) {
   return out;
 }
 
-void add_cache_options(ArgParser& args, CacheOptions* opt) {
+void add_cache_options(ArgParser& args, CacheOptions* opt, const std::string& ctx_help) {
   args.option({"-c", "--ctx-size"}, &opt->n_ctx, "N",
-              "context size in tokens (default: the model's, at most " + std::to_string(defaults::kContextCap) + ")");
+              !ctx_help.empty() ? ctx_help
+                                : "context size in tokens (default: the model's, at most " +
+                                      std::to_string(defaults::kContextCap) + ")");
   args.option({"--kv-type"}, &opt->kv_type, "TYPE", "KV cache storage: f16 (default) or q8_0");
+  args.option({"-ctk", "--cache-type-k"}, &opt->type_k, "TYPE", "llama.cpp's name: f16 or q8_0, as --kv-type");
+  args.option({"-ctv", "--cache-type-v"}, &opt->type_v, "TYPE", "llama.cpp's name: f16 or q8_0 (the same as -ctk)");
 }
 
 int64_t effective_ctx(const Model& model, int64_t n_ctx) {
@@ -117,20 +153,46 @@ int64_t effective_ctx(const Model& model, int64_t n_ctx) {
   return train > 0 ? std::min<int64_t>(train, defaults::kContextCap) : defaults::kContextCap;
 }
 
-Status check_cache_options(const CacheOptions& opt) {
+Status check_cache_options(CacheOptions& opt) {
   if (opt.n_ctx < 0)
     return make_error(ErrorCode::kInvalidArgument, "-c: context size must be >= 0 (got %lld)", (long long)opt.n_ctx);
+  // The KV cache's slot ids are 32-bit (KvCache::validate says the same after loading; this says it before).
+  constexpr int64_t kMaxCtx = (int64_t{1} << 31) - defaults::kBlockSize;
+  if (opt.n_ctx > kMaxCtx)
+    return make_error(ErrorCode::kOutOfRange, "-c %lld: the context is limited to %lld token slots",
+                      (long long)opt.n_ctx, (long long)kMaxCtx);
   if (opt.kv_type != "f16" && opt.kv_type != "q8_0")
     return make_error(ErrorCode::kInvalidArgument, "--kv-type: '%s' is not f16 or q8_0", opt.kv_type.c_str());
+  for (const auto& [flag, v] : {std::pair<const char*, const std::string&>{"-ctk", opt.type_k}, {"-ctv", opt.type_v}})
+    if (!v.empty() && v != "f16" && v != "q8_0")
+      return make_error(ErrorCode::kInvalidArgument, "%s: '%s' is not f16 or q8_0 (the KV cache types kiln has)", flag,
+                        v.c_str());
+  if (!opt.type_k.empty() && !opt.type_v.empty() && opt.type_k != opt.type_v)
+    return make_error(ErrorCode::kInvalidArgument,
+                      "-ctk %s and -ctv %s differ: kiln stores K and V in one type (give both the same, or --kv-type)",
+                      opt.type_k.c_str(), opt.type_v.c_str());
+  const std::string& ct = !opt.type_k.empty() ? opt.type_k : opt.type_v;
+  if (!ct.empty()) {
+    if (opt.kv_type != "f16" && opt.kv_type != ct)
+      return make_error(ErrorCode::kInvalidArgument, "--kv-type %s and -ctk/-ctv %s differ", opt.kv_type.c_str(),
+                        ct.c_str());
+    opt.kv_type = ct;
+  }
   return Status::ok();
 }
 
 Result<std::unique_ptr<Engine>> make_engine(Model& model, const CacheOptions& opt, int32_t max_seqs, int32_t n_batch,
                                             int32_t max_outputs) {
-  KILN_TRY(check_cache_options(opt));
+  CacheOptions checked = opt;
+  KILN_TRY(check_cache_options(checked));
   if (n_batch < 1) return make_error(ErrorCode::kInvalidArgument, "-b: batch size must be >= 1 (got %d)", n_batch);
   KvCacheConfig cfg;
   const int64_t per_seq = effective_ctx(model, opt.n_ctx);
+  const int64_t train = model.hparams().n_ctx_train;
+  if (train > 0 && per_seq > train)
+    note_once("-c>train", strprintf("kiln: warning: -c %lld is more than the model's training context (%lld tokens): "
+                                    "output past that may degrade",
+                                    (long long)per_seq, (long long)train));
   if (per_seq > (int64_t{1} << 40) / max_seqs)
     return make_error(ErrorCode::kOutOfRange, "-c %lld: context too large", (long long)per_seq);
   cfg.n_ctx = per_seq * max_seqs;
@@ -138,21 +200,78 @@ Result<std::unique_ptr<Engine>> make_engine(Model& model, const CacheOptions& op
   cfg.block_size = defaults::kBlockSize;
   cfg.max_batch = static_cast<int32_t>(std::min<int64_t>(n_batch, cfg.n_ctx));
   cfg.max_outputs = max_outputs;
-  cfg.dtype = opt.kv_type == "q8_0" ? DType::Q8_0 : DType::F16;
+  cfg.dtype = checked.kv_type == "q8_0" ? DType::Q8_0 : DType::F16;
   return Engine::create(model, cfg);
 }
 
 void add_sampling_options(ArgParser& args, SamplerParams* p) {
   args.option({"--temp"}, &p->temp, "T", "temperature; <= 0: greedy (default 0.8)");
-  args.option({"--top-k"}, &p->top_k, "N", "top-k sampling; <= 0: off (default 40)");
-  args.option({"--top-p"}, &p->top_p, "P", "top-p (nucleus) sampling; 1: off (default 0.95)");
+  args.option({"--top-k"}, &p->top_k, "N", "top-k sampling; 0: off (default 40)");
+  args.option({"--top-p"}, &p->top_p, "P", "top-p (nucleus) sampling in [0, 1]; 1: off (default 0.95)");
   args.option({"--min-p"}, &p->min_p, "P", "min-p sampling; 0: off (default 0.05)");
   args.option({"--repeat-penalty"}, &p->repeat_penalty, "X", "penalty for repeated tokens; 1: off (default 1.0)");
   args.option({"--repeat-last-n"}, &p->penalty_last_n, "N",
               "tokens the penalties look back over; 0: off, -1: whole context (default 64)");
   args.option({"--presence-penalty"}, &p->presence_penalty, "X", "presence penalty (default 0)");
   args.option({"--frequency-penalty"}, &p->frequency_penalty, "X", "frequency penalty (default 0)");
-  args.option({"-s", "--seed"}, &p->seed, "N", "RNG seed (default: random)");
+  args.option(
+      {"-s", "--seed"},
+      [p](const std::string& name, const std::string& v) -> Status {
+        if (v == "-1") {  // llama.cpp: -1 (LLAMA_DEFAULT_SEED) picks a random seed
+          p->seed = kRandomSeed;
+          return Status::ok();
+        }
+        errno = 0;
+        char* end = nullptr;
+        const unsigned long long x = v.empty() || v[0] == '-' ? 0 : std::strtoull(v.c_str(), &end, 10);
+        if (v.empty() || v[0] == '-' || errno != 0 || *end != '\0')
+          return make_error(ErrorCode::kInvalidArgument, "%s: '%s' is not a seed (a non-negative integer, or -1 for a "
+                            "random one)", name.c_str(), v.c_str());
+        p->seed = x;
+        return Status::ok();
+      },
+      "N", "RNG seed; -1: random (default: random)");
+}
+
+Status check_sampling_options(const SamplerParams& p) {
+  auto bad = [](const char* flag, const char* rule, double v) {
+    return make_error(ErrorCode::kInvalidArgument, "%s: must be %s (got %g)", flag, rule, v);
+  };
+  if (!std::isfinite(p.temp)) return bad("--temp", "a finite number (<= 0: greedy)", p.temp);
+  if (p.top_k < 0) return bad("--top-k", ">= 0 (0: off)", p.top_k);
+  if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) return bad("--top-p", "in [0, 1] (1: off)", p.top_p);
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return bad("--min-p", "in [0, 1] (0: off)", p.min_p);
+  if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty) || !std::isfinite(1.0f / p.repeat_penalty))
+    return bad("--repeat-penalty", "a finite number > 0 (1: off)", p.repeat_penalty);
+  if (p.penalty_last_n < -1) return bad("--repeat-last-n", ">= -1 (0: off, -1: the whole context)", p.penalty_last_n);
+  if (!std::isfinite(p.presence_penalty)) return bad("--presence-penalty", "a finite number", p.presence_penalty);
+  if (!std::isfinite(p.frequency_penalty)) return bad("--frequency-penalty", "a finite number", p.frequency_penalty);
+  return Status::ok();
+}
+
+Status check_generation_options(int64_t n_predict, int64_t n_batch) {
+  if (n_predict < -1)
+    return make_error(ErrorCode::kInvalidArgument, "-n: must be >= -1 (-1: until end of generation; got %lld)",
+                      (long long)n_predict);
+  if (n_batch < 1 || n_batch > (1 << 20))
+    return make_error(ErrorCode::kInvalidArgument, "-b: must be in [1, %d] (got %lld)", 1 << 20, (long long)n_batch);
+  return Status::ok();
+}
+
+Result<std::string> read_bounded(const std::string& path, uint64_t max_bytes, const std::string& flag,
+                                 const std::string& why) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(ErrorCode::kIo, "%s: cannot open '%s'", flag.c_str(), path.c_str());
+  std::string text;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (text.size() > max_bytes)
+      return make_error(ErrorCode::kOutOfRange, "%s '%s': more than %llu bytes (%s)", flag.c_str(), path.c_str(),
+                        (unsigned long long)max_bytes, why.c_str());
+  }
+  if (in.bad()) return make_error(ErrorCode::kIo, "%s: error reading '%s'", flag.c_str(), path.c_str());
+  return text;
 }
 
 uint64_t peak_rss_bytes() {

@@ -8,8 +8,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 
+#include "backend/registry.h"
 #include "cli/args.h"
 #include "model/model.h"
 #include "runtime/defaults.h"
@@ -21,19 +24,41 @@ namespace kiln::cli {
 
 // Whether this binary carries the embedded default model.
 bool have_embedded_model();
+// Its bytes (empty when the build has none): for commands that read the GGUF themselves (tokenize).
+std::span<const uint8_t> embedded_model_bytes();
+// The name commands show for it.
+inline constexpr const char* kEmbeddedModelName = "<embedded kiln-demo>";
+
+// Prints `message` (one line) on stderr the first time `key` is seen in this process: for notes such as "-fa has
+// no effect" that a command reaching the same code twice (bench's thread list) should not repeat.
+void note_once(const std::string& key, const std::string& message);
 
 struct ModelSource {
   std::string path;   // -m; empty: the embedded model
   int n_threads = 0;  // -t; 0: all cores
   std::string device = "auto";  // --device auto|cpu|cuda|cuda:N
   int n_gpu_layers = -1;        // -ngl: the last N layers (then the output) on the GPU; -1: all
+  std::string flash_attn;       // -fa on|off|auto ("": not given). Accepted for llama.cpp's scripts; no effect:
+                                // kiln's attention is always flash-style (online softmax, tiled)
 };
 
-// Registers -m/--model, -t/--threads, --device and -ngl/--n-gpu-layers.
+// Registers -m/--model, -t/--threads, --device, -ngl/--n-gpu-layers and -fa/--flash-attn.
 void add_model_options(ArgParser& args, ModelSource* src);
-// Checks -t, --device and -ngl before anything is loaded (-t above kMaxThreadsPerCore per core is capped with a
-// warning).
+// Checks -t, --device, -ngl and -fa before anything is loaded (-t above kMaxThreadsPerCore per core is capped with
+// a warning; -fa says once that it changes nothing).
 Status check_model_options(ModelSource& src);
+
+// The line load_model prints (once) when this build has a CUDA backend but no GPU is present and --device is auto;
+// "" otherwise. Inline, over the factories it is given, so tests can hand it fake ones.
+inline std::string gpu_fallback_notice(std::span<const BackendFactory* const> factories, const std::string& device) {
+  if (device != "auto") return "";
+  for (const BackendFactory* f : factories) {
+    if (std::string_view(f->kind) != "cuda") continue;
+    auto devs = f->devices();
+    if (!devs.is_ok() || devs->empty()) return "kiln: no GPU found, running on the CPU";
+  }
+  return "";
+}
 
 struct LoadedModel {
   std::unique_ptr<Model> model;
@@ -48,19 +73,35 @@ Result<LoadedModel> load_model(const ModelSource& src, bool show_progress = fals
 struct CacheOptions {
   int64_t n_ctx = 0;         // -c; 0: the model's training context, at most 4096
   std::string kv_type = "f16";  // --kv-type f16|q8_0
+  std::string type_k, type_v;   // -ctk/--cache-type-k, -ctv/--cache-type-v (llama.cpp's; "": not given). K and V
+                                // share one type in kiln: they must agree, and set kv_type (check_cache_options)
 };
-void add_cache_options(ArgParser& args, CacheOptions* opt);
+// -c, --kv-type, -ctk, -ctv. ctx_help: the help of -c (default: the model's context, at most kContextCap).
+void add_cache_options(ArgParser& args, CacheOptions* opt, const std::string& ctx_help = "");
 // The engine (KV cache + model state) for `max_seqs` sequences of n_ctx tokens each, steps of up to n_batch
 // tokens and max_outputs output rows (0: the default); errors name the bad option.
 Result<std::unique_ptr<Engine>> make_engine(Model& model, const CacheOptions& opt, int32_t max_seqs = 1,
                                             int32_t n_batch = defaults::kBatch, int32_t max_outputs = 0);
-// Checks -c and --kv-type before the model loads.
-Status check_cache_options(const CacheOptions& opt);
+// Checks -c, --kv-type, -ctk and -ctv before the model loads (and folds -ctk/-ctv into kv_type).
+Status check_cache_options(CacheOptions& opt);
 // n_ctx after applying the default (0 -> min(n_ctx_train, kContextCap)).
 int64_t effective_ctx(const Model& model, int64_t n_ctx);
 
 // --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s/--seed
+// (-s -1: a random seed, as llama.cpp)
 void add_sampling_options(ArgParser& args, SamplerParams* p);
+// Range checks of the sampling flags before the model loads; errors name the flag (--top-p 7 like --min-p 2).
+Status check_sampling_options(const SamplerParams& p);
+// -n (tokens to generate: >= -1) and -b (tokens per forward pass: 1 .. 2^20), before the model loads.
+Status check_generation_options(int64_t n_predict, int64_t n_batch);
+
+// The most bytes of prompt text that could fit a context of n_ctx tokens (a token covers at most this many bytes
+// of text in any vocabulary kiln has met; the tokenized length is checked against the context afterwards).
+inline constexpr int64_t kMaxBytesPerToken = 256;
+// Reads a file of at most max_bytes (an endless or huge one, e.g. /dev/zero, fails as soon as it passes that);
+// errors name `flag` and the file; `why` completes "more than N bytes (...)".
+Result<std::string> read_bounded(const std::string& path, uint64_t max_bytes, const std::string& flag,
+                                 const std::string& why);
 
 // Peak resident memory of this process in bytes (0 where unknown).
 uint64_t peak_rss_bytes();

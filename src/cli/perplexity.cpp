@@ -7,8 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,6 +28,11 @@ double nll(const float* row, int64_t n_vocab, int32_t target) {
   return std::log(sum) - (static_cast<double>(row[target]) - mx);
 }
 
+// The default -b: the window, up to this.
+constexpr int kMaxDefaultBatch = 8192;
+// The most text perplexity reads (as tokenize).
+constexpr uint64_t kMaxText = uint64_t{256} << 20;
+
 int perplexity_main(int argc, char** argv) {
   ArgParser args("perplexity", "Perplexity over a text file in non-overlapping windows of -c tokens.");
   ModelSource src;
@@ -40,10 +43,10 @@ int perplexity_main(int argc, char** argv) {
   int64_t max_windows = 0;
   add_model_options(args, &src);
   args.option({"-f", "--file"}, &file, "FILE", "text to score");
-  args.option({"--kv-type"}, &cache_opt.kv_type, "TYPE", "KV cache storage: f16 (default) or q8_0");
-  args.option({"-c", "--ctx-size"}, &cache_opt.n_ctx, "N",
-              "window length in tokens (default " + std::to_string(defaults::kPerplexityCtx) + ")");
-  args.option({"-b", "--batch-size"}, &n_batch, "N", "tokens per forward pass (default: the window, -c)");
+  add_cache_options(args, &cache_opt,
+                    "window length in tokens (default " + std::to_string(defaults::kPerplexityCtx) + ")");
+  args.option({"-b", "--batch-size"}, &n_batch, "N",
+              "tokens per forward pass (default: the window, -c, at most " + std::to_string(kMaxDefaultBatch) + ")");
   args.option({"--chunks"}, &max_windows, "N", "score at most N windows (default: all)");
   if (Status st = args.parse(argc, argv); !st) return fail("perplexity", st);
   if (args.help_requested()) {
@@ -51,15 +54,20 @@ int perplexity_main(int argc, char** argv) {
     return 0;
   }
   if (file.empty()) return fail("perplexity", make_error(ErrorCode::kInvalidArgument, "-f FILE is required"));
+  if (Status st = check_model_options(src); !st) return fail("perplexity", st);
+  if (Status st = check_cache_options(cache_opt); !st) return fail("perplexity", st);
   const int64_t n_ctx = cache_opt.n_ctx;
   if (n_ctx < 4) return fail("perplexity", make_error(ErrorCode::kInvalidArgument, "-c: must be >= 4 (got %lld)", (long long)n_ctx));
-  if (n_batch < 0) return fail("perplexity", make_error(ErrorCode::kInvalidArgument, "-b: must be >= 1 (got %d)", n_batch));
-  if (n_batch == 0 || n_batch > n_ctx) n_batch = static_cast<int>(n_ctx);
+  if (n_batch != 0)
+    if (Status st = check_generation_options(0, n_batch); !st) return fail("perplexity", st);
+  if (n_batch == 0) n_batch = static_cast<int>(std::min<int64_t>(n_ctx, kMaxDefaultBatch));
+  if (n_batch > n_ctx) n_batch = static_cast<int>(n_ctx);
+  if (max_windows < 0)
+    return fail("perplexity", make_error(ErrorCode::kInvalidArgument, "--chunks: must be >= 0 (got %lld)",
+                                         (long long)max_windows));
 
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return fail("perplexity", make_error(ErrorCode::kIo, "-f: cannot open '%s'", file.c_str()));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  auto text = read_bounded(file, kMaxText, "-f", "the most perplexity reads");
+  if (!text) return fail("perplexity", text.status());
 
   auto loaded = load_model(src, /*show_progress=*/true);
   if (!loaded) return fail("perplexity", loaded.status());
@@ -69,7 +77,7 @@ int perplexity_main(int argc, char** argv) {
   if (!engine) return fail("perplexity", engine.status());
 
   // BOS (when the tokenizer wants one) replaces position 0 of every window below.
-  std::vector<int32_t> tokens = encode_prompt(tok, ss.str(), /*add_bos=*/true, /*parse_special=*/false);
+  std::vector<int32_t> tokens = encode_prompt(tok, *text, /*add_bos=*/true, /*parse_special=*/false);
   const bool add_bos = !tokens.empty() && tok.bos() >= 0 && tokens[0] == tok.bos() && tok.add_bos();
   int64_t n_windows = static_cast<int64_t>(tokens.size()) / n_ctx;
   if (max_windows > 0) n_windows = std::min(n_windows, max_windows);

@@ -15,25 +15,31 @@
 namespace kiln::cli {
 namespace {
 
-Result<std::string> read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return make_error(ErrorCode::kIo, "cannot open '%s'", path.c_str());
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+// The bytes of a --tokens file that can hold n_ctx ids: "2147483647, " is 12 bytes; whitespace beyond that is
+// generous slack.
+constexpr int64_t kMaxBytesPerId = 32;
 
-// "1,2,3" / "[1, 2, 3]", or the name of a file holding such a list.
-Result<std::vector<int32_t>> parse_tokens(const std::string& arg) {
+// "1,2,3" / "[1, 2, 3]", or the name of a file holding such a list (read up to what n_ctx ids can take).
+Result<std::vector<int32_t>> parse_tokens(const std::string& arg, int64_t n_ctx) {
   auto ids = parse_id_list(arg);
   if (ids) return ids;
   if (access(arg.c_str(), R_OK) == 0) {
-    KILN_ASSIGN_OR_RETURN(std::string text, read_text(arg));
+    KILN_ASSIGN_OR_RETURN(
+        std::string text,
+        read_bounded(arg, static_cast<uint64_t>(n_ctx * kMaxBytesPerId + 4096), "--tokens",
+                     strprintf("more than a list of the %lld ids the context holds; raise -c", (long long)n_ctx)));
     auto from_file = parse_id_list(text);
     if (!from_file) return from_file.status().with_context("--tokens " + arg);
     return from_file;
   }
   return ids.status().with_context("--tokens");
+}
+
+// Whether any byte of `s` is visible text (not whitespace, not a control character).
+bool has_visible_text(const std::string& s) {
+  for (unsigned char c : s)
+    if (c > ' ' && c != 0x7f) return true;
+  return false;
 }
 
 double mib(uint64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
@@ -48,8 +54,8 @@ int run_main(int argc, char** argv) {
   bool print_ids = false, no_bos = false;
   int n_batch = defaults::kBatch;
   add_model_options(args, &src);
-  args.option({"-p", "--prompt"}, &prompt, "TEXT", "prompt text");
-  args.option({"-f", "--file"}, &prompt_file, "FILE", "read the prompt from a file");
+  args.option({"-p", "--prompt"}, &prompt, "TEXT", "prompt text (none: generate from BOS alone)");
+  args.option({"-f", "--file"}, &prompt_file, "FILE", "read the prompt from a file (at most what -c can hold)");
   args.option({"--tokens"}, &tokens_arg, "IDS", "prompt as token ids '1,2,3' (or a file of them), fed verbatim");
   args.option({"-n", "--n-predict"}, &gen.seq.n_predict, "N", "tokens to generate; -1: until EOG or context full (default -1)");
   add_cache_options(args, &cache_opt);
@@ -65,45 +71,64 @@ int run_main(int argc, char** argv) {
     return 0;
   }
   gen.n_batch = n_batch;
-  int n_sources = !prompt.empty() + !prompt_file.empty() + !tokens_arg.empty();
-  if (n_sources > 1) return fail("run", make_error(ErrorCode::kInvalidArgument, "pass only one of -p, -f and --tokens"));
+  const bool have_p = args.seen("-p"), have_f = args.seen("-f"), have_tokens = args.seen("--tokens");
+  if (have_p + have_f + have_tokens > 1)
+    return fail("run", make_error(ErrorCode::kInvalidArgument, "pass only one of -p, -f and --tokens"));
+
+  // Every flag is checked before the model loads.
+  if (Status st = check_generation_options(gen.seq.n_predict, n_batch); !st) return fail("run", st);
+  if (Status st = check_sampling_options(gen.seq.sampling); !st) return fail("run", st);
+  if (Status st = check_model_options(src); !st) return fail("run", st);
+  if (Status st = check_cache_options(cache_opt); !st) return fail("run", st);
+  // The most tokens the context can hold: -c, or (-c 0) the default's cap; the model's own is checked after loading.
+  const int64_t ctx_bound = cache_opt.n_ctx > 0 ? cache_opt.n_ctx : defaults::kContextCap;
 
   std::vector<int32_t> ids;
-  if (!tokens_arg.empty()) {
-    auto r = parse_tokens(tokens_arg);
+  if (have_tokens) {
+    if (tokens_arg.empty()) return fail("run", make_error(ErrorCode::kInvalidArgument, "--tokens: the list is empty"));
+    auto r = parse_tokens(tokens_arg, ctx_bound);
     if (!r) return fail("run", r.status());
     ids = std::move(r).value();
     if (ids.empty()) return fail("run", make_error(ErrorCode::kInvalidArgument, "--tokens: the list is empty"));
-  } else if (!prompt_file.empty()) {
-    auto r = read_text(prompt_file);
-    if (!r) return fail("run", r.status().with_context("-f"));
+    if (static_cast<int64_t>(ids.size()) > ctx_bound)
+      return fail("run", make_error(ErrorCode::kOutOfRange, "--tokens: %zu ids are more than the context of %lld "
+                                    "tokens holds (raise -c)", ids.size(), (long long)ctx_bound));
+  } else if (have_f) {
+    auto r = read_bounded(prompt_file, static_cast<uint64_t>(ctx_bound * kMaxBytesPerToken), "-f",
+                          strprintf("more text than a context of %lld tokens can hold; raise -c", (long long)ctx_bound));
+    if (!r) return fail("run", r.status());
     prompt = std::move(r).value();
+    if (prompt.empty())
+      return fail("run", make_error(ErrorCode::kInvalidArgument, "-f '%s': the file is empty", prompt_file.c_str()));
   }
 
-  if (n_batch < 1) return fail("run", make_error(ErrorCode::kInvalidArgument, "-b: must be >= 1 (got %d)", n_batch));
-  if (Status st = check_model_options(src); !st) return fail("run", st);
-  if (Status st = check_cache_options(cache_opt); !st) return fail("run", st);
   auto loaded = load_model(src, /*show_progress=*/true);
   if (!loaded) return fail("run", loaded.status());
   Model& model = *loaded->model;
   auto engine = make_engine(model, cache_opt, 1, n_batch);
   if (!engine) return fail("run", engine.status());
+  const int64_t n_ctx = effective_ctx(model, cache_opt.n_ctx);
 
-  if (tokens_arg.empty()) {
+  if (!have_tokens) {
     ids = encode_prompt(model.tokenizer(), prompt, /*add_bos=*/!no_bos);
     if (ids.empty())
       return fail("run", make_error(ErrorCode::kInvalidArgument, "empty prompt: pass -p TEXT, -f FILE or --tokens IDS"));
   }
+  if (static_cast<int64_t>(ids.size()) > n_ctx)
+    return fail("run", make_error(ErrorCode::kOutOfRange, "%s: the prompt is %zu tokens, more than the context of %lld "
+                                  "tokens holds (raise -c)", have_tokens ? "--tokens" : have_f ? "-f" : "-p",
+                                  ids.size(), (long long)n_ctx));
 
-  const int64_t n_ctx = effective_ctx(model, cache_opt.n_ctx);
   Generator g(**engine, 0, gen, n_ctx);
   if (Status st = g.validate(); !st) return fail("run", st);
   g.timings().load_s = loaded->load_seconds;
   if (Status st = g.feed(ids); !st) return fail("run", st.with_context("prompt"));
 
   std::vector<int32_t> out_ids;
+  bool visible = false;  // any printable text came out
   auto on_token = [&](int32_t id, const std::string& piece) {
     if (id >= 0) out_ids.push_back(id);
+    visible = visible || has_visible_text(piece);
     if (!print_ids && !piece.empty()) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
@@ -134,6 +159,9 @@ int run_main(int argc, char** argv) {
   std::fprintf(stderr, "kiln run: generated %lld tokens in %.3f s (%.2f tok/s), stop: %s, seed %llu\n",
                (long long)t.n_gen, t.gen_s, t.gen_tps(), stop_reason_name(*stop),
                (unsigned long long)g.sequence().sampler().seed());
+  if (!print_ids && t.n_gen > 0 && !visible)
+    std::fprintf(stderr, "kiln run: warning: the %lld generated tokens printed no visible text (control tokens or "
+                 "whitespace: a random-weight model?); --ids shows them\n", (long long)t.n_gen);
   return 0;
 }
 

@@ -7,8 +7,10 @@
 #include <fstream>
 
 #include "cli/args.h"
+#include "cli/model_source.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
+#include "util/mmap_file.h"
 
 namespace kiln::cli {
 
@@ -57,7 +59,9 @@ int run_tokenize(int argc, char** argv) {
   ArgParser args("tokenize", "print the token ids of a text (like llama-tokenize)");
   std::string model, prompt, file;
   bool ids_only = false, no_bos = false, no_parse_special = false, no_escape = false, show_count = false;
-  args.option({"-m", "--model"}, &model, "FILE", "GGUF file whose vocabulary to use (a vocabulary-only file works)");
+  args.option({"-m", "--model"}, &model, "FILE",
+              std::string("GGUF file whose vocabulary to use (a vocabulary-only file works)") +
+                  (have_embedded_model() ? "; default: the embedded kiln-demo model" : ""));
   args.option({"-p", "--prompt"}, &prompt, "TEXT", "text to tokenize");
   args.option({"-f", "--file"}, &file, "FILE", "read the text from FILE (bytes verbatim, then escapes)");
   args.flag({"--ids"}, &ids_only, "print only the ids, as one line [id, id, ...]");
@@ -70,7 +74,9 @@ int run_tokenize(int argc, char** argv) {
     std::printf("%s", args.usage().c_str());
     return 0;
   }
-  if (model.empty()) return fail("tokenize", make_error(ErrorCode::kInvalidArgument, "-m FILE is required"));
+  if (model.empty() && !have_embedded_model())
+    return fail("tokenize", make_error(ErrorCode::kInvalidArgument,
+                                       "no model: pass -m FILE (this build has no embedded default model)"));
   if (args.seen("-p") == args.seen("-f"))
     return fail("tokenize", make_error(ErrorCode::kInvalidArgument, "give exactly one of -p TEXT and -f FILE"));
 
@@ -92,10 +98,11 @@ int run_tokenize(int argc, char** argv) {
   }
   if (!no_escape) text = process_escapes(text);
 
-  auto gf = gguf::File::open(model);
-  if (!gf) return fail("tokenize", gf.status().with_context("-m"));
+  auto gf = model.empty() ? gguf::File::parse(MappedFile::from_memory(embedded_model_bytes(), kEmbeddedModelName))
+                          : gguf::File::open(model);
+  if (!gf) return fail("tokenize", gf.status().with_context(model.empty() ? "embedded model" : "-m"));
   auto tok = Tokenizer::from_gguf(*gf);
-  if (!tok) return fail("tokenize", tok.status().with_context(model));
+  if (!tok) return fail("tokenize", tok.status().with_context(model.empty() ? kEmbeddedModelName : model));
 
   const std::vector<int32_t> ids = (*tok)->encode(text, /*add_special=*/!no_bos, /*parse_special=*/!no_parse_special);
   std::string out;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <exception>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -44,7 +46,18 @@ bool spin_then_yield(Pred done) {
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads > 0 ? n_threads : default_thread_count()) {
-  for (int i = 1; i < n_threads_; ++i) threads_.emplace_back([this, i] { worker(i); });
+  // A thread that cannot start (std::system_error: EAGAIN from a process or memory limit) ends the start-up: the
+  // pool runs with the threads it has (the workers read n_threads_ only after run() publishes a job), and says so.
+  const int want = n_threads_;
+  try {
+    threads_.reserve(static_cast<size_t>(want - 1));
+    for (int i = 1; i < want; ++i) threads_.emplace_back([this, i] { worker(i); });
+  } catch (const std::exception& e) {
+    n_threads_ = static_cast<int>(threads_.size()) + 1;
+    start_error_ = e.what();
+    std::fprintf(stderr, "kiln: warning: only %d of %d threads could be started (%s): running with %d\n",
+                 n_threads_, want, e.what(), n_threads_);
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -16,12 +17,17 @@ namespace kiln {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int n_threads);  // n_threads <= 0: hardware concurrency
+  // n_threads <= 0: hardware concurrency. When the system refuses a thread (a process or memory limit), the pool
+  // keeps the ones that started and runs with them: size() says how many, start_error() why (and a warning goes
+  // to stderr) -- it never throws or terminates for that.
+  explicit ThreadPool(int n_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // Why fewer threads than asked for started ("" when all did).
+  const std::string& start_error() const { return start_error_; }
   // Not reentrant: one run() at a time, from one thread.
   // fn is referenced, not copied (no allocation per call): it must outlive the call, which it does.
   void run(FunctionRef<void(int ith, int nth)> fn);
@@ -38,6 +44,7 @@ class ThreadPool {
   std::atomic<uint32_t> generation_{0};  // bumped once per run(); wraps harmlessly
   std::atomic<int32_t> pending_{0};      // workers still inside the current job
   std::atomic<bool> stop_{false};
+  std::string start_error_;
 };
 
 // Parses -t: 0 or negative means "all cores".

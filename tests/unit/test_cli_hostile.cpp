@@ -44,7 +44,7 @@ class CliHostile : public ::testing::Test {
   // `kiln <args>` under the memory limit and the timeout; stdout and stderr apart. (Under AddressSanitizer the
   // address-space limit is left out: its shadow memory alone reserves terabytes of address space; and a failed
   // allocation must throw bad_alloc as without it, not end in ASan's report.)
-  test::CmdResult run_limited(const std::string& args) {
+  test::CmdResult run_limited(const std::string& args, const std::string& stdin_path = "/dev/null") {
     const std::string out = path("cmd.out"), err = path("cmd.err");
     std::string cmd;
 #ifdef KILN_TEST_ASAN
@@ -52,7 +52,7 @@ class CliHostile : public ::testing::Test {
 #else
     cmd += "ulimit -v 8000000 && ";
 #endif
-    cmd += "exec timeout 60 '" + test::kiln_binary() + "' " + args + " >'" + out + "' 2>'" + err + "' </dev/null";
+    cmd += "exec timeout 60 '" + test::kiln_binary() + "' " + args + " >'" + out + "' 2>'" + err + "' <'" + stdin_path + "'";
     const int st = std::system(cmd.c_str());
     test::CmdResult r;
     r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -122,22 +122,48 @@ TEST_F(CliHostile, HugeCountsFromMetadata) {
 }
 
 TEST_F(CliHostile, HugeContextEndsInAnErrorNotAnAbort) {
-  // 10^12 tokens of context: the KV cache's bookkeeping cannot be allocated. Whatever check catches it (the
-  // context check before allocating, or main's last-line catch of bad_alloc), the result is a message and rc 1.
-  const std::string cmds[] = {
-      "run -p hi -n 1 -c 1000000000000",
-      "logits -m '" + kLlama + "' --tokens 1,2 --out '" + path("l.bin") + "' -c 1000000000000"};
+  // 10^11 and 10^12 tokens of context, on every command that takes -c: refused before anything is allocated for
+  // them (the KV cache's slot ids are 32-bit), the message naming -c; 10^9 fits the ids but not the memory: the
+  // model state's check of the storage against what the backend can allocate says how much it needs.
+  const std::string out = path("l.bin");
+  const std::string cmds[] = {"run -p hi -n 1", "chat", "perplexity -f '" + kLlama + "'",
+                              "logits --tokens 1,2 --out '" + out + "'"};
+  const std::string text = path("in.txt");
+  { std::ofstream(text) << "hello\n"; }
   for (const std::string& c : cmds) {
-    auto r = run_limited(c);
-#ifdef KILN_TEST_ASAN
-    // ASan's operator new reports out-of-memory and exits instead of throwing bad_alloc, so under ASan only the
-    // check before allocating (the KV cache's size against -c) can pass this.
-    if (r.err.find("AddressSanitizer: out-of-memory") != std::string::npos)
-      GTEST_SKIP() << "skipped under ASan: no -c check before the KV cache allocates (its operator new dies instead "
-                      "of throwing bad_alloc)";
-#endif
-    expect_fails_with(r, {"kiln " + c.substr(0, c.find(' ')) + ": error:"});
+    const std::string name = c.substr(0, c.find(' '));
+    for (const char* n : {"100000000000", "1000000000000"}) {
+      SCOPED_TRACE(c + " -c " + n);
+      expect_fails_with(run_limited(c + " -m '" + kLlama + "' -c " + n, text),
+                        {"kiln " + name + ": error:", "-c " + std::string(n) + ": the context is limited to"});
+    }
+    SCOPED_TRACE(c + " -c 1000000000");
+    expect_fails_with(run_limited(c + " -m '" + kLlama + "' -c 1000000000", text),
+                      {"kiln " + name + ": error:", "the KV cache needs", "GiB", "lower -c"});
   }
+  // The embedded model too (no -m).
+  expect_fails_with(run_limited("run -p hi -n 1 -c 1000000000000"), {"kiln run: error:", "-c 1000000000000"});
+}
+
+TEST_F(CliHostile, EndlessPromptInputIsBounded) {
+  // /dev/zero as the prompt file, the --tokens file or chat's stdin: bounded reads, an error naming the input.
+  const std::string m = "-m '" + kLlama + "' ";
+  expect_fails_with(run_limited("run " + m + "-f /dev/zero"),
+                    {"kiln run: error:", "-f '/dev/zero': more than", "raise -c"});
+  expect_fails_with(run_limited("run " + m + "--tokens /dev/zero"),
+                    {"kiln run: error:", "--tokens '/dev/zero': more than", "raise -c"});
+  expect_fails_with(run_limited("perplexity " + m + "-f /dev/zero"),
+                    {"kiln perplexity: error:", "-f '/dev/zero': more than 268435456 bytes"});
+  expect_fails_with(run_limited("chat " + m + "-n 1", "/dev/zero"),
+                    {"kiln chat: error:", "stdin: no end of line"});
+}
+
+TEST_F(CliHostile, HugeThreadCountsAreCappedOrSurvived) {
+  // -t far above the cores is capped with a warning; under the memory limit the thread pool starts what it can.
+  auto r = run_limited("run -m '" + kLlama + "' -p hi -n 2 -t 100000");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("kiln: -t 100000 is more than"), std::string::npos) << r.err;
+  expect_fails_with(run_limited("run -m '" + kLlama + "' -p hi -n 2 -t -1"), {"-t: threads must be >= 0"});
 }
 
 TEST_F(CliHostile, SynthRefusesAFifoTarget) {

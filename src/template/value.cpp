@@ -42,7 +42,6 @@ Value Value::dict(Dict d) {
   v.obj_ = std::make_shared<DictObj>(std::move(d));
   return v;
 }
-Value Value::dict_ptr(std::shared_ptr<const Dict> d) { return dict(*d); }
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {

@@ -70,7 +70,6 @@ class Value {
   static Value string(std::string s, bool safe = false);
   static Value list(List items, bool tuple = false);
   static Value dict(Dict d);
-  static Value dict_ptr(std::shared_ptr<const Dict> d);
   static Value from_object(Kind kind, std::shared_ptr<Object> obj) { Value v; v.kind_ = kind; v.obj_ = std::move(obj); return v; }
   // Insertion order of objects is kept (Python dicts are ordered): callers parse with ordered_json.
   static Value from_json(const nlohmann::ordered_json& j);

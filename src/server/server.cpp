@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cstdio>
@@ -41,11 +42,17 @@ const char* endpoint_of(const std::string& path) {
   return "other";
 }
 
+// httplib listens with a backlog of 5 (compiled into the library): a burst of concurrent clients would see dropped
+// connections. Linux lets listen() be called again on the bound socket to raise it.
+struct HttpServer : httplib::Server {
+  void raise_backlog(int n) { ::listen(svr_sock_, n); }
+};
+
 }  // namespace
 
 struct Server::Impl {
   ServerConfig cfg;
-  httplib::Server http;
+  HttpServer http;
   std::atomic<Scheduler*> sched{nullptr};
   std::atomic<bool> draining{false};
   std::atomic<int64_t> in_flight{0};
@@ -309,7 +316,8 @@ void Server::Impl::completions(const Request& req, Response& res, bool chat) {
   const bool chat_mode = chat;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [ex, chat_mode, &tok](size_t, httplib::DataSink& sink) -> bool {
+      [ex, chat_mode, tokp = &tok](size_t, httplib::DataSink& sink) -> bool {
+        const Tokenizer& tok = *tokp;
         auto write = [&](const std::string& s) {
           ex->last_write = Clock::now();
           return sink.write(s.data(), s.size());
@@ -604,12 +612,14 @@ Status Server::bind() {
     I.bound_port = I.http.bind_to_any_port(I.cfg.host);
     if (I.bound_port < 0)
       return make_error(ErrorCode::kIo, "--host %s: cannot bind a port", I.cfg.host.c_str());
+    I.http.raise_backlog(1024);
     return Status::ok();
   }
   if (!I.http.bind_to_port(I.cfg.host, I.cfg.port))
     return make_error(ErrorCode::kIo, "--host %s --port %d: cannot bind (in use, or not an address of this machine)",
                       I.cfg.host.c_str(), I.cfg.port);
   I.bound_port = I.cfg.port;
+  I.http.raise_backlog(1024);
   return Status::ok();
 }
 

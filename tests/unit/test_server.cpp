@@ -315,8 +315,13 @@ TEST_F(Serve, DisconnectMidStreamFreesBlocks) {
     ASSERT_GT(n, 0);
     got.append(buf, static_cast<size_t>(n));
   }
-  // It holds blocks while running.
-  EXPECT_GT(test::metric(metrics(), "kiln_kv_blocks_used"), 0);
+  // It holds blocks while running (the gauges are published at the end of the step that sent the first token).
+  bool held = false;
+  for (int i = 0; i < 100 && !held; ++i) {
+    held = test::metric(metrics(), "kiln_kv_blocks_used") > 0;
+    if (!held) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(held) << metrics();
   ::close(fd);
   bool freed = false;
   for (int i = 0; i < 200 && !freed; ++i) {

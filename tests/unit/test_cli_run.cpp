@@ -6,6 +6,7 @@
 #include <pty.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -492,7 +493,7 @@ TEST(CliChat, InterruptEndsTheReplyNotTheSession) {
   int in[2], out[2];
   ASSERT_EQ(pipe(in), 0);
   ASSERT_EQ(pipe(out), 0);
-  const std::string err_path = ::testing::TempDir() + "kiln_chat_sigint.err";
+  const std::string err_path = ::testing::TempDir() + "kiln_chat_sigint_" + std::to_string(getpid()) + ".err";
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -538,6 +539,13 @@ std::string pty_chat(const std::vector<std::string>& keys, int* rc) {
   const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
   if (pid < 0) return "forkpty failed";
   if (pid == 0) {
+    // NOFLSH: Ctrl-C must not flush output chat writes right after it (the line discipline flushes after
+    // signalling, racing with the child's stats line).
+    struct termios tio {};
+    if (tcgetattr(0, &tio) == 0) {
+      tio.c_lflag |= NOFLSH;
+      tcsetattr(0, TCSANOW, &tio);
+    }
     execl(bin.c_str(), bin.c_str(), "chat", "-t", "1", "-m", model.c_str(), "-n", "2", (char*)nullptr);
     _exit(127);
   }

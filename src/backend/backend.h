@@ -51,6 +51,10 @@ struct KvLayer {
   int32_t n_head_kv = 0;
   int32_t head_dim_k = 0, head_dim_v = 0;
   int32_t block_size = 0;
+  // Sliding window (local attention layers, gemma3): a token at position p sees positions (p - window, p] of its
+  // sequence only, i.e. [kv_len - window, kv_len); positions outside it are skipped, not masked. 0: the whole
+  // causal prefix. A backend honours it when supports(Op::kAttentionWindow, cache type) says so.
+  int32_t window = 0;
 };
 
 // Per-step attention metadata (all I32 tensors in backend memory, written by the step plan upload).
@@ -65,9 +69,11 @@ struct KvLayer {
 //   seq_q_start:  [n_seq]   first token of the sequence in the batch
 //   seq_q_len:    [n_seq]   its token count in this step (query tile of a tiled prefill)
 //   seq_kv_len:   [n_seq]   positions it holds after this step (= kv_len of its last token; split-KV decode)
+//   seq_reset:    [n_seq]   1: the sequence starts in this step (position 0): recurrent ops start from a zero
+//                           state instead of reading its row (hybrid models; attention ignores it)
 struct AttnBatch {
   Tensor block_tables, tok_table, kv_len;
-  Tensor seq_row, seq_q_start, seq_q_len, seq_kv_len;
+  Tensor seq_row, seq_q_start, seq_q_len, seq_kv_len, seq_reset;
   int32_t n_seq = 0;       // sequences in the step (a bucket: padded entries have q_len 0, kv_len 0)
   int32_t max_kv_len = 0;  // upper bound of kv_len: a bucket (the plan rounds it up), sizes split-KV grids
   int32_t max_q_len = 0;   // upper bound of seq_q_len
@@ -75,8 +81,10 @@ struct AttnBatch {
 
 // What supports() is asked about. `a` is the main operand's type (the weight for kMatmul/kGetRows, the cache for
 // kKvStore/kAttention, the source for kCopy), `b` the second where one exists (the destination for kCopy).
+// The ops after kCopy (Qwen3.5 / Gemma 3) have defaults that return kUnsupported; kAttentionWindow asks whether
+// attention honours KvLayer::window for cache type `a`.
 enum class Op { kGetRows, kRmsNorm, kMatmul, kRope, kKvStore, kAttention, kSwiglu, kAdd, kMul, kScale, kSoftmax,
-                kArgmax, kCopy };
+                kArgmax, kCopy, kGeglu, kSigmoidMul, kAttentionWindow, kConv1dSilu, kDeltaNet };
 const char* op_name(Op op);
 
 class Backend {
@@ -110,7 +118,7 @@ class Backend {
 
   // ---- ops ----
   // dst[:, t] = row ids[t] of w, converted to f32.   w: [d, n_rows] any dequantizable type; ids: I32 [n];
-  // dst: F32 [d, n]. An id outside [0, n_rows) is kInvalidArgument naming the index and id.
+  // dst: F32 [d, n]. Ids must be in [0, n_rows): the planner checks them (see the top of this file).
   virtual Status get_rows(const Tensor& w, const Tensor& ids, const Tensor& dst) = 0;
 
   // dst[:, r] = x[:, r] / sqrt(mean(x[:, r]^2) + eps) * w   (w optional: invalid tensor = no multiply).
@@ -164,6 +172,54 @@ class Backend {
   // copy_between below).
   virtual Status copy(const Tensor& src, const Tensor& dst) = 0;
 
+  // ---- ops of hybrid / sliding-window models (defaults: kUnsupported; supports() answers for them) ----
+  // dst = gelu(gate) * up with the tanh GELU: gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  // All F32 [d, n] (rows may be strided).
+  virtual Status geglu(const Tensor& gate, const Tensor& up, const Tensor& dst) {
+    (void)gate, (void)up, (void)dst;
+    return make_error(ErrorCode::kUnsupported, "geglu: not implemented by backend %s", name());
+  }
+  // dst = x * sigmoid(gate) = x / (1 + exp(-gate)). All F32 [d, n] (rows may be strided: the gate of a qwen35
+  // attention head is a view into the query projection).
+  virtual Status sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& dst) {
+    (void)x, (void)gate, (void)dst;
+    return make_error(ErrorCode::kUnsupported, "sigmoid_mul: not implemented by backend %s", name());
+  }
+  // Causal depthwise conv1d with a per-sequence state, then SiLU (the Gated DeltaNet / Mamba input conv).
+  //   x: F32 [C, n_tok] (tokens of a sequence consecutive, as the step plan lays them out); w: F32 [K, C] (the K
+  //   taps of channel c contiguous, tap K-1 = the current token); state: F32 [(K-1) * C, n_slots], row r = the
+  //   last K-1 inputs of sequence slot r, oldest first (element j * C + c); dst: F32 [C, n_tok], must not alias x.
+  //   For each sequence s of meta (seq_row, seq_q_start, seq_q_len, seq_reset; n_seq entries), token i of it:
+  //   dst[c, i] = silu(sum_j w[j, c] * in(i - (K-1) + j)[c]) where in(<0) comes from the state row (zeros when
+  //   seq_reset), and the row is updated to the sequence's last K-1 inputs. Tokens of no sequence are not written.
+  virtual Status conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& state, const AttnBatch& meta,
+                             const Tensor& dst) {
+    (void)x, (void)w, (void)state, (void)meta, (void)dst;
+    return make_error(ErrorCode::kUnsupported, "conv1d_silu: not implemented by backend %s", name());
+  }
+  // The gated delta rule (Gated DeltaNet linear attention), per sequence of meta and per value head h:
+  //   q, k normalized in the op: x / sqrt(sum x^2 + l2_eps); V head h reads q/k head h mod H_k (tiled);
+  //   g = A[h] * softplus(alpha + dt_bias[h]) (softplus(x) = x > 20 ? x : log(1 + exp(x))); b = sigmoid(beta);
+  //   S <- exp(g) S;  d = b (v - S^T k);  S <- S + k d^T;  o = scale * S^T q     (S: [S_k, S_v] per head)
+  // The state row of sequence slot r holds H_v matrices stored transposed: element (h * S_v + j) * S_k + i =
+  // S[i][j]; seq_reset starts it from zero. A backend may evaluate a prefill in chunks (the within-chunk
+  // triangular solve, the state carried between chunks) and must agree with the token-by-token recurrence
+  // within f32 rounding.
+  struct DeltaNetArgs {
+    Tensor q, k;          // F32 [S_k, H_k, n_tok] (heads contiguous, tokens strided: views into the conv output)
+    Tensor v;             // F32 [S_v, H_v, n_tok], H_v a multiple of H_k
+    Tensor alpha, beta;   // F32 [H_v, n_tok] (rows may be strided)
+    Tensor A, dt_bias;    // F32 [H_v]
+    Tensor state;         // F32 [S_v * S_k * H_v, n_slots]
+    float scale = 1.0f;   // output scale (qwen35: 1 / sqrt(S_k))
+    float l2_eps = 1e-6f;
+  };
+  //   dst: F32 [S_v, H_v, n_tok] contiguous (must not alias the inputs). Tokens of no sequence are not written.
+  virtual Status gated_delta_net(const DeltaNetArgs& a, const AttnBatch& meta, const Tensor& dst) {
+    (void)a, (void)meta, (void)dst;
+    return make_error(ErrorCode::kUnsupported, "gated_delta_net: not implemented by backend %s", name());
+  }
+
   // ---- fused ops ----
   // Each has a default decomposition into the ops above; a backend overrides the ones that pay on it (one launch,
   // one pass over the activations). Results must match the decomposition within that backend's op tolerances.
@@ -196,6 +252,27 @@ class Backend {
   virtual Status rms_norm_for_matmul(const Tensor& x, const Tensor& w, float eps, const Tensor& dst, DType next) {
     (void)next;
     return rms_norm(x, w, eps, dst);
+  }
+
+  // ---- step graphs (optional) ----
+  // A backend that can record the ops of a step and replay them (CUDA graphs) overrides these; ModelState::execute
+  // calls them around the ops of a step whose placement is this one backend, with `key` = the step's host-side
+  // shape (token/output buckets, n_seq, max_kv_len, max_q_len): every op argument that is not in backend memory is
+  // a function of it. graph_replay(key): enqueues the recorded step and returns true, or false when none is
+  // recorded (the caller then runs the ops between graph_begin and graph_end). graph_begin may start a recording
+  // (or not: e.g. only once a key has run eagerly); graph_end finishes it and runs what was recorded. graph_end is
+  // called even when an op failed in between. Defaults: no graphs.
+  virtual bool graph_replay(uint64_t key) {
+    (void)key;
+    return false;
+  }
+  virtual Status graph_begin(uint64_t key) {
+    (void)key;
+    return Status::ok();
+  }
+  virtual Status graph_end(uint64_t key) {
+    (void)key;
+    return Status::ok();
   }
 };
 

@@ -2,7 +2,9 @@
 //
 // Memory, all allocated in make_model_state:
 //   per layer       K and V pools on the layer's backend: [n_head_kv * hd, n_blocks * block_size] of kv_dtype
-//   per backend     workspace of max_tokens rows: x h q k v attn g u x_keep attn_keep (f32), the index region
+//   per layer       (linear-attention layers of hybrid models instead of K/V) the recurrent state: conv history
+//                   [(d_conv-1) * conv_dim, max_seqs] and delta-rule matrices [S_v * S_k * H_v, max_seqs], f32
+//   per backend     workspace of max_tokens rows: x h q k v attn g u x_keep attn_keep s (f32), the index region
 //                   (I32, the staging layout below) and the block tables [max_blocks_per_seq, max_seqs]
 //   output backend  logits f32 [n_vocab, max_outputs], argmax I32 [max_outputs]
 //   host (pinned, from the input backend's alloc_host)
@@ -11,7 +13,7 @@
 //                   boundaries without host memory on either side
 // Index region (int32 offsets, T = max_tokens, O = max_outputs, S = max_seqs):
 //   token 0 | pos T | slot 2T | tok_table 3T | kv_len 4T | out_rows 5T | seq_row 5T+O | seq_q_start +S |
-//   seq_q_len +2S | seq_kv_len +3S | end 5T+O+4S
+//   seq_q_len +2S | seq_kv_len +3S | seq_reset +4S | end 5T+O+5S
 #include "model/state.h"
 
 #include <algorithm>
@@ -38,14 +40,15 @@ struct IndexLayout {
   int64_t seq_q_start() const { return 5 * T + O + S; }
   int64_t seq_q_len() const { return 5 * T + O + 2 * S; }
   int64_t seq_kv_len() const { return 5 * T + O + 3 * S; }
-  int64_t ints() const { return 5 * T + O + 4 * S; }
+  int64_t seq_reset() const { return 5 * T + O + 4 * S; }
+  int64_t ints() const { return 5 * T + O + 5 * S; }
 };
 
 // Everything one backend of the placement needs to run its layers (or the input/output).
 struct Work {
   Backend* be = nullptr;
   std::unique_ptr<Buffer> act, idx, tables;
-  Tensor ws[10];  // x h q k v attn g u x_keep attn_keep, [width, max_tokens]
+  Tensor ws[11];  // x h q k v attn g u x_keep attn_keep s, [width, max_tokens]
   Tensor idx_t, tables_t;
   Tensor rope_freqs;
 };
@@ -66,6 +69,9 @@ class State final : public ModelState {
   KvLayer kv_layer(int64_t il) const override { return kv_[il]; }
   Status copy_block(int32_t src, int32_t dst, int32_t n) override;
   uint64_t kv_bytes() const override { return kv_storage_bytes(hp_, caps_); }
+  bool has_recurrent_state() const override { return hp_.hybrid(); }
+  Status copy_seq_state(int32_t src, int32_t dst) override;
+  uint64_t recurrent_bytes() const override { return recurrent_state_bytes(hp_, caps_); }
 
  private:
   Work& work_of(const Backend* be) {
@@ -77,6 +83,8 @@ class State final : public ModelState {
     return Tensor::make(DType::I32, static_cast<int32_t*>(w.idx->data()) + off, w.be, n > 0 ? n : 1);
   }
   void set_layer_ctx(ForwardCtx& c, Work& w, int64_t n, int64_t m);
+  // What differs per layer: RoPE base, attention scale, recurrent state.
+  void set_layer_params(ForwardCtx& c, int64_t il) const;
 
   const HParams& hp_;
   const ArchDef& arch_;
@@ -89,6 +97,7 @@ class State final : public ModelState {
   std::vector<Work> work_;
   std::vector<std::unique_ptr<Buffer>> kv_bufs_;
   std::vector<KvLayer> kv_;
+  std::vector<Tensor> conv_state_, ssm_state_;  // per layer (invalid for attention layers)
   std::unique_ptr<Buffer> logits_, argmax_;  // on the output backend
   std::unique_ptr<Buffer> staging_, host_out_, bounce_;
   StepPlan plan_;
@@ -103,6 +112,8 @@ Status State::init() {
   // KV pools per layer on the layer's backend.
   const int64_t n_slots = caps_.n_blocks * caps_.block_size;
   kv_.resize(static_cast<size_t>(hp_.n_layer));
+  conv_state_.resize(static_cast<size_t>(hp_.n_layer));
+  ssm_state_.resize(static_cast<size_t>(hp_.n_layer));
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     Backend* be = place_.layers[il].get();
     KvLayer& l = kv_[il];
@@ -110,6 +121,18 @@ Status State::init() {
     l.head_dim_k = static_cast<int32_t>(hp_.head_dim_k);
     l.head_dim_v = static_cast<int32_t>(hp_.head_dim_v);
     l.block_size = caps_.block_size;
+    l.window = hp_.window(il);
+    if (hp_.is_recurrent(il)) {  // no K/V: a recurrent state row per sequence slot instead
+      const int64_t widths[2] = {hp_.ssm_conv_state(), hp_.ssm_delta_state()};
+      Tensor* dst[2] = {&conv_state_[il], &ssm_state_[il]};
+      for (int i = 0; i < 2; ++i) {
+        auto buf = be->alloc(static_cast<size_t>(widths[i] * caps_.max_seqs) * sizeof(float));
+        if (!buf) return buf.status().with_context("recurrent state of layer " + std::to_string(il));
+        *dst[i] = Tensor::make(DType::F32, (*buf)->data(), be, widths[i], caps_.max_seqs);
+        kv_bufs_.push_back(std::move(buf).value());
+      }
+      continue;
+    }
     for (int kv = 0; kv < 2; ++kv) {
       const int64_t width = hp_.n_head_kv * (kv ? hp_.head_dim_v : hp_.head_dim_k);
       const size_t bytes = dtype_row_bytes(caps_.kv_dtype, width).value() * static_cast<size_t>(n_slots);
@@ -121,9 +144,10 @@ Status State::init() {
   }
 
   // Workspace, index region and block tables per backend.
-  const int64_t widths[] = {hp_.n_embd, hp_.n_embd, hp_.n_head * hp_.head_dim_k, hp_.n_head_kv * hp_.head_dim_k,
+  const int64_t q_width = std::max(hp_.n_head * hp_.head_dim_k, hp_.ws_q_width);
+  const int64_t widths[] = {hp_.n_embd, hp_.n_embd, q_width, hp_.n_head_kv * hp_.head_dim_k,
                             hp_.n_head_kv * hp_.head_dim_v, hp_.n_head * hp_.head_dim_v, hp_.n_ff, hp_.n_ff,
-                            hp_.n_embd, hp_.n_head * hp_.head_dim_v};
+                            hp_.n_embd, hp_.n_head * hp_.head_dim_v, hp_.ws_extra};
   size_t act_bytes = 0;
   for (int64_t wd : widths) act_bytes += align_up(static_cast<size_t>(wd * T) * sizeof(float));
   for (Backend* be : bes) {
@@ -131,7 +155,7 @@ Status State::init() {
     w.be = be;
     KILN_ASSIGN_OR_RETURN(w.act, be->alloc(act_bytes));
     char* p = static_cast<char*>(w.act->data());
-    for (int i = 0; i < 10; ++i) {
+    for (int i = 0; i < 11; ++i) {
       w.ws[i] = Tensor::make(DType::F32, p, be, widths[i], T);
       p += align_up(static_cast<size_t>(widths[i] * T) * sizeof(float));
     }
@@ -178,6 +202,7 @@ Status State::init() {
   plan_.seq_q_start = base + L_.seq_q_start();
   plan_.seq_q_len = base + L_.seq_q_len();
   plan_.seq_kv_len = base + L_.seq_kv_len();
+  plan_.seq_reset = base + L_.seq_reset();
   char* after = static_cast<char*>(staging_->data()) + align_up(idx_bytes);
   plan_.out_kind = reinterpret_cast<OutputKind*>(after);
   plan_.tables = reinterpret_cast<int32_t*>(after + kind_bytes);
@@ -190,6 +215,7 @@ void State::set_layer_ctx(ForwardCtx& c, Work& w, int64_t n, int64_t m) {
   c.be = w.be;
   Tensor* act[] = {&c.x, &c.h, &c.q, &c.k, &c.v, &c.attn, &c.g, &c.u, &c.x_keep, &c.attn_keep};
   for (int i = 0; i < 10; ++i) *act[i] = w.ws[i].rows(0, n);
+  c.s = w.ws[10];
   c.n = n;
   c.n_out = m;
   c.pos = idx_view(w, L_.pos(), n);
@@ -202,10 +228,18 @@ void State::set_layer_ctx(ForwardCtx& c, Work& w, int64_t n, int64_t m) {
   c.meta.seq_q_start = idx_view(w, L_.seq_q_start(), S);
   c.meta.seq_q_len = idx_view(w, L_.seq_q_len(), S);
   c.meta.seq_kv_len = idx_view(w, L_.seq_kv_len(), S);
+  c.meta.seq_reset = idx_view(w, L_.seq_reset(), S);
   c.meta.n_seq = plan_.n_seq;
   c.meta.max_kv_len = plan_.max_kv_len;
   c.meta.max_q_len = plan_.max_q_len;
   c.rope.freq_factors = w.rope_freqs;
+}
+
+void State::set_layer_params(ForwardCtx& c, int64_t il) const {
+  c.rope.freq_base = hp_.rope_base(il);
+  c.attn_scale = hp_.attn_scale > 0 ? hp_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hp_.head_dim_k));
+  c.conv_state = conv_state_[il];
+  c.ssm_state = ssm_state_[il];
 }
 
 // The step, top to bottom:
@@ -232,6 +266,17 @@ Status State::execute() {
   }
   P.dirty_rows.clear();
 
+  // A decode-sized step (<= 64 tokens) on one backend may be a recorded graph (Backend::graph_*), keyed by every
+  // host-side count the ops see, packed without loss: n, m, max_q_len <= 64 (7 bits each), n_seq (17 bits),
+  // max_kv_len (26 bits).
+  Backend* solo = work_.size() == 1 && n <= 64 && P.max_q_len <= 64 && P.max_kv_len >= 0 &&
+                          P.max_kv_len < (1 << 26) ? work_[0].be : nullptr;
+  const uint64_t gkey = static_cast<uint64_t>(n) | static_cast<uint64_t>(m) << 7 |
+                        static_cast<uint64_t>(P.max_q_len) << 14 | static_cast<uint64_t>(P.n_seq) << 21 |
+                        static_cast<uint64_t>(P.max_kv_len) << 38;
+  if (solo && solo->graph_replay(gkey)) return Status::ok();
+  if (solo) KILN_TRY(solo->graph_begin(gkey));
+  auto run_ops = [&]() -> Status {
   ForwardCtx& c = ctx_;
   c.hp = &hp_;
   c.w = &w_;
@@ -253,6 +298,7 @@ Status State::execute() {
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     Work& w = work_of(place_.layers[il].get());
     set_layer_ctx(c, w, n, m);
+    set_layer_params(c, il);
     if (&w != cur) KILN_TRY(copy_between(x, c.x, bounce, bounce_bytes));
     cur = &w;
     KILN_TRY(arch_.block(c, il));
@@ -276,6 +322,13 @@ Status State::execute() {
   const Tensor lt = Tensor::make(DType::F32, logits_->data(), &ob, hp_.n_vocab, m);
   KILN_TRY(ob.matmul(w_.output, hn, Tensor{}, lt));
   return ob.argmax(lt, Tensor::make(DType::I32, argmax_->data(), &ob, m));
+  };
+  Status st = run_ops();
+  if (solo) {
+    Status e = solo->graph_end(gkey);
+    if (st.is_ok()) st = e;
+  }
+  return st;
 }
 
 Result<StepOutputs> State::fetch() {
@@ -315,8 +368,18 @@ Status State::copy_block(int32_t src, int32_t dst, int32_t n) {
   for (const KvLayer& l : kv_) {
     const int64_t bs = caps_.block_size;
     for (const Tensor* t : {&l.k, &l.v})
-      KILN_TRY(t->backend->copy(t->rows(src * bs, n), t->rows(dst * bs, n)));
+      if (t->valid()) KILN_TRY(t->backend->copy(t->rows(src * bs, n), t->rows(dst * bs, n)));
   }
+  return Status::ok();
+}
+
+Status State::copy_seq_state(int32_t src, int32_t dst) {
+  if (src < 0 || dst < 0 || src >= caps_.max_seqs || dst >= caps_.max_seqs)
+    return make_error(ErrorCode::kInternal, "copy_seq_state: %d -> %d is out of range", src, dst);
+  if (src == dst) return Status::ok();
+  for (int64_t il = 0; il < hp_.n_layer; ++il)
+    for (const Tensor* t : {&conv_state_[il], &ssm_state_[il]})
+      if (t->valid()) KILN_TRY(t->backend->copy(t->rows(src, 1), t->rows(dst, 1)));
   return Status::ok();
 }
 
@@ -331,8 +394,19 @@ uint64_t kv_storage_bytes(const HParams& hp, const StepCaps& caps) {
   const uint64_t slots = static_cast<uint64_t>(caps.n_blocks) * static_cast<uint64_t>(caps.block_size);
   // Saturates instead of wrapping (n_blocks comes from -c).
   const uint64_t per_layer = slots != 0 && per_slot > UINT64_MAX / slots ? UINT64_MAX : per_slot * slots;
-  const uint64_t n_layer = static_cast<uint64_t>(hp.n_layer);
-  return per_layer > UINT64_MAX / n_layer ? UINT64_MAX : per_layer * n_layer;
+  const uint64_t n_layer = static_cast<uint64_t>(n_kv_layers(hp));
+  return n_layer == 0 ? 0 : per_layer > UINT64_MAX / n_layer ? UINT64_MAX : per_layer * n_layer;
+}
+
+int64_t n_kv_layers(const HParams& hp) {
+  int64_t n = 0;
+  for (int64_t il = 0; il < hp.n_layer; ++il) n += hp.is_recurrent(il) ? 0 : 1;
+  return n;
+}
+
+uint64_t recurrent_state_bytes(const HParams& hp, const StepCaps& caps) {
+  const uint64_t per_seq = static_cast<uint64_t>(hp.ssm_conv_state() + hp.ssm_delta_state()) * sizeof(float);
+  return per_seq * static_cast<uint64_t>(caps.max_seqs) * static_cast<uint64_t>(hp.n_layer - n_kv_layers(hp));
 }
 
 Result<std::unique_ptr<ModelState>> make_model_state(const HParams& hp, const ArchDef& arch, const Weights& w,
@@ -357,11 +431,28 @@ Result<std::unique_ptr<ModelState>> make_model_state(const HParams& hp, const Ar
     if (!l->supports(Op::kKvStore, kt) || !l->supports(Op::kAttention, kt))
       return make_error(ErrorCode::kUnsupported, "KV cache type %s is not supported by backend %s", dtype_name(kt),
                         l->name());
+  // Ops only some architectures use, asked before anything is allocated (a backend without them would fail at the
+  // first step, or, for the window, silently attend to the whole prefix).
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    Backend& be = *place.layers[il];
+    const bool rec = hp.is_recurrent(il);
+    if (hp.window(il) > 0 && !be.supports(Op::kAttentionWindow, kt))
+      return make_error(ErrorCode::kUnsupported, "layer %lld of %s uses sliding-window attention, which backend %s "
+                        "does not run (with a %s cache)", static_cast<long long>(il), hp.arch.c_str(), be.name(),
+                        dtype_name(kt));
+    if (rec && (!be.supports(Op::kConv1dSilu, DType::F32) || !be.supports(Op::kDeltaNet, DType::F32)))
+      return make_error(ErrorCode::kUnsupported, "layer %lld of %s is a Gated DeltaNet layer, which backend %s does "
+                        "not run (conv1d_silu, gated_delta_net)", static_cast<long long>(il), hp.arch.c_str(),
+                        be.name());
+  }
   // Storage per backend against what it can allocate, before allocating any of it.
-  const uint64_t per_layer = kv_storage_bytes(hp, caps) / static_cast<uint64_t>(hp.n_layer);
+  const int64_t n_kv = n_kv_layers(hp), n_rec = hp.n_layer - n_kv;
+  const uint64_t per_layer = n_kv > 0 ? kv_storage_bytes(hp, caps) / static_cast<uint64_t>(n_kv) : 0;
+  const uint64_t per_rec = n_rec > 0 ? recurrent_state_bytes(hp, caps) / static_cast<uint64_t>(n_rec) : 0;
   for (Backend* be : place.backends()) {
     uint64_t need = 0;
-    for (const auto& l : place.layers) need += l.get() == be ? per_layer : 0;
+    for (int64_t il = 0; il < hp.n_layer; ++il)
+      need += place.layers[il].get() == be ? (hp.is_recurrent(il) ? per_rec : per_layer) : 0;
     const uint64_t avail = be->memory_available();
     if (need > 0 && avail > 0 && need > avail)
       return make_error(ErrorCode::kOutOfRange, "the KV cache needs %.2f GiB on %s (%lld token slots of %s), %.2f GiB "

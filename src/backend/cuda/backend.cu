@@ -1,4 +1,6 @@
-// The CUDA backend's registry entry (backend/registry.h): lists the GPUs; create() builds the backend.
+// The CUDA backend's registry entry (backend/registry.h): lists the GPUs; create() builds a CudaBackend
+// (cuda_backend.h).
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device.h"
 #include "backend/registry.h"
 
@@ -21,8 +23,8 @@ Result<std::vector<kiln::DeviceInfo>> devices() {
 }
 
 Result<std::unique_ptr<Backend>> create(int index, const BackendOptions&) {
-  return make_error(ErrorCode::kUnsupported, "cuda:%d: the CUDA backend's ops are not built yet (use --device cpu)",
-                    index);
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> b, CudaBackend::create(index));
+  return std::unique_ptr<Backend>(std::move(b));
 }
 
 }  // namespace

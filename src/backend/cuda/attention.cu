@@ -1,0 +1,206 @@
+// Causal paged attention over the KV cache (f16, f32 or q8_0 storage), decode and prefill, any head dims.
+//   entry: CudaBackend::attention  ->  launch_attention  ->  attn_kernel (+ attn_combine when split)
+// Work item = (token, KV head, split): one 128-thread block serves all n_head/n_head_kv query heads of its GQA
+// group, so each KV tile is loaded once per group. The positions [0, kv_len) of the token are cut into n_split
+// contiguous ranges (flash-decoding: the split count comes from the host-known bound max_kv_len and the SM count,
+// never from tensor values, so a step stays capturable); each split runs an online softmax over tiles of 32
+// positions: K tile -> shared (f32) -> scores q.k (thread per (head, position)) -> running max / sum per head ->
+// V tile -> shared -> acc += p V (thread per (head, dim)). Splits write (acc, max, sum) and attn_combine merges
+// them with the usual rescaling. kv_len 0 (padding) gives a zero row.
+// Numerics: f32 throughout; q is rounded to f16 first when the cache is f16 (as the CPU reference and llama.cpp's
+// f16 flash attention do); exp in f32.
+#include <algorithm>
+#include <climits>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kTile = 32, kThreads = 128, kMaxSplit = 32, kMinSplitLen = 64;
+
+struct Shape {
+  int n_rep, n_split, chunk, dmax;
+};
+
+Shape shape_of(const AttnParams& p) {
+  Shape s;
+  s.n_rep = p.n_head / p.n_head_kv;
+  s.dmax = std::max(p.hd_k, p.hd_v);
+  s.n_split = 1;
+  if (p.max_kv_len > 0) {
+    const int items = std::max(1, p.n_tok * p.n_head_kv);
+    const int want = ceil_div(2 * std::max(p.n_sm, 1), items);
+    const int by_len = std::max(1, p.max_kv_len / kMinSplitLen);
+    s.n_split = std::clamp(std::min(want, by_len), 1, kMaxSplit);
+  }
+  s.chunk = s.n_split == 1 ? INT_MAX : ceil_div(ceil_div(p.max_kv_len, s.n_split), kTile) * kTile;
+  return s;
+}
+
+size_t smem_floats(const AttnParams& p, const Shape& s) {
+  return static_cast<size_t>(s.n_rep) * p.hd_k + static_cast<size_t>(kTile) * (s.dmax + 1) +
+         static_cast<size_t>(s.n_rep) * kTile + 3 * static_cast<size_t>(s.n_rep) + static_cast<size_t>(s.n_rep) * p.hd_v;
+}
+
+__device__ __forceinline__ float kv_elem(DType t, const uint8_t* head, int d) {
+  if (t == DType::F16) return h2f(reinterpret_cast<const uint16_t*>(head)[d]);
+  if (t == DType::F32) return reinterpret_cast<const float*>(head)[d];
+  const uint8_t* blk = head + 34 * (d / 32);  // Q8_0
+  return h2f(ld_u16(blk)) * static_cast<float>(reinterpret_cast<const int8_t*>(blk + 2)[d % 32]);
+}
+
+__global__ void __launch_bounds__(kThreads) attn_kernel(AttnParams p, Shape sh, float* part) {
+  extern __shared__ float smem[];
+  const int n_rep = sh.n_rep, Dk = p.hd_k, Dv = p.hd_v, ld = sh.dmax + 1;
+  float* qs = smem;                      // [n_rep][Dk]
+  float* kv = qs + n_rep * Dk;           // [kTile][dmax + 1]
+  float* ps = kv + kTile * ld;           // [n_rep][kTile]
+  float* corr = ps + n_rep * kTile;      // [n_rep]
+  float* mrow = corr + n_rep;            // [n_rep]
+  float* lrow = mrow + n_rep;            // [n_rep]
+  float* acc = lrow + n_rep;             // [n_rep][Dv]
+  const int t = blockIdx.x, g = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+  const int warp = tid / kWarp, lane = tid % kWarp;
+  const int len = p.kv_len[t];
+  const int start = sp == 0 ? 0 : sp * sh.chunk;
+  const int end = sp == sh.n_split - 1 ? len : min(len, start + sh.chunk);
+  const int32_t* table = p.tables + static_cast<int64_t>(p.tok_table[t]) * p.table_stride;
+  const bool f16 = p.kv_type == DType::F16;
+
+  for (int i = tid; i < n_rep * Dk; i += kThreads) {
+    const int r = i / Dk, d = i % Dk;
+    const float v = p.q[t * p.q_tok_stride + (g * n_rep + r) * p.q_head_stride + d];
+    qs[i] = f16 ? __half2float(__float2half_rn(v)) : v;
+  }
+  for (int i = tid; i < n_rep * Dv; i += kThreads) acc[i] = 0.0f;
+  if (tid < n_rep) mrow[tid] = -INFINITY, lrow[tid] = 0.0f;
+  __syncthreads();
+
+  for (int j0 = start; j0 < end; j0 += kTile) {
+    const int nj = min(kTile, end - j0);
+    for (int i = tid; i < nj * Dk; i += kThreads) {
+      const int j = i / Dk, d = i % Dk, pos = j0 + j;
+      const int64_t slot = static_cast<int64_t>(table[pos / p.block_size]) * p.block_size + pos % p.block_size;
+      kv[j * ld + d] = kv_elem(p.kv_type, p.k + slot * p.k_slot_bytes + g * p.k_head_bytes, d);
+    }
+    __syncthreads();
+    for (int i = tid; i < n_rep * kTile; i += kThreads) {
+      const int r = i / kTile, j = i % kTile;
+      float s = -INFINITY;
+      if (j < nj) {
+        const float* qr = qs + r * Dk;
+        const float* kr = kv + j * ld;
+        float a = 0.0f;
+        for (int d = 0; d < Dk; ++d) a = fmaf(qr[d], kr[d], a);
+        s = a * p.scale;
+      }
+      ps[i] = s;
+    }
+    __syncthreads();
+    for (int r = warp; r < n_rep; r += kThreads / kWarp) {
+      const float s = ps[r * kTile + lane];
+      const float m_old = mrow[r];
+      const float m_new = fmaxf(m_old, warp_max(s));
+      const float e = lane < nj ? expf(s - m_new) : 0.0f;
+      const float sum = warp_sum(e);
+      ps[r * kTile + lane] = e;
+      __syncwarp();
+      if (lane == 0) {
+        const float c = expf(m_old - m_new);  // m_old = -inf: 0
+        corr[r] = c;
+        lrow[r] = lrow[r] * c + sum;
+        mrow[r] = m_new;
+      }
+    }
+    for (int i = tid; i < nj * Dv; i += kThreads) {
+      const int j = i / Dv, d = i % Dv, pos = j0 + j;
+      const int64_t slot = static_cast<int64_t>(table[pos / p.block_size]) * p.block_size + pos % p.block_size;
+      kv[j * ld + d] = kv_elem(p.kv_type, p.v + slot * p.v_slot_bytes + g * p.v_head_bytes, d);
+    }
+    __syncthreads();
+    for (int i = tid; i < n_rep * Dv; i += kThreads) {
+      const int r = i / Dv, d = i % Dv;
+      const float* pr = ps + r * kTile;
+      float a = acc[i] * corr[r];
+      for (int j = 0; j < nj; ++j) a = fmaf(pr[j], kv[j * ld + d], a);
+      acc[i] = a;
+    }
+    __syncthreads();
+  }
+
+  if (sh.n_split == 1) {
+    for (int i = tid; i < n_rep * Dv; i += kThreads) {
+      const int r = i / Dv, d = i % Dv;
+      const float l = lrow[r];
+      p.dst[(static_cast<size_t>(t) * p.n_head + g * n_rep + r) * Dv + d] = l > 0.0f ? acc[i] / l : 0.0f;
+    }
+  } else {
+    for (int i = tid; i < n_rep * Dv; i += kThreads) {
+      const int r = i / Dv, d = i % Dv;
+      const size_t th = static_cast<size_t>(t) * p.n_head + g * n_rep + r;
+      part[(th * sh.n_split + sp) * (Dv + 2) + d] = acc[i];
+    }
+    if (tid < n_rep) {
+      const size_t th = static_cast<size_t>(t) * p.n_head + g * n_rep + tid;
+      float* o = part + (th * sh.n_split + sp) * (Dv + 2) + Dv;
+      o[0] = mrow[tid];
+      o[1] = lrow[tid];
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) attn_combine(AttnParams p, Shape sh, const float* part) {
+  const size_t th = blockIdx.x;  // token * n_head + head
+  const int Dv = p.hd_v;
+  const float* base = part + th * sh.n_split * (Dv + 2);
+  float M = -INFINITY;
+  for (int s = 0; s < sh.n_split; ++s)
+    if (base[s * (Dv + 2) + Dv + 1] > 0.0f) M = fmaxf(M, base[s * (Dv + 2) + Dv]);
+  float L = 0.0f;
+  for (int s = 0; s < sh.n_split; ++s) {
+    const float l = base[s * (Dv + 2) + Dv + 1];
+    if (l > 0.0f) L += l * expf(base[s * (Dv + 2) + Dv] - M);
+  }
+  for (int d = threadIdx.x; d < Dv; d += kThreads) {
+    float o = 0.0f;
+    for (int s = 0; s < sh.n_split; ++s) {
+      const float l = base[s * (Dv + 2) + Dv + 1];
+      if (l > 0.0f) o += base[s * (Dv + 2) + d] * expf(base[s * (Dv + 2) + Dv] - M);
+    }
+    p.dst[th * Dv + d] = L > 0.0f ? o / L : 0.0f;
+  }
+}
+
+}  // namespace
+
+size_t attention_scratch_floats(const AttnParams& p) {
+  const Shape s = shape_of(p);
+  if (s.n_split == 1) return 0;
+  return static_cast<size_t>(p.n_tok) * p.n_head * s.n_split * (p.hd_v + 2);
+}
+
+size_t attention_smem_bytes(const AttnParams& p) { return smem_floats(p, shape_of(p)) * sizeof(float); }
+
+Status attention_init(size_t max_smem) {
+  KILN_CUDA_TRY(cudaFuncSetAttribute(attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(max_smem)));
+  return Status::ok();
+}
+
+Status launch_attention(const AttnParams& p, float* scratch, cudaStream_t s) {
+  if (p.n_tok == 0) return Status::ok();
+  const Shape sh = shape_of(p);
+  const size_t smem = smem_floats(p, sh) * sizeof(float);
+  const dim3 grid(static_cast<unsigned>(p.n_tok), static_cast<unsigned>(p.n_head_kv), static_cast<unsigned>(sh.n_split));
+  attn_kernel<<<grid, kThreads, smem, s>>>(p, sh, scratch);
+  KILN_CUDA_LAUNCH_CHECK();
+  if (sh.n_split > 1) {
+    attn_combine<<<static_cast<unsigned>(p.n_tok * p.n_head), kThreads, 0, s>>>(p, sh, scratch);
+    KILN_CUDA_LAUNCH_CHECK();
+  }
+  return Status::ok();
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,657 @@
+// CudaBackend: memory, weight upload, op entries (checks + unpacking; the launchers are in launch.h), graphs.
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace kiln::cuda {
+namespace {
+
+class DeviceBuffer final : public Buffer {
+ public:
+  DeviceBuffer(Backend* be, void* p, size_t n) : Buffer(be, p, n) {}
+  ~DeviceBuffer() override { cudaFree(data_); }
+};
+
+class PinnedBuffer final : public Buffer {
+ public:
+  PinnedBuffer(Backend* be, void* p, size_t n) : Buffer(be, p, n) {}
+  ~PinnedBuffer() override { cudaFreeHost(data_); }
+};
+
+size_t fstride(const Tensor& t) { return t.nb[1] / sizeof(float); }
+
+Status check(const char* op, const char* name, const Tensor& t, DType want) {
+  if (!t.valid()) return make_error(ErrorCode::kInvalidArgument, "%s: %s is not set", op, name);
+  if (t.dtype != want)
+    return make_error(ErrorCode::kUnsupported, "%s: %s must be %s, got %s", op, name, dtype_name(want),
+                      dtype_name(t.dtype));
+  if (!t.rows_uniform())
+    return make_error(ErrorCode::kUnsupported, "%s: %s %s must have contiguous rows with one row stride", op, name,
+                      t.shape_string().c_str());
+  if (t.nb[1] % dtype_type_size(want) != 0)
+    return make_error(ErrorCode::kUnsupported, "%s: %s row stride %zu is not a multiple of its element size", op, name,
+                      t.nb[1]);
+  return Status::ok();
+}
+
+Status same_shape(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
+  if (a.ne[0] != b.ne[0] || a.n_rows() != b.n_rows())
+    return make_error(ErrorCode::kInvalidArgument, "%s: %s %s and %s %s differ in shape", op, an,
+                      a.shape_string().c_str(), bn, b.shape_string().c_str());
+  return Status::ok();
+}
+
+Status check_ids(const char* op, const char* name, const Tensor& ids, int64_t n) {
+  KILN_TRY(check(op, name, ids, DType::I32));
+  if (ids.ne[0] != n || ids.n_rows() != 1)
+    return make_error(ErrorCode::kInvalidArgument, "%s: %s %s must be [%lld]", op, name, ids.shape_string().c_str(),
+                      static_cast<long long>(n));
+  return Status::ok();
+}
+
+bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+bool is_cache_type(DType t) { return t == DType::F16 || t == DType::F32 || t == DType::Q8_0; }
+
+}  // namespace
+
+// ---- lifetime ---------------------------------------------------------------------------------------------------
+
+Result<std::unique_ptr<CudaBackend>> CudaBackend::create(int device) {
+  std::unique_ptr<CudaBackend> b(new CudaBackend(device));
+  KILN_TRY(b->init());
+  return Result<std::unique_ptr<CudaBackend>>(std::move(b));
+}
+
+Status CudaBackend::init() {
+  KILN_CUDA_TRY(cudaGetDeviceCount(&n_devices_));
+  if (device_ < 0 || device_ >= n_devices_)
+    return make_error(ErrorCode::kInvalidArgument, "cuda:%d: no such GPU (%d present)", device_, n_devices_);
+  KILN_CUDA_TRY(cudaSetDevice(device_));
+  cudaDeviceProp prop{};
+  KILN_CUDA_TRY(cudaGetDeviceProperties(&prop, device_));
+  n_sm_ = prop.multiProcessorCount;
+  smem_optin_ = prop.sharedMemPerBlockOptin;
+  KILN_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  KILN_TRY(attention_init(smem_optin_));
+  const char* g = std::getenv("KILN_CUDA_GRAPHS");
+  graphs_enabled_ = !(g && std::strcmp(g, "0") == 0);
+  return Status::ok();
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
+  for (void* w : weights_) cudaFree(w);
+  for (int i = 0; i < 2; ++i) {
+    if (stage_ev_[i]) cudaEventDestroy(stage_ev_[i]);
+    if (stage_[i]) cudaFreeHost(stage_[i]);
+  }
+  for (int i = 0; i < 2; ++i)
+    if (ring_ev_[i]) cudaEventDestroy(ring_ev_[i]);
+  if (ring_) cudaFreeHost(ring_);
+  if (act_buf_) cudaFree(act_buf_);
+  if (attn_buf_) cudaFree(attn_buf_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Status CudaBackend::use() const {
+  if (n_devices_ > 1) KILN_CUDA_TRY(cudaSetDevice(device_));
+  return Status::ok();
+}
+
+bool CudaBackend::supports(Op op, DType a, DType b) const {
+  switch (op) {
+    case Op::kGetRows:
+    case Op::kMatmul: return gemm_supports(a);
+    case Op::kKvStore:
+    case Op::kAttention: return is_cache_type(a);
+    case Op::kCopy: return a == b || (is_float_type(a) && is_float_type(b));
+    case Op::kArgmax:
+    case Op::kRmsNorm:
+    case Op::kRope:
+    case Op::kSwiglu:
+    case Op::kAdd:
+    case Op::kMul:
+    case Op::kScale:
+    case Op::kSoftmax: return a == DType::F32;
+  }
+  return false;
+}
+
+// ---- memory -----------------------------------------------------------------------------------------------------
+
+uint64_t CudaBackend::memory_available() const {
+  if (!use().is_ok()) return 0;
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+  return free_b;
+}
+
+Result<std::unique_ptr<Buffer>> CudaBackend::alloc(size_t bytes) {
+  KILN_TRY(use());
+  void* p = nullptr;
+  const size_t n = std::max<size_t>(256, (bytes + 255) / 256 * 256);
+  const cudaError_t e = cudaMalloc(&p, n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return make_error(ErrorCode::kOutOfRange, "%s: cannot allocate %zu bytes (%llu bytes free): %s", name_.c_str(),
+                      bytes, static_cast<unsigned long long>(memory_available()), cudaGetErrorString(e));
+  }
+  return std::unique_ptr<Buffer>(new DeviceBuffer(this, p, n));
+}
+
+Result<std::unique_ptr<Buffer>> CudaBackend::alloc_host(size_t bytes) {
+  KILN_TRY(use());
+  void* p = nullptr;
+  const size_t n = std::max<size_t>(64, bytes);
+  const cudaError_t e = cudaMallocHost(&p, n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return make_error(ErrorCode::kOutOfRange, "%s: cannot allocate %zu bytes of pinned host memory: %s",
+                      name_.c_str(), bytes, cudaGetErrorString(e));
+  }
+  return std::unique_ptr<Buffer>(new PinnedBuffer(this, p, n));
+}
+
+// cudaMemcpyAsync from pageable memory returns once the bytes are staged (the caller may reuse its buffer); from
+// pinned memory it is truly asynchronous, which is the write() reuse rule of backend.h.
+// Small writes (the step's index region, block-table rows) are staged through the pinned ring first: the caller
+// may then reuse its buffer at once, pinned or not (stricter than backend.h's rule, which a planner that skips the
+// synchronize of a step without outputs would otherwise break).
+Status CudaBackend::write(const Tensor& dst, size_t offset, const void* src, size_t n) {
+  if (!dst.valid()) return make_error(ErrorCode::kInvalidArgument, "write: destination tensor is not set");
+  if (n == 0) return Status::ok();
+  KILN_TRY(use());
+  char* d = static_cast<char*>(dst.data) + offset;
+  if (n > kRingHalf || capturing_) {
+    KILN_CUDA_TRY(cudaMemcpyAsync(d, src, n, cudaMemcpyHostToDevice, stream_));
+    return Status::ok();
+  }
+  if (!ring_) {
+    KILN_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&ring_), 2 * kRingHalf));
+    for (int i = 0; i < 2; ++i) {
+      KILN_CUDA_TRY(cudaEventCreateWithFlags(&ring_ev_[i], cudaEventDisableTiming));
+      KILN_CUDA_TRY(cudaEventRecord(ring_ev_[i], stream_));
+    }
+  }
+  if (ring_off_ + n > kRingHalf) {  // this half is full: mark it, move to the other once its copies are done
+    KILN_CUDA_TRY(cudaEventRecord(ring_ev_[ring_half_], stream_));
+    ring_half_ ^= 1;
+    ring_off_ = 0;
+    KILN_CUDA_TRY(cudaEventSynchronize(ring_ev_[ring_half_]));
+  }
+  char* stage = ring_ + ring_half_ * kRingHalf + ring_off_;
+  std::memcpy(stage, src, n);
+  ring_off_ += (n + 255) / 256 * 256;
+  KILN_CUDA_TRY(cudaMemcpyAsync(d, stage, n, cudaMemcpyHostToDevice, stream_));
+  return Status::ok();
+}
+
+Status CudaBackend::read(const Tensor& src, size_t offset, void* dst, size_t n) {
+  if (!src.valid()) return make_error(ErrorCode::kInvalidArgument, "read: source tensor is not set");
+  if (n == 0) return Status::ok();
+  KILN_TRY(use());
+  KILN_CUDA_TRY(cudaMemcpyAsync(dst, static_cast<const char*>(src.data) + offset, n, cudaMemcpyDeviceToHost, stream_));
+  KILN_CUDA_TRY(cudaStreamSynchronize(stream_));
+  return Status::ok();
+}
+
+Status CudaBackend::synchronize() {
+  KILN_TRY(use());
+  KILN_CUDA_TRY(cudaStreamSynchronize(stream_));
+  return Status::ok();
+}
+
+// One device allocation per weight, filled through two pinned 32 MiB chunks: the host copy of chunk i+1 (which
+// reads the file mapping) overlaps the DMA of chunk i.
+Result<Tensor> CudaBackend::import_weight(DType t, const int64_t ne[4], const void* host, size_t nbytes) {
+  if (ne[0] % dtype_block_size(t) != 0)
+    return make_error(ErrorCode::kInvalidArgument, "import_weight: row of %lld elements is not a multiple of %s's "
+                      "block size", static_cast<long long>(ne[0]), dtype_name(t));
+  Tensor x = Tensor::make(t, nullptr, this, ne[0], ne[1], ne[2], ne[3]);
+  if (x.n_bytes() != nbytes)
+    return make_error(ErrorCode::kInvalidArgument, "import_weight: %s %s needs %zu bytes, got %zu", dtype_name(t),
+                      x.shape_string().c_str(), x.n_bytes(), nbytes);
+  KILN_TRY(use());
+  void* d = nullptr;
+  const cudaError_t e = cudaMalloc(&d, std::max<size_t>(nbytes, 256));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    (void)cudaMemGetInfo(&free_b, &total_b);
+    return make_error(ErrorCode::kOutOfRange, "%s: the model does not fit in GPU memory: a weight of %zu bytes "
+                      "does not fit in the %zu bytes free (%llu bytes of weights already uploaded, %zu bytes on the "
+                      "GPU in all); offload fewer layers with -ngl N (the rest run on the CPU)", name_.c_str(), nbytes,
+                      free_b, static_cast<unsigned long long>(weight_bytes_), total_b);
+  }
+  weights_.push_back(d);
+  for (int i = 0; i < 2; ++i) {
+    if (!stage_[i]) {
+      KILN_CUDA_TRY(cudaMallocHost(&stage_[i], kStageBytes));
+      KILN_CUDA_TRY(cudaEventCreateWithFlags(&stage_ev_[i], cudaEventDisableTiming));
+      KILN_CUDA_TRY(cudaEventRecord(stage_ev_[i], stream_));
+    }
+  }
+  const char* src = static_cast<const char*>(host);
+  for (size_t off = 0; off < nbytes;) {
+    const size_t n = std::min(kStageBytes, nbytes - off);
+    const int i = stage_next_;
+    stage_next_ ^= 1;
+    KILN_CUDA_TRY(cudaEventSynchronize(stage_ev_[i]));
+    std::memcpy(stage_[i], src + off, n);
+    KILN_CUDA_TRY(cudaMemcpyAsync(static_cast<char*>(d) + off, stage_[i], n, cudaMemcpyHostToDevice, stream_));
+    KILN_CUDA_TRY(cudaEventRecord(stage_ev_[i], stream_));
+    off += n;
+  }
+  weight_bytes_ += nbytes;
+  x.data = d;
+  return x;
+}
+
+Status CudaBackend::ensure_scratch(void** buf, size_t* have, size_t need, const char* what) {
+  if (need <= *have) return Status::ok();
+  if (capturing_) {
+    capture_failed_ = true;
+    return make_error(ErrorCode::kInternal, "%s: %s scratch must grow during a CUDA graph capture (set "
+                      "KILN_CUDA_GRAPHS=0)", name_.c_str(), what);
+  }
+  KILN_CUDA_TRY(cudaStreamSynchronize(stream_));
+  if (*buf) KILN_CUDA_TRY(cudaFree(*buf));
+  *buf = nullptr;
+  *have = 0;
+  const size_t n = std::max(need, *have * 2);
+  const cudaError_t e = cudaMalloc(buf, n);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    *buf = nullptr;
+    return make_error(ErrorCode::kOutOfRange, "%s: cannot allocate %zu bytes of %s scratch", name_.c_str(), n, what);
+  }
+  *have = n;
+  return Status::ok();
+}
+
+// ---- ops --------------------------------------------------------------------------------------------------------
+
+Status CudaBackend::get_rows(const Tensor& w, const Tensor& ids, const Tensor& dst) {
+  if (!w.valid() || !w.rows_uniform())
+    return make_error(ErrorCode::kInvalidArgument, "get_rows: w must be a tensor with contiguous rows");
+  if (!supports(Op::kGetRows, w.dtype))
+    return make_error(ErrorCode::kUnsupported, "get_rows: weight type %s is not supported", dtype_name(w.dtype));
+  KILN_TRY(check("get_rows", "dst", dst, DType::F32));
+  if (dst.ne[0] != w.ne[0])
+    return make_error(ErrorCode::kInvalidArgument, "get_rows: dst row of %lld elements, weight row of %lld",
+                      static_cast<long long>(dst.ne[0]), static_cast<long long>(w.ne[0]));
+  const int64_t n = dst.n_rows();
+  KILN_TRY(check_ids("get_rows", "ids", ids, n));
+  KILN_TRY(use());
+  GetRowsParams p{w.dtype, static_cast<const uint8_t*>(w.data), w.nb[1], w.ne[0],
+                  static_cast<const int32_t*>(ids.data), n, static_cast<float*>(dst.data), fstride(dst)};
+  return launch_get_rows(p, stream_);
+}
+
+Status CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& dst) {
+  KILN_TRY(check("rms_norm", "x", x, DType::F32));
+  KILN_TRY(check("rms_norm", "dst", dst, DType::F32));
+  KILN_TRY(same_shape("rms_norm", "x", x, "dst", dst));
+  const int64_t d = x.ne[0];
+  if (w.valid()) {
+    KILN_TRY(check("rms_norm", "w", w, DType::F32));
+    if (w.ne[0] != d || w.n_rows() != 1)
+      return make_error(ErrorCode::kInvalidArgument, "rms_norm: w %s must be [%lld]", w.shape_string().c_str(),
+                        static_cast<long long>(d));
+  }
+  if (!(eps >= 0)) return make_error(ErrorCode::kInvalidArgument, "rms_norm: eps %g must be >= 0", eps);
+  KILN_TRY(use());
+  RmsNormParams p{static_cast<const float*>(x.data), fstride(x),
+                  w.valid() ? static_cast<const float*>(w.data) : nullptr, eps, static_cast<float*>(dst.data),
+                  fstride(dst), d, x.n_rows()};
+  return launch_rms_norm(p, stream_);
+}
+
+Status CudaBackend::matmul_operands(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst) const {
+  if (!w.valid() || !w.rows_uniform())
+    return make_error(ErrorCode::kInvalidArgument, "matmul: w must be a tensor with contiguous rows");
+  if (!supports(Op::kMatmul, w.dtype))
+    return make_error(ErrorCode::kUnsupported, "matmul: weight type %s is not supported", dtype_name(w.dtype));
+  KILN_TRY(check("matmul", "x", x, DType::F32));
+  KILN_TRY(check("matmul", "dst", dst, DType::F32));
+  if (x.ne[0] != w.ne[0])
+    return make_error(ErrorCode::kInvalidArgument, "matmul: x %s rows do not match w %s (n_in %lld)",
+                      x.shape_string().c_str(), w.shape_string().c_str(), static_cast<long long>(w.ne[0]));
+  if (dst.ne[0] != w.n_rows() || dst.n_rows() != x.n_rows())
+    return make_error(ErrorCode::kInvalidArgument, "matmul: dst %s must be [%lld, %lld]", dst.shape_string().c_str(),
+                      static_cast<long long>(w.n_rows()), static_cast<long long>(x.n_rows()));
+  if (x.data == dst.data) return make_error(ErrorCode::kInvalidArgument, "matmul: dst must not alias x");
+  if (bias.valid()) {
+    KILN_TRY(check("matmul", "bias", bias, DType::F32));
+    if (bias.ne[0] != dst.ne[0] || bias.n_rows() != 1)
+      return make_error(ErrorCode::kInvalidArgument, "matmul: bias %s must be [%lld]", bias.shape_string().c_str(),
+                        static_cast<long long>(dst.ne[0]));
+  }
+  return Status::ok();
+}
+
+Result<ActQ> CudaBackend::quantize_act(const Tensor& x) {
+  ActQ a;
+  a.n_in = x.ne[0];
+  a.n_tok = x.n_rows();
+  a.qs_stride = static_cast<size_t>((a.n_in + 15) / 16 * 16);
+  a.ds_stride = static_cast<size_t>(a.n_in / 32);
+  const size_t qs_bytes = (a.qs_stride * static_cast<size_t>(a.n_tok) + 255) / 256 * 256;
+  const size_t need = qs_bytes + a.ds_stride * static_cast<size_t>(a.n_tok) * sizeof(float4);
+  KILN_TRY(ensure_scratch(&act_buf_, &act_bytes_, need, "activation"));
+  a.qs = static_cast<int8_t*>(act_buf_);
+  a.ds = reinterpret_cast<float4*>(static_cast<char*>(act_buf_) + qs_bytes);
+  KILN_TRY(launch_quantize_act(static_cast<const float*>(x.data), fstride(x), a, stream_));
+  return a;
+}
+
+Status CudaBackend::matmul_run(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst,
+                               bool accumulate, const ActQ* act) {
+  MatmulParams p{w.dtype, static_cast<const uint8_t*>(w.data), w.nb[1], w.ne[0], w.n_rows(), x.n_rows(),
+                 static_cast<const float*>(x.data), fstride(x),
+                 bias.valid() ? static_cast<const float*>(bias.data) : nullptr, static_cast<float*>(dst.data),
+                 fstride(dst), accumulate};
+  if (mmvq_supports(p.type)) {  // quantized weights: q8_1 activations on both paths (GEMV <= 16 tokens, GEMM)
+    ActQ a{};
+    if (act) {
+      a = *act;
+    } else {
+      KILN_ASSIGN_OR_RETURN(a, quantize_act(x));
+    }
+    return p.n_tok <= kMmvqMaxTok ? launch_mmvq(p, a, stream_) : launch_gemm(p, a, stream_);
+  }
+  if (mmvf_usable(p)) return launch_mmvf(p, stream_);
+  return launch_gemm(p, ActQ{}, stream_);
+}
+
+Status CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst) {
+  KILN_TRY(matmul_operands(w, x, bias, dst));
+  KILN_TRY(use());
+  return matmul_run(w, x, bias, dst, false, nullptr);
+}
+
+Status CudaBackend::matmul_group(const Tensor& x, const MatmulOut* outs, int n) {
+  bool all_q = true;
+  for (int i = 0; i < n; ++i) {
+    KILN_TRY(matmul_operands(outs[i].w, x, outs[i].bias, outs[i].dst));
+    all_q = all_q && mmvq_supports(outs[i].w.dtype);
+  }
+  KILN_TRY(use());
+  if (all_q && n > 0) {  // the input is quantized once for all the products
+    KILN_ASSIGN_OR_RETURN(ActQ a, quantize_act(x));
+    for (int i = 0; i < n; ++i) KILN_TRY(matmul_run(outs[i].w, x, outs[i].bias, outs[i].dst, false, &a));
+    return Status::ok();
+  }
+  for (int i = 0; i < n; ++i) KILN_TRY(matmul_run(outs[i].w, x, outs[i].bias, outs[i].dst, false, nullptr));
+  return Status::ok();
+}
+
+Status CudaBackend::matmul_add(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& tmp,
+                               const Tensor& acc) {
+  KILN_TRY(matmul_operands(w, x, bias, acc));
+  KILN_TRY(use());
+  return matmul_run(w, x, bias, acc, true, nullptr);  // the epilogue adds into acc: no tmp, no add launch
+}
+
+Status CudaBackend::matmul_swiglu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, const Tensor& g,
+                                  const Tensor& u) {
+  const MatmulOut outs[] = {{w_gate, Tensor{}, g}, {w_up, Tensor{}, u}};
+  KILN_TRY(matmul_group(x, outs, 2));
+  return swiglu(g, u, g);
+}
+
+Status CudaBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
+  if (!x.valid() || x.dtype != DType::F32 || x.nb[0] != sizeof(float))
+    return make_error(ErrorCode::kUnsupported, "rope: x must be f32 with contiguous heads");
+  const int64_t hd = x.ne[0], n_head = x.ne[1], n_tok = x.ne[2];
+  if (x.ne[3] != 1 || x.nb[1] < hd * sizeof(float) || x.nb[2] < static_cast<size_t>(n_head) * x.nb[1] ||
+      x.nb[1] % sizeof(float) || x.nb[2] % sizeof(float))
+    return make_error(ErrorCode::kInvalidArgument, "rope: x %s must be [head_dim, n_head, n_tok] without overlap",
+                      x.shape_string().c_str());
+  KILN_TRY(check_ids("rope", "pos", pos, n_tok));
+  if (p.n_rot <= 0 || p.n_rot % 2 != 0 || p.n_rot > hd)
+    return make_error(ErrorCode::kInvalidArgument, "rope: n_rot %d must be even and in (0, head_dim %lld]", p.n_rot,
+                      static_cast<long long>(hd));
+  const float* ff = nullptr;
+  if (p.freq_factors.valid()) {
+    KILN_TRY(check("rope", "freq_factors", p.freq_factors, DType::F32));
+    if (p.freq_factors.ne[0] < p.n_rot / 2)
+      return make_error(ErrorCode::kInvalidArgument, "rope: freq_factors %s must hold n_rot/2 = %d values",
+                        p.freq_factors.shape_string().c_str(), p.n_rot / 2);
+    ff = static_cast<const float*>(p.freq_factors.data);
+  }
+  KILN_TRY(use());
+  RopeLaunch r{static_cast<float*>(x.data), x.nb[1] / sizeof(float), x.nb[2] / sizeof(float), hd, n_head, n_tok,
+               static_cast<const int32_t*>(pos.data), ff, p.n_rot, p.mode == RopeMode::kNeox,
+               std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot)), p.freq_scale};
+  return launch_rope(r, stream_);
+}
+
+Status CudaBackend::kv_store(const Tensor& k, const Tensor& v, const KvLayer& c, const Tensor& slots) {
+  KILN_TRY(check("kv_store", "k", k, DType::F32));
+  KILN_TRY(check("kv_store", "v", v, DType::F32));
+  const DType ct = c.k.dtype;
+  if (c.v.dtype != ct || !is_cache_type(ct))
+    return make_error(ErrorCode::kUnsupported, "kv_store: cache types k %s / v %s (supported: f16, f32, q8_0)",
+                      dtype_name(ct), dtype_name(c.v.dtype));
+  const int64_t dk = static_cast<int64_t>(c.n_head_kv) * c.head_dim_k;
+  const int64_t dv = static_cast<int64_t>(c.n_head_kv) * c.head_dim_v;
+  if (k.ne[0] != dk || c.k.ne[0] != dk || v.ne[0] != dv || c.v.ne[0] != dv)
+    return make_error(ErrorCode::kInvalidArgument, "kv_store: k %s / v %s rows do not match the cache (%lld / %lld)",
+                      k.shape_string().c_str(), v.shape_string().c_str(), static_cast<long long>(dk),
+                      static_cast<long long>(dv));
+  const int64_t n = k.n_rows();
+  if (v.n_rows() != n) return make_error(ErrorCode::kInvalidArgument, "kv_store: k and v hold different token counts");
+  KILN_TRY(check_ids("kv_store", "slots", slots, n));
+  KILN_TRY(use());
+  KvStoreParams p{ct, static_cast<const float*>(k.data), fstride(k), static_cast<const float*>(v.data), fstride(v),
+                  static_cast<uint8_t*>(c.k.data), c.k.nb[1], static_cast<uint8_t*>(c.v.data), c.v.nb[1],
+                  dk, dv, n, static_cast<const int32_t*>(slots.data)};
+  return launch_kv_store(p, stream_);
+}
+
+Status CudaBackend::attention(const Tensor& q, const KvLayer& c, const AttnBatch& m, float scale, const Tensor& dst) {
+  if (!q.valid() || q.dtype != DType::F32 || q.nb[0] != sizeof(float))
+    return make_error(ErrorCode::kUnsupported, "attention: q must be f32 with contiguous heads");
+  const int64_t n_head = q.ne[1], n_tok = q.ne[2];
+  if (q.ne[0] != c.head_dim_k || q.ne[3] != 1)
+    return make_error(ErrorCode::kInvalidArgument, "attention: q %s must be [head_dim_k %d, n_head, n_tok]",
+                      q.shape_string().c_str(), c.head_dim_k);
+  if (c.n_head_kv <= 0 || n_head % c.n_head_kv != 0)
+    return make_error(ErrorCode::kInvalidArgument, "attention: n_head %lld is not a multiple of n_head_kv %d",
+                      static_cast<long long>(n_head), c.n_head_kv);
+  KILN_TRY(check("attention", "dst", dst, DType::F32));
+  if (!dst.is_contiguous() || dst.ne[0] != c.head_dim_v || dst.ne[1] != n_head || dst.ne[2] != n_tok)
+    return make_error(ErrorCode::kInvalidArgument, "attention: dst %s must be contiguous [%d, %lld, %lld]",
+                      dst.shape_string().c_str(), c.head_dim_v, static_cast<long long>(n_head),
+                      static_cast<long long>(n_tok));
+  const DType ct = c.k.dtype;
+  if (c.v.dtype != ct || !is_cache_type(ct))
+    return make_error(ErrorCode::kUnsupported, "attention: cache types k %s / v %s (supported: f16, f32, q8_0)",
+                      dtype_name(ct), dtype_name(c.v.dtype));
+  if (c.block_size <= 0) return make_error(ErrorCode::kInvalidArgument, "attention: block_size must be > 0");
+  if (c.head_dim_k % dtype_block_size(ct) || c.head_dim_v % dtype_block_size(ct))
+    return make_error(ErrorCode::kUnsupported, "attention: head dims %d/%d are not multiples of %s blocks",
+                      c.head_dim_k, c.head_dim_v, dtype_name(ct));
+  if (q.nb[1] % sizeof(float) || q.nb[2] % sizeof(float))
+    return make_error(ErrorCode::kUnsupported, "attention: q strides must be whole floats");
+  KILN_TRY(check("attention", "block_tables", m.block_tables, DType::I32));
+  KILN_TRY(check_ids("attention", "tok_table", m.tok_table, n_tok));
+  KILN_TRY(check_ids("attention", "kv_len", m.kv_len, n_tok));
+  if (n_tok > INT32_MAX || n_head > 65535)
+    return make_error(ErrorCode::kUnsupported, "attention: %lld tokens x %lld heads", static_cast<long long>(n_tok),
+                      static_cast<long long>(n_head));
+  AttnParams p{};
+  p.q = static_cast<const float*>(q.data);
+  p.q_tok_stride = q.nb[2] / sizeof(float);
+  p.q_head_stride = q.nb[1] / sizeof(float);
+  p.dst = static_cast<float*>(dst.data);
+  p.k = static_cast<const uint8_t*>(c.k.data);
+  p.v = static_cast<const uint8_t*>(c.v.data);
+  p.k_slot_bytes = c.k.nb[1];
+  p.v_slot_bytes = c.v.nb[1];
+  p.k_head_bytes = static_cast<size_t>(c.head_dim_k / dtype_block_size(ct) * dtype_type_size(ct));
+  p.v_head_bytes = static_cast<size_t>(c.head_dim_v / dtype_block_size(ct) * dtype_type_size(ct));
+  p.kv_type = ct;
+  p.n_tok = static_cast<int>(n_tok);
+  p.n_head = static_cast<int>(n_head);
+  p.n_head_kv = c.n_head_kv;
+  p.hd_k = c.head_dim_k;
+  p.hd_v = c.head_dim_v;
+  p.block_size = c.block_size;
+  p.tables = static_cast<const int32_t*>(m.block_tables.data);
+  p.table_stride = static_cast<int64_t>(m.block_tables.nb[1] / sizeof(int32_t));
+  p.tok_table = static_cast<const int32_t*>(m.tok_table.data);
+  p.kv_len = static_cast<const int32_t*>(m.kv_len.data);
+  p.scale = scale;
+  p.max_kv_len = m.max_kv_len;
+  p.n_sm = n_sm_;
+  if (attention_smem_bytes(p) > smem_optin_)
+    return make_error(ErrorCode::kUnsupported, "attention: %lld heads per KV head with head dims %d/%d need %zu bytes "
+                      "of shared memory (the GPU has %zu per block)", static_cast<long long>(n_head / c.n_head_kv),
+                      c.head_dim_k, c.head_dim_v, attention_smem_bytes(p), smem_optin_);
+  KILN_TRY(use());
+  const size_t scratch = attention_scratch_floats(p) * sizeof(float);
+  if (scratch > 0) KILN_TRY(ensure_scratch(&attn_buf_, &attn_bytes_, scratch, "attention"));
+  return launch_attention(p, static_cast<float*>(attn_buf_), stream_);
+}
+
+Status CudaBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& dst) {
+  KILN_TRY(check("swiglu", "gate", gate, DType::F32));
+  KILN_TRY(check("swiglu", "up", up, DType::F32));
+  KILN_TRY(check("swiglu", "dst", dst, DType::F32));
+  KILN_TRY(same_shape("swiglu", "gate", gate, "up", up));
+  KILN_TRY(same_shape("swiglu", "gate", gate, "dst", dst));
+  KILN_TRY(use());
+  EwParams p{EwOp::kSwiglu, static_cast<const float*>(gate.data), fstride(gate), static_cast<const float*>(up.data),
+             fstride(up), static_cast<float*>(dst.data), fstride(dst), gate.ne[0], gate.n_rows(), 0.0f};
+  return launch_elementwise(p, stream_);
+}
+
+Status CudaBackend::binary(const char* op, const Tensor& a, const Tensor& b, const Tensor& dst, EwOp kind) {
+  KILN_TRY(check(op, "a", a, DType::F32));
+  KILN_TRY(check(op, "b", b, DType::F32));
+  KILN_TRY(check(op, "dst", dst, DType::F32));
+  KILN_TRY(same_shape(op, "a", a, "dst", dst));
+  const bool bcast = b.n_rows() == 1 && a.n_rows() != 1;
+  if (b.ne[0] != a.ne[0] || (!bcast && b.n_rows() != a.n_rows()))
+    return make_error(ErrorCode::kInvalidArgument, "%s: b %s must match a %s or be one row", op,
+                      b.shape_string().c_str(), a.shape_string().c_str());
+  KILN_TRY(use());
+  EwParams p{kind, static_cast<const float*>(a.data), fstride(a), static_cast<const float*>(b.data),
+             bcast ? 0 : fstride(b), static_cast<float*>(dst.data), fstride(dst), a.ne[0], a.n_rows(), 0.0f};
+  return launch_elementwise(p, stream_);
+}
+
+Status CudaBackend::add(const Tensor& a, const Tensor& b, const Tensor& dst) { return binary("add", a, b, dst, EwOp::kAdd); }
+Status CudaBackend::mul(const Tensor& a, const Tensor& b, const Tensor& dst) { return binary("mul", a, b, dst, EwOp::kMul); }
+
+Status CudaBackend::scale(const Tensor& x, float s, const Tensor& dst) {
+  KILN_TRY(check("scale", "x", x, DType::F32));
+  KILN_TRY(check("scale", "dst", dst, DType::F32));
+  KILN_TRY(same_shape("scale", "x", x, "dst", dst));
+  KILN_TRY(use());
+  EwParams p{EwOp::kScale, static_cast<const float*>(x.data), fstride(x), nullptr, 0, static_cast<float*>(dst.data),
+             fstride(dst), x.ne[0], x.n_rows(), s};
+  return launch_elementwise(p, stream_);
+}
+
+Status CudaBackend::softmax(const Tensor& x, const Tensor& dst) {
+  KILN_TRY(check("softmax", "x", x, DType::F32));
+  KILN_TRY(check("softmax", "dst", dst, DType::F32));
+  KILN_TRY(same_shape("softmax", "x", x, "dst", dst));
+  KILN_TRY(use());
+  RowParams p{static_cast<const float*>(x.data), fstride(x), static_cast<float*>(dst.data), fstride(dst), nullptr,
+              x.ne[0], x.n_rows()};
+  return launch_softmax(p, stream_);
+}
+
+Status CudaBackend::argmax(const Tensor& x, const Tensor& dst) {
+  KILN_TRY(check("argmax", "x", x, DType::F32));
+  KILN_TRY(check_ids("argmax", "dst", dst, x.n_rows()));
+  KILN_TRY(use());
+  RowParams p{static_cast<const float*>(x.data), fstride(x), nullptr, 0, static_cast<int32_t*>(dst.data), x.ne[0],
+              x.n_rows()};
+  return launch_argmax(p, stream_);
+}
+
+Status CudaBackend::copy(const Tensor& src, const Tensor& dst) {
+  if (!src.valid() || !dst.valid()) return make_error(ErrorCode::kInvalidArgument, "copy: tensor not set");
+  if (src.dtype != dst.dtype && (!is_float_type(src.dtype) || !is_float_type(dst.dtype)))
+    return make_error(ErrorCode::kUnsupported, "copy: %s -> %s (conversions between f32, f16, bf16; any type to "
+                      "itself)", dtype_name(src.dtype), dtype_name(dst.dtype));
+  if (!src.rows_uniform() || !dst.rows_uniform())
+    return make_error(ErrorCode::kUnsupported, "copy: tensors must have contiguous rows");
+  KILN_TRY(same_shape("copy", "src", src, "dst", dst));
+  KILN_TRY(use());
+  const int64_t n = src.n_rows();
+  if (n == 0 || src.ne[0] == 0) return Status::ok();
+  if (src.dtype == dst.dtype) {
+    KILN_CUDA_TRY(cudaMemcpy2DAsync(dst.data, dst.nb[1], src.data, src.nb[1], src.row_bytes(),
+                                    static_cast<size_t>(n), cudaMemcpyDeviceToDevice, stream_));
+    return Status::ok();
+  }
+  ConvertParams p{src.dtype, dst.dtype, static_cast<const uint8_t*>(src.data), src.nb[1],
+                  static_cast<uint8_t*>(dst.data), dst.nb[1], src.ne[0], n};
+  return launch_convert(p, stream_);
+}
+
+// ---- CUDA graphs ------------------------------------------------------------------------------------------------
+// A step shape (key) runs eagerly the first time (which sizes the scratch buffers), is captured the second time
+// and replayed from then on. Kernel arguments are device pointers into buffers that live as long as the state and
+// host counts that are part of the key, so a replay with a new plan (new ids, positions, slots, tables) is the
+// same as running the ops.
+
+bool CudaBackend::graph_replay(uint64_t key) {
+  if (!graphs_enabled_) return false;
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) return false;
+  if (!use().is_ok()) return false;
+  return cudaGraphLaunch(it->second, stream_) == cudaSuccess;
+}
+
+Status CudaBackend::graph_begin(uint64_t key) {
+  if (!graphs_enabled_ || capturing_) return Status::ok();
+  int& seen = graph_seen_[key];
+  if (seen < 0 || ++seen < 2) return Status::ok();  // < 0: capture failed before; 1: the eager warm-up run
+  KILN_TRY(use());
+  KILN_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+  capture_failed_ = false;
+  return Status::ok();
+}
+
+Status CudaBackend::graph_end(uint64_t key) {
+  if (!capturing_) return Status::ok();
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+  if (e != cudaSuccess || capture_failed_ || !graph) {
+    (void)cudaGetLastError();
+    if (graph) cudaGraphDestroy(graph);
+    graph_seen_[key] = -1;
+    return make_error(ErrorCode::kInternal, "%s: capturing the step as a CUDA graph failed (%s); set "
+                      "KILN_CUDA_GRAPHS=0 to run without graphs", name_.c_str(), cudaGetErrorString(e));
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t ie = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (ie != cudaSuccess) {
+    (void)cudaGetLastError();
+    graph_seen_[key] = -1;
+    return make_error(ErrorCode::kInternal, "%s: instantiating the step's CUDA graph failed: %s", name_.c_str(),
+                      cudaGetErrorString(ie));
+  }
+  graphs_[key] = exec;
+  KILN_CUDA_TRY(cudaGraphLaunch(exec, stream_));
+  return Status::ok();
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,107 @@
+// The CUDA backend (backend.h's contract on one GPU): device memory, pinned staging, weights uploaded once in
+// their GGUF block layout, every op as entry (checks, unpack into a params struct: cuda_backend.cu) -> launcher
+// (launch.h, config from a constexpr table per op family) -> kernel (one .cu per family). All work of one instance
+// is ordered on its own stream; read() and synchronize() wait for it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/launch.h"
+
+namespace kiln::cuda {
+
+class CudaBackend final : public Backend {
+ public:
+  static Result<std::unique_ptr<CudaBackend>> create(int device);
+  ~CudaBackend() override;
+
+  const char* name() const override { return name_.c_str(); }
+  bool host_memory() const override { return false; }
+  bool supports(Op op, DType a, DType b = DType::F32) const override;
+
+  uint64_t memory_available() const override;
+  Result<std::unique_ptr<Buffer>> alloc(size_t bytes) override;
+  Result<std::unique_ptr<Buffer>> alloc_host(size_t bytes) override;
+  Status write(const Tensor& dst, size_t offset, const void* src, size_t n) override;
+  Status read(const Tensor& src, size_t offset, void* dst, size_t n) override;
+  Result<Tensor> import_weight(DType t, const int64_t ne[4], const void* host, size_t nbytes) override;
+  Status synchronize() override;
+
+  Status get_rows(const Tensor& w, const Tensor& ids, const Tensor& dst) override;
+  Status rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& dst) override;
+  Status matmul(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst) override;
+  Status matmul_group(const Tensor& x, const MatmulOut* outs, int n) override;
+  Status rope(const Tensor& x, const Tensor& pos, const RopeParams& p) override;
+  Status kv_store(const Tensor& k, const Tensor& v, const KvLayer& cache, const Tensor& slots) override;
+  Status attention(const Tensor& q, const KvLayer& cache, const AttnBatch& meta, float scale,
+                   const Tensor& dst) override;
+  Status swiglu(const Tensor& gate, const Tensor& up, const Tensor& dst) override;
+  Status add(const Tensor& a, const Tensor& b, const Tensor& dst) override;
+  Status mul(const Tensor& a, const Tensor& b, const Tensor& dst) override;
+  Status scale(const Tensor& x, float s, const Tensor& dst) override;
+  Status softmax(const Tensor& x, const Tensor& dst) override;
+  Status argmax(const Tensor& x, const Tensor& dst) override;
+  Status copy(const Tensor& src, const Tensor& dst) override;
+
+  Status matmul_add(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& tmp,
+                    const Tensor& acc) override;
+  Status matmul_swiglu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, const Tensor& g,
+                       const Tensor& u) override;
+
+  Status graph_begin(uint64_t key) override;
+  Status graph_end(uint64_t key) override;
+  bool graph_replay(uint64_t key) override;
+
+ private:
+  explicit CudaBackend(int device) : device_(device), name_("cuda:" + std::to_string(device)) {}
+  Status init();
+  Status use() const;  // makes this backend's device current (several GPUs)
+  Status matmul_operands(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst) const;
+  // dst (+)= W x + bias; `act` = x already quantized for mmvq (or null).
+  Status matmul_run(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst, bool accumulate,
+                    const ActQ* act);
+  // x quantized into the activation scratch (grown when needed, outside a capture).
+  Result<ActQ> quantize_act(const Tensor& x);
+  Status ensure_scratch(void** buf, size_t* have, size_t need, const char* what);
+  Status binary(const char* op, const Tensor& a, const Tensor& b, const Tensor& dst, EwOp kind);
+
+  int device_;
+  std::string name_;
+  int n_devices_ = 1;
+  int n_sm_ = 0;
+  size_t smem_optin_ = 0;
+  cudaStream_t stream_ = nullptr;
+  // Weight upload: two pinned staging chunks, each reused once its copy (event) completed.
+  static constexpr size_t kStageBytes = 32u << 20;
+  void* stage_[2] = {nullptr, nullptr};
+  cudaEvent_t stage_ev_[2] = {nullptr, nullptr};
+  int stage_next_ = 0;
+  uint64_t weight_bytes_ = 0;
+  std::vector<void*> weights_;
+  // Uploads through write(): small host buffers are copied into a pinned ring (two halves, each reused only after
+  // the event recorded when it filled up), so the caller's buffer is free on return even while the copy is queued.
+  static constexpr size_t kRingHalf = 4u << 20;
+  char* ring_ = nullptr;
+  cudaEvent_t ring_ev_[2] = {nullptr, nullptr};
+  int ring_half_ = 0;
+  size_t ring_off_ = 0;
+  // Scratch: q8_1 activations, split-KV partials.
+  void* act_buf_ = nullptr;
+  size_t act_bytes_ = 0;
+  void* attn_buf_ = nullptr;
+  size_t attn_bytes_ = 0;
+  // CUDA graphs (graph hooks of backend.h): one executable graph per step shape key.
+  bool graphs_enabled_ = true;
+  bool capturing_ = false;
+  bool capture_failed_ = false;
+  std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
+  std::unordered_map<uint64_t, int> graph_seen_;
+};
+
+}  // namespace kiln::cuda

@@ -1,0 +1,169 @@
+// The middle tier of every CUDA op: launchers. The backend's op entries (cuda_backend.cu) check operands and unpack
+// tensors into these parameter structs; each launcher picks its configuration from a constexpr table in its .cu
+// file, enqueues on the given stream and returns a Status (launch errors checked with file and line).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/dtype.h"
+#include "util/status.h"
+
+namespace kiln::cuda {
+
+// ---- getrows.cu ------------------------------------------------------------------------------------------------
+struct GetRowsParams {
+  DType type;
+  const uint8_t* w;
+  size_t w_row_bytes;
+  int64_t d;  // elements per row
+  const int32_t* ids;
+  int64_t n;
+  float* dst;
+  size_t dst_stride;  // floats
+};
+Status launch_get_rows(const GetRowsParams& p, cudaStream_t s);
+
+// ---- norm.cu ---------------------------------------------------------------------------------------------------
+struct RmsNormParams {
+  const float* x;
+  size_t x_stride;
+  const float* w;  // may be null
+  float eps;
+  float* dst;
+  size_t dst_stride;
+  int64_t d, n;
+};
+Status launch_rms_norm(const RmsNormParams& p, cudaStream_t s);
+
+// ---- rope.cu ---------------------------------------------------------------------------------------------------
+struct RopeLaunch {
+  float* x;
+  size_t head_stride, tok_stride;  // floats
+  int64_t head_dim, n_head, n_tok;
+  const int32_t* pos;
+  const float* freq_factors;  // may be null
+  int n_rot;
+  bool neox;
+  float theta_scale, freq_scale;
+};
+Status launch_rope(const RopeLaunch& p, cudaStream_t s);
+
+// ---- elementwise.cu --------------------------------------------------------------------------------------------
+enum class EwOp { kAdd, kMul, kSwiglu, kScale };
+struct EwParams {
+  EwOp op;
+  const float* a;
+  size_t a_stride;
+  const float* b;  // null for kScale
+  size_t b_stride;  // 0: b broadcasts (one row)
+  float* dst;
+  size_t dst_stride;
+  int64_t d, n;
+  float s;
+};
+Status launch_elementwise(const EwParams& p, cudaStream_t s);
+
+struct ConvertParams {
+  DType src_type, dst_type;  // F32 / F16 / BF16
+  const uint8_t* src;
+  size_t src_stride;  // bytes
+  uint8_t* dst;
+  size_t dst_stride;
+  int64_t d, n;
+};
+Status launch_convert(const ConvertParams& p, cudaStream_t s);
+
+// ---- softmax.cu ------------------------------------------------------------------------------------------------
+struct RowParams {
+  const float* x;
+  size_t x_stride;
+  float* dst;  // softmax
+  size_t dst_stride;
+  int32_t* ids;  // argmax
+  int64_t d, n;
+};
+Status launch_softmax(const RowParams& p, cudaStream_t s);
+Status launch_argmax(const RowParams& p, cudaStream_t s);
+
+// ---- kvstore.cu ------------------------------------------------------------------------------------------------
+struct KvStoreParams {
+  DType type;  // F16 / F32 / Q8_0
+  const float* k;
+  size_t k_stride;
+  const float* v;
+  size_t v_stride;
+  uint8_t* ck;
+  size_t ck_row;  // bytes per slot
+  uint8_t* cv;
+  size_t cv_row;
+  int64_t dk, dv, n;
+  const int32_t* slots;
+};
+Status launch_kv_store(const KvStoreParams& p, cudaStream_t s);
+
+// ---- matmul: quantize.cu, mmvq.cu, mmvf.cu, gemm.cu ----------------------------------------------------------------
+// q8_1-style activations, kiln's own layout: per token, int8 qs[n_in] (16-byte aligned rows) and per 32-element
+// block a float4 {d, d*sum(q[0..16)), d*sum(q[16..32)), 0} (f32 scale: amax/127).
+struct ActQ {
+  int8_t* qs;
+  float4* ds;
+  int64_t n_in, n_tok;
+  size_t qs_stride;  // bytes per token (n_in rounded up to 16)
+  size_t ds_stride;  // float4 per token (n_in / 32)
+};
+Status launch_quantize_act(const float* x, size_t x_stride, const ActQ& a, cudaStream_t s);
+
+struct MatmulParams {
+  DType type;
+  const uint8_t* w;
+  size_t w_row_bytes;
+  int64_t n_in, n_out, n_tok;
+  const float* x;  // f32 activations (mmvf, gemm)
+  size_t x_stride;
+  const float* bias;  // may be null
+  float* y;
+  size_t y_stride;
+  bool accumulate;  // y += W x (+ bias)
+};
+// Integer GEMV for n_tok <= kMmvqMaxTok tokens of quantized weights, activations from launch_quantize_act.
+constexpr int kMmvqMaxTok = 16;
+bool mmvq_supports(DType t);
+Status launch_mmvq(const MatmulParams& p, const ActQ& a, cudaStream_t s);
+// Float-weight GEMV (F32/F16/BF16) for n_tok <= kMmvqMaxTok; needs n_in % 8 == 0 and 16-byte aligned rows.
+bool mmvf_supports(DType t);
+bool mmvf_usable(const MatmulParams& p);
+Status launch_mmvf(const MatmulParams& p, cudaStream_t s);
+// Tiled GEMM, any token count, every matmul type; quantized weights read the activations from `a` (quantized x),
+// float weights read p.x.
+bool gemm_supports(DType t);
+Status launch_gemm(const MatmulParams& p, const ActQ& a, cudaStream_t s);
+
+// ---- attention.cu ----------------------------------------------------------------------------------------------
+struct AttnParams {
+  const float* q;
+  size_t q_tok_stride, q_head_stride;  // floats
+  float* dst;                          // [hd_v, n_head, n_tok] contiguous
+  const uint8_t* k;
+  const uint8_t* v;
+  size_t k_slot_bytes, v_slot_bytes, k_head_bytes, v_head_bytes;
+  DType kv_type;
+  int n_tok, n_head, n_head_kv, hd_k, hd_v, block_size;
+  const int32_t* tables;
+  int64_t table_stride;
+  const int32_t* tok_table;
+  const int32_t* kv_len;
+  float scale;
+  int max_kv_len;  // host-known bound (0: unknown -> no split)
+  int n_sm;
+};
+// Partial results of split-KV: floats needed for this launch (0 when it does not split).
+size_t attention_scratch_floats(const AttnParams& p);
+Status launch_attention(const AttnParams& p, float* scratch, cudaStream_t s);
+// Dynamic shared memory the attention kernel needs (checked against the device limit by the entry).
+size_t attention_smem_bytes(const AttnParams& p);
+Status attention_init(size_t max_smem);
+
+}  // namespace kiln::cuda

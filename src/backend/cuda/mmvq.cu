@@ -1,0 +1,35 @@
+// launch_mmvq: type dispatch of the decode GEMV (kernel and numerics: mmvq.cuh; instances: instances/).
+#include "backend/cuda/mmvq.cuh"
+
+namespace kiln::cuda {
+
+bool mmvq_supports(DType t) {
+  switch (t) {
+    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return true;
+    default: return false;
+  }
+}
+
+Status launch_mmvq(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
+  if (p.n_tok == 0 || p.n_out == 0) return Status::ok();
+  if (p.n_tok > kMmvqMaxTok)
+    return make_error(ErrorCode::kInternal, "mmvq: %lld tokens (at most %d)", static_cast<long long>(p.n_tok),
+                      kMmvqMaxTok);
+  switch (p.type) {
+    case DType::Q4_0: return mmvq_run<DType::Q4_0>(p, a, s);
+    case DType::Q4_1: return mmvq_run<DType::Q4_1>(p, a, s);
+    case DType::Q5_0: return mmvq_run<DType::Q5_0>(p, a, s);
+    case DType::Q5_1: return mmvq_run<DType::Q5_1>(p, a, s);
+    case DType::Q8_0: return mmvq_run<DType::Q8_0>(p, a, s);
+    case DType::Q2_K: return mmvq_run<DType::Q2_K>(p, a, s);
+    case DType::Q3_K: return mmvq_run<DType::Q3_K>(p, a, s);
+    case DType::Q4_K: return mmvq_run<DType::Q4_K>(p, a, s);
+    case DType::Q5_K: return mmvq_run<DType::Q5_K>(p, a, s);
+    case DType::Q6_K: return mmvq_run<DType::Q6_K>(p, a, s);
+    default: break;
+  }
+  return make_error(ErrorCode::kUnsupported, "mmvq: weight type %s", dtype_name(p.type));
+}
+
+}  // namespace kiln::cuda

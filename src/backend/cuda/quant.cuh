@@ -1,0 +1,245 @@
+// Device-side decoding of the GGUF weight blocks (layouts: quant/blocks.h; the executable specs are
+// quant/dequant_*.cpp). One function per type decodes one sub-block of 32 elements into
+//   q[8]     32 int8 quants packed 4 per int, in element order (signed where the type has an implicit offset:
+//            Q4_0 q-8, Q5_0 q-16, Q3_K q-4.., Q6_K q-32, so that every value is  d[h] * q + m[h])
+//   d[2] m[2] the affine scale and offset of elements 0..15 (h = 0) and 16..31 (h = 1): one pair per 32 for the
+//            types with 32-element scales, two for Q2_K, Q3_K and Q6_K (16-element scales)
+// The same decode feeds get_rows (value = d*q + m, the CPU's f32 operations: dl*q - ml), the integer GEMV (mmvq:
+// d * d_a * sum(q*q_a) + m * d_a * sum(q_a)) and the tiled GEMM (dequantized to shared memory), so the three agree
+// on what a block means. Alignment assumed of a block start: Q4_K/Q5_K 16 bytes (144/176-byte blocks in rows that
+// start 16-aligned), Q4_1/Q5_1/Q2_K 4, the others 2.
+#pragma once
+
+#include "backend/cuda/common.cuh"
+#include "quant/blocks.h"
+#include "quant/dtype.h"
+
+namespace kiln::cuda {
+
+template <DType T> struct QTraits;
+template <> struct QTraits<DType::Q4_0> { static constexpr int kElems = 32, kBytes = 18; };
+template <> struct QTraits<DType::Q4_1> { static constexpr int kElems = 32, kBytes = 20; };
+template <> struct QTraits<DType::Q5_0> { static constexpr int kElems = 32, kBytes = 22; };
+template <> struct QTraits<DType::Q5_1> { static constexpr int kElems = 32, kBytes = 24; };
+template <> struct QTraits<DType::Q8_0> { static constexpr int kElems = 32, kBytes = 34; };
+template <> struct QTraits<DType::Q2_K> { static constexpr int kElems = 256, kBytes = 84; };
+template <> struct QTraits<DType::Q3_K> { static constexpr int kElems = 256, kBytes = 110; };
+template <> struct QTraits<DType::Q4_K> { static constexpr int kElems = 256, kBytes = 144; };
+template <> struct QTraits<DType::Q5_K> { static constexpr int kElems = 256, kBytes = 176; };
+template <> struct QTraits<DType::Q6_K> { static constexpr int kElems = 256, kBytes = 210; };
+
+// 4 bits b0..b3 -> bit 4 of bytes 0..3 (the 5th bit of Q5 quants).
+__device__ __forceinline__ uint32_t spread4_bit4(uint32_t b) {
+  return ((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25);
+}
+
+// q4_K / q5_K 6-bit scale and min of sub-block j (blocks.h kquant_scale_min), from the 12 scale bytes as three
+// little-endian words (shifts only: no local-memory byte array).
+__device__ __forceinline__ void kq_scale_min(int j, uint32_t w0, uint32_t w1, uint32_t w2, int* sc, int* m) {
+  const int sh = 8 * (j & 3);
+  const int b0 = (w0 >> sh) & 0xFF, b1 = (w1 >> sh) & 0xFF, b2 = (w2 >> sh) & 0xFF;
+  if (j < 4) {
+    *sc = b0 & 63;
+    *m = b1 & 63;
+  } else {
+    *sc = (b2 & 0xF) | ((b0 >> 6) << 4);
+    *m = (b2 >> 4) | ((b1 >> 6) << 4);
+  }
+}
+
+template <DType T>
+__device__ __forceinline__ void decode32(const uint8_t* b, int s, int (&q)[8], float (&d)[2], float (&m)[2]);
+
+template <>
+__device__ __forceinline__ void decode32<DType::Q4_0>(const uint8_t* b, int, int (&q)[8], float (&d)[2],
+                                                      float (&m)[2]) {
+  const float dd = h2f(ld_u16(b));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = ld_u32_a2(b + 2 + 4 * i);
+    q[i] = static_cast<int>(__vsub4(w & 0x0F0F0F0Fu, 0x08080808u));
+    q[i + 4] = static_cast<int>(__vsub4((w >> 4) & 0x0F0F0F0Fu, 0x08080808u));
+  }
+  d[0] = d[1] = dd;
+  m[0] = m[1] = 0.0f;
+}
+
+template <>
+__device__ __forceinline__ void decode32<DType::Q4_1>(const uint8_t* b, int, int (&q)[8], float (&d)[2],
+                                                      float (&m)[2]) {
+  const uint32_t dm = ld_u32_a4(b);
+  const float dd = h2f(static_cast<uint16_t>(dm)), mm = h2f(static_cast<uint16_t>(dm >> 16));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = ld_u32_a4(b + 4 + 4 * i);
+    q[i] = static_cast<int>(w & 0x0F0F0F0Fu);
+    q[i + 4] = static_cast<int>((w >> 4) & 0x0F0F0F0Fu);
+  }
+  d[0] = d[1] = dd;
+  m[0] = m[1] = mm;
+}
+
+template <>
+__device__ __forceinline__ void decode32<DType::Q5_0>(const uint8_t* b, int, int (&q)[8], float (&d)[2],
+                                                      float (&m)[2]) {
+  const float dd = h2f(ld_u16(b));
+  const uint32_t qh = ld_u32_a2(b + 2);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = ld_u32_a2(b + 6 + 4 * i);
+    const uint32_t lo = (w & 0x0F0F0F0Fu) | spread4_bit4((qh >> (4 * i)) & 0xF);
+    const uint32_t hi = ((w >> 4) & 0x0F0F0F0Fu) | spread4_bit4((qh >> (16 + 4 * i)) & 0xF);
+    q[i] = static_cast<int>(__vsub4(lo, 0x10101010u));
+    q[i + 4] = static_cast<int>(__vsub4(hi, 0x10101010u));
+  }
+  d[0] = d[1] = dd;
+  m[0] = m[1] = 0.0f;
+}
+
+template <>
+__device__ __forceinline__ void decode32<DType::Q5_1>(const uint8_t* b, int, int (&q)[8], float (&d)[2],
+                                                      float (&m)[2]) {
+  const uint32_t dm = ld_u32_a4(b);
+  const float dd = h2f(static_cast<uint16_t>(dm)), mm = h2f(static_cast<uint16_t>(dm >> 16));
+  const uint32_t qh = ld_u32_a4(b + 4);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = ld_u32_a4(b + 8 + 4 * i);
+    q[i] = static_cast<int>((w & 0x0F0F0F0Fu) | spread4_bit4((qh >> (4 * i)) & 0xF));
+    q[i + 4] = static_cast<int>(((w >> 4) & 0x0F0F0F0Fu) | spread4_bit4((qh >> (16 + 4 * i)) & 0xF));
+  }
+  d[0] = d[1] = dd;
+  m[0] = m[1] = mm;
+}
+
+template <>
+__device__ __forceinline__ void decode32<DType::Q8_0>(const uint8_t* b, int, int (&q)[8], float (&d)[2],
+                                                      float (&m)[2]) {
+  const float dd = h2f(ld_u16(b));
+#pragma unroll
+  for (int i = 0; i < 8; ++i) q[i] = static_cast<int>(ld_u32_a2(b + 2 + 4 * i));
+  d[0] = d[1] = dd;
+  m[0] = m[1] = 0.0f;
+}
+
+// Q2_K: scales[16] @0, qs[64] @16, d @80, dmin @82. Sub-block s = half h = s/4, shift k = s%4.
+template <>
+__device__ __forceinline__ void decode32<DType::Q2_K>(const uint8_t* b, int s, int (&q)[8], float (&d)[2],
+                                                      float (&m)[2]) {
+  const int h = s >> 2, k = s & 3;
+  const uint32_t dm = ld_u32_a4(b + 80);
+  const float dd = h2f(static_cast<uint16_t>(dm)), dmin = h2f(static_cast<uint16_t>(dm >> 16));
+#pragma unroll
+  for (int i = 0; i < 8; ++i) q[i] = static_cast<int>((ld_u32_a4(b + 16 + 32 * h + 4 * i) >> (2 * k)) & 0x03030303u);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int sc = b[2 * s + hf];
+    d[hf] = dd * static_cast<float>(sc & 0xF);
+    m[hf] = -(dmin * static_cast<float>(sc >> 4));
+  }
+}
+
+// Q3_K: hmask[32] @0, qs[64] @32, scales[12] @96, d @108.
+template <>
+__device__ __forceinline__ void decode32<DType::Q3_K>(const uint8_t* b, int s, int (&q)[8], float (&d)[2],
+                                                      float (&m)[2]) {
+  const int h = s >> 2, k = s & 3;
+  const float dd = h2f(ld_u16(b + 108));
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t lo = (ld_u32_a2(b + 32 + 32 * h + 4 * i) >> (2 * k)) & 0x03030303u;
+    const uint32_t hb = (ld_u32_a2(b + 4 * i) >> (4 * h + k)) & 0x01010101u;
+    q[i] = static_cast<int>(__vsub4(lo, (hb ^ 0x01010101u) << 2));
+  }
+  const uint8_t* sc = b + 96;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int j = 2 * s + hf;
+    const int lo4 = j < 8 ? (sc[j] & 0xF) : (sc[j - 8] >> 4);
+    const int hi2 = (sc[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+    d[hf] = dd * static_cast<float>((lo4 | (hi2 << 4)) - 32);
+    m[hf] = 0.0f;
+  }
+}
+
+// Q4_K: d, dmin @0, scales[12] @4, qs[128] @16 (16-byte aligned).
+template <>
+__device__ __forceinline__ void decode32<DType::Q4_K>(const uint8_t* b, int s, int (&q)[8], float (&d)[2],
+                                                      float (&m)[2]) {
+  const uint4 hdr = *reinterpret_cast<const uint4*>(b);
+  const uint4 w0 = *reinterpret_cast<const uint4*>(b + 16 + 32 * (s >> 1));
+  const uint4 w1 = *reinterpret_cast<const uint4*>(b + 32 + 32 * (s >> 1));
+  const int sh = 4 * (s & 1);
+  const uint32_t ws[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) q[i] = static_cast<int>((ws[i] >> sh) & 0x0F0F0F0Fu);
+  int sc, mn;
+  kq_scale_min(s, hdr.y, hdr.z, hdr.w, &sc, &mn);
+  const float dd = h2f(static_cast<uint16_t>(hdr.x)), dmin = h2f(static_cast<uint16_t>(hdr.x >> 16));
+  d[0] = d[1] = dd * static_cast<float>(sc);
+  m[0] = m[1] = -(dmin * static_cast<float>(mn));
+}
+
+// Q5_K: d, dmin @0, scales[12] @4, qh[32] @16, qs[128] @48 (16-byte aligned).
+template <>
+__device__ __forceinline__ void decode32<DType::Q5_K>(const uint8_t* b, int s, int (&q)[8], float (&d)[2],
+                                                      float (&m)[2]) {
+  const uint4 hdr = *reinterpret_cast<const uint4*>(b);
+  const uint4 h0 = *reinterpret_cast<const uint4*>(b + 16);
+  const uint4 h1 = *reinterpret_cast<const uint4*>(b + 32);
+  const uint4 w0 = *reinterpret_cast<const uint4*>(b + 48 + 32 * (s >> 1));
+  const uint4 w1 = *reinterpret_cast<const uint4*>(b + 64 + 32 * (s >> 1));
+  const int sh = 4 * (s & 1);
+  const uint32_t ws[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+  const uint32_t hs[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    q[i] = static_cast<int>(((ws[i] >> sh) & 0x0F0F0F0Fu) | (((hs[i] >> s) & 0x01010101u) << 4));
+  int sc, mn;
+  kq_scale_min(s, hdr.y, hdr.z, hdr.w, &sc, &mn);
+  const float dd = h2f(static_cast<uint16_t>(hdr.x)), dmin = h2f(static_cast<uint16_t>(hdr.x >> 16));
+  d[0] = d[1] = dd * static_cast<float>(sc);
+  m[0] = m[1] = -(dmin * static_cast<float>(mn));
+}
+
+// Q6_K: ql[128] @0, qh[64] @128, int8 scales[16] @192, d @208 (2-byte aligned).
+template <>
+__device__ __forceinline__ void decode32<DType::Q6_K>(const uint8_t* b, int s, int (&q)[8], float (&d)[2],
+                                                      float (&m)[2]) {
+  const int h = s >> 2, k = s & 3;
+  const uint8_t* ql = b + 64 * h + 32 * (k & 1);
+  const uint8_t* qh = b + 128 + 32 * h;
+  const int lsh = 4 * (k >> 1);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t lo = (ld_u32_a2(ql + 4 * i) >> lsh) & 0x0F0F0F0Fu;
+    const uint32_t hi = ((ld_u32_a2(qh + 4 * i) >> (2 * k)) & 0x03030303u) << 4;
+    q[i] = static_cast<int>(__vsub4(lo | hi, 0x20202020u));
+  }
+  const float dd = h2f(ld_u16(b + 208));
+  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+  d[0] = dd * static_cast<float>(sc[2 * s]);
+  d[1] = dd * static_cast<float>(sc[2 * s + 1]);
+  m[0] = m[1] = 0.0f;
+}
+
+// Sub-block `s` (32 elements from element 32*s) of a quantized row, as f32 (value = d*q + m, as the reference
+// dequantizers compute it).
+template <DType T>
+__device__ __forceinline__ void dequant32(const uint8_t* row, int s, float (&out)[32]) {
+  constexpr int kSubs = QTraits<T>::kElems / 32;
+  int q[8];
+  float d[2], m[2];
+  decode32<T>(row + static_cast<size_t>(s / kSubs) * QTraits<T>::kBytes, s % kSubs, q, d, m);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int hf = i >> 2;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int v = static_cast<int8_t>(static_cast<uint32_t>(q[i]) >> (8 * j));
+      out[4 * i + j] = m[hf] == 0.0f ? d[hf] * static_cast<float>(v) : fmaf(d[hf], static_cast<float>(v), m[hf]);
+    }
+  }
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,95 @@
+// Row-wise softmax and argmax (one block per row).
+//   entries: CudaBackend::{softmax, argmax}  ->  launch_softmax / launch_argmax  ->  kernels
+// softmax: max in f32, exp(x - max) in f32, the sum in double (as the CPU), scaled by the f32 reciprocal.
+// argmax: the first index of the maximum; NaN rule of backend.h: NaN is below every number, a row of only NaN
+// gives 0 (each thread keeps (value, index) with NaN mapped below -inf; ties keep the smaller index).
+#include <cfloat>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/launch.h"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void __launch_bounds__(kThreads) softmax_kernel(RowParams p) {
+  const int64_t r = blockIdx.x;
+  const float* x = p.x + r * p.x_stride;
+  float* y = p.dst + r * p.dst_stride;
+  __shared__ float fpart[kThreads / kWarp];
+  __shared__ double dpart[kThreads / kWarp];
+  const int w = threadIdx.x / kWarp, l = threadIdx.x % kWarp;
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < p.d; i += kThreads) mx = fmaxf(mx, x[i]);
+  mx = warp_max(mx);
+  if (l == 0) fpart[w] = mx;
+  __syncthreads();
+  mx = fpart[0];
+#pragma unroll
+  for (int k = 1; k < kThreads / kWarp; ++k) mx = fmaxf(mx, fpart[k]);
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < p.d; i += kThreads) {
+    const float e = expf(x[i] - mx);
+    y[i] = e;
+    sum += e;
+  }
+  sum = warp_sum(sum);
+  if (l == 0) dpart[w] = sum;
+  __syncthreads();
+  double tot = 0;
+#pragma unroll
+  for (int k = 0; k < kThreads / kWarp; ++k) tot += dpart[k];
+  const float inv = static_cast<float>(1.0 / tot);
+  for (int64_t i = threadIdx.x; i < p.d; i += kThreads) y[i] *= inv;
+}
+
+// (value, index) "better than": larger value, then smaller index; NaN ranks below everything.
+__device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi) {
+  const bool vn = isnan(v), bn = isnan(bv);
+  if (vn != bn) return bn;
+  if (!vn && v != bv) return v > bv;
+  return i < bi;
+}
+
+__global__ void __launch_bounds__(kThreads) argmax_kernel(RowParams p) {
+  const int64_t r = blockIdx.x;
+  const float* x = p.x + r * p.x_stride;
+  float bv = NAN;
+  int64_t bi = INT64_MAX;
+  for (int64_t i = threadIdx.x; i < p.d; i += kThreads)
+    if (better(x[i], i, bv, bi)) bv = x[i], bi = i;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+  }
+  __shared__ float sv[kThreads / kWarp];
+  __shared__ int64_t si[kThreads / kWarp];
+  if (threadIdx.x % kWarp == 0) sv[threadIdx.x / kWarp] = bv, si[threadIdx.x / kWarp] = bi;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int k = 1; k < kThreads / kWarp; ++k)
+      if (better(sv[k], si[k], bv, bi)) bv = sv[k], bi = si[k];
+    p.ids[r] = isnan(bv) || bi == INT64_MAX ? 0 : static_cast<int32_t>(bi);
+  }
+}
+
+}  // namespace
+
+Status launch_softmax(const RowParams& p, cudaStream_t s) {
+  if (p.n == 0) return Status::ok();
+  softmax_kernel<<<static_cast<unsigned>(p.n), kThreads, 0, s>>>(p);
+  KILN_CUDA_LAUNCH_CHECK();
+  return Status::ok();
+}
+
+Status launch_argmax(const RowParams& p, cudaStream_t s) {
+  if (p.n == 0) return Status::ok();
+  argmax_kernel<<<static_cast<unsigned>(p.n), kThreads, 0, s>>>(p);
+  KILN_CUDA_LAUNCH_CHECK();
+  return Status::ok();
+}
+
+}  // namespace kiln::cuda

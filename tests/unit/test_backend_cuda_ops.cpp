@@ -1,0 +1,336 @@
+// CUDA backend ops against the CPU reference backend (the scalar executable spec), on awkward shapes: odd token
+// counts, row counts that are not multiples of the tiles, head dims 64/80/128/256, GQA ratios 1/4/8, every weight
+// type. Skipped (visibly) without a GPU. Thresholds from the numerics of each CUDA path (kernel comments):
+//   exact ops (get_rows, kv_store, copy, argmax, elementwise): equal up to 1 ulp of f32 (FMA contraction);
+//   matmul via the float GEMV/GEMM (f32 math on exactly converted weights): NMSE <= 1e-8 vs the f64 reference;
+//   matmul of quantized weights (GEMV and GEMM both take int8 activations with an f32 scale per 32: relative error
+//   ~1/254 per activation, NMSE of a dot product ~1e-5, more where large weight offsets (q5_1's m) amplify it):
+//   NMSE <= 1e-3 vs the f64 reference; a wrong block layout gives NMSE ~1.
+//   attention (f32 math, q rounded to f16 like the CPU reference): NMSE <= 1e-9 vs the CPU reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/registry.h"
+#include "quant/reference.h"
+#include "util/fp16.h"
+
+namespace kiln {
+namespace {
+
+std::unique_ptr<Backend> make_cuda() {
+  auto d = list_devices();
+  if (!d) return nullptr;
+  for (const DeviceInfo& x : *d)
+    if (x.id == "cuda:0") {
+      auto b = create_backend("cuda:0", BackendOptions{});
+      EXPECT_TRUE(b.is_ok()) << b.status().to_string();
+      return b ? std::move(b).value() : nullptr;
+    }
+  return nullptr;
+}
+
+#define NEED_GPU()                                                   \
+  auto gpu_ = make_cuda();                                           \
+  if (!gpu_) GTEST_SKIP() << "skipped: no CUDA device (cuda:0) here"; \
+  Backend& gpu = *gpu_;
+
+struct Dev {
+  std::unique_ptr<Buffer> buf;
+  Tensor t;
+};
+
+Dev upload(Backend& be, DType type, const void* host, size_t bytes, int64_t ne0, int64_t ne1 = 1, int64_t ne2 = 1) {
+  Dev d;
+  auto b = be.alloc(std::max<size_t>(bytes, 64));
+  EXPECT_TRUE(b.is_ok());
+  d.buf = std::move(b).value();
+  d.t = Tensor::make(type, d.buf->data(), &be, ne0, ne1, ne2);
+  if (host) {
+    EXPECT_TRUE(be.write(d.t, 0, host, bytes).is_ok());
+  }
+  return d;
+}
+
+template <class T>
+std::vector<T> download(Backend& be, const Tensor& t, size_t n) {
+  std::vector<T> v(n);
+  EXPECT_TRUE(be.read(t, 0, v.data(), n * sizeof(T)).is_ok());
+  return v;
+}
+
+double nmse(const std::vector<float>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+// Random weight bytes of type t with sane scales (the f16 fields set to small positive values).
+std::vector<uint8_t> random_weights(DType t, int64_t n_in, int64_t rows, std::mt19937& rng) {
+  const size_t rb = dtype_row_bytes(t, n_in).value();
+  std::vector<uint8_t> w(rb * rows);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  if (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
+    for (int64_t i = 0; i < n_in * rows; ++i) {
+      const float v = u(rng);
+      if (t == DType::F32) std::memcpy(&w[4 * i], &v, 4);
+      else {
+        const uint16_t h = t == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v);
+        std::memcpy(&w[2 * i], &h, 2);
+      }
+    }
+    return w;
+  }
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  const int64_t bs = dtype_type_size(t), nb = static_cast<int64_t>(w.size()) / bs;
+  std::uniform_real_distribution<float> sd(0.001f, 0.02f);
+  auto put = [&](int64_t blk, int off) {
+    const uint16_t h = f32_to_fp16(sd(rng));
+    std::memcpy(&w[blk * bs + off], &h, 2);
+  };
+  for (int64_t b = 0; b < nb; ++b) {
+    switch (t) {
+      case DType::Q4_1: case DType::Q5_1: put(b, 0); put(b, 2); break;
+      case DType::Q4_K: case DType::Q5_K: put(b, 0); put(b, 2); break;
+      case DType::Q2_K: put(b, 80); put(b, 82); break;
+      case DType::Q3_K: put(b, 108); break;
+      case DType::Q6_K: put(b, 208); break;
+      default: put(b, 0); break;  // Q4_0 Q5_0 Q8_0
+    }
+  }
+  return w;
+}
+
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+                        DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
+TEST(CudaOps, MatmulEveryTypeAndTokenCount) {
+  NEED_GPU();
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t n_in = 512, n_out = 67;
+  for (DType t : kTypes) {
+    const auto wb = random_weights(t, n_in, n_out, rng);
+    std::vector<float> wf(n_in * n_out);
+    const size_t rb = dtype_row_bytes(t, n_in).value();
+    for (int64_t r = 0; r < n_out; ++r) ASSERT_TRUE(dequantize_row(t, wb.data() + r * rb, wf.data() + r * n_in, n_in).is_ok());
+    const int64_t ne[4] = {n_in, n_out, 1, 1};
+    auto w = gpu.import_weight(t, ne, wb.data(), wb.size());
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    std::vector<float> bias(n_out);
+    for (auto& b : bias) b = nd(rng);
+    Dev bd = upload(gpu, DType::F32, bias.data(), bias.size() * 4, n_out);
+    for (int64_t nt : {1, 2, 3, 8, 13, 16, 17, 64, 100}) {
+      std::vector<float> x(n_in * nt);
+      for (auto& v : x) v = nd(rng);
+      Dev xd = upload(gpu, DType::F32, x.data(), x.size() * 4, n_in, nt);
+      Dev yd = upload(gpu, DType::F32, nullptr, n_out * nt * 4, n_out, nt);
+      for (int mode = 0; mode < 3; ++mode) {  // matmul+bias, matmul_add (acc preset to 1), matmul_group of 2
+        std::vector<float> y0(n_out * nt, 1.0f);
+        ASSERT_TRUE(gpu.write(yd.t, 0, y0.data(), y0.size() * 4).is_ok());
+        Status st;
+        Dev y2 = upload(gpu, DType::F32, nullptr, n_out * nt * 4, n_out, nt);
+        if (mode == 0) st = gpu.matmul(*w, xd.t, bd.t, yd.t);
+        else if (mode == 1) st = gpu.matmul_add(*w, xd.t, Tensor{}, y2.t, yd.t);
+        else {
+          const Backend::MatmulOut outs[] = {{*w, bd.t, yd.t}, {*w, Tensor{}, y2.t}};
+          st = gpu.matmul_group(xd.t, outs, 2);
+        }
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        auto got = download<float>(gpu, yd.t, n_out * nt);
+        std::vector<double> ref(n_out * nt);
+        for (int64_t k = 0; k < nt; ++k)
+          for (int64_t r = 0; r < n_out; ++r) {
+            double s = 0;
+            for (int64_t i = 0; i < n_in; ++i) s += static_cast<double>(wf[r * n_in + i]) * x[k * n_in + i];
+            ref[k * n_out + r] = s + (mode == 1 ? 1.0 : bias[r]);
+          }
+        const bool q8act = t != DType::F32 && t != DType::F16 && t != DType::BF16;
+        const double lim = q8act ? 1e-3 : 1e-8;
+        const double e = nmse(got, ref);
+        EXPECT_LE(e, lim) << dtype_name(t) << " n_tok " << nt << " mode " << mode;
+      }
+    }
+  }
+}
+
+TEST(CudaOps, GetRowsEveryType) {
+  NEED_GPU();
+  std::mt19937 rng(3);
+  const int64_t d = 512, rows = 9;
+  for (DType t : kTypes) {
+    const auto wb = random_weights(t, d, rows, rng);
+    const size_t rb = dtype_row_bytes(t, d).value();
+    const int64_t ne[4] = {d, rows, 1, 1};
+    auto w = gpu.import_weight(t, ne, wb.data(), wb.size());
+    ASSERT_TRUE(w.is_ok());
+    const std::vector<int32_t> ids = {8, 0, 3, 3, 7};
+    Dev id = upload(gpu, DType::I32, ids.data(), ids.size() * 4, static_cast<int64_t>(ids.size()));
+    Dev out = upload(gpu, DType::F32, nullptr, d * ids.size() * 4, d, static_cast<int64_t>(ids.size()));
+    ASSERT_TRUE(gpu.get_rows(*w, id.t, out.t).is_ok());
+    auto got = download<float>(gpu, out.t, d * ids.size());
+    std::vector<float> ref(d);
+    for (size_t k = 0; k < ids.size(); ++k) {
+      ASSERT_TRUE(dequantize_row(t, wb.data() + ids[k] * rb, ref.data(), d).is_ok());
+      for (int64_t i = 0; i < d; ++i)
+        ASSERT_NEAR(got[k * d + i], ref[i], 1e-6f * std::fabs(ref[i]) + 1e-30f) << dtype_name(t) << " row " << k << " elem " << i;
+    }
+  }
+}
+
+// Attention + kv_store through both backends on the same random K/V (written through kv_store), paged with a
+// shuffled block table, decode (split-KV) and prefill (causal) shapes.
+TEST(CudaOps, AttentionMatchesCpuReference) {
+  NEED_GPU();
+  CpuBackendOptions co;
+  co.reference = true;
+  auto cpu_ = make_cpu_backend(co);
+  Backend& cpu = *cpu_;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  struct C { int hd, n_head, n_kv, n_tok, ctx; DType kt; };
+  const C cases[] = {{64, 4, 4, 1, 700, DType::F16},   {128, 32, 8, 1, 3000, DType::F16}, {128, 8, 2, 7, 300, DType::F16},
+                     {80, 8, 1, 37, 37, DType::F16},  {256, 8, 1, 5, 129, DType::F16},   {64, 4, 4, 3, 50, DType::Q8_0},
+                     {128, 16, 2, 64, 64, DType::F32}, {96, 4, 4, 16, 1000, DType::Q8_0}};
+  for (const C& c : cases) {
+    const int bs = 16, n_blocks = (c.ctx + bs - 1) / bs + 3;
+    const int64_t n_slots = static_cast<int64_t>(n_blocks) * bs, dkv = static_cast<int64_t>(c.n_kv) * c.hd;
+    // All ctx positions are written; the last n_tok tokens are the queries at positions ctx-n_tok .. ctx-1.
+    std::vector<int32_t> table(n_blocks);
+    for (int i = 0; i < n_blocks; ++i) table[i] = i;
+    std::shuffle(table.begin(), table.end(), rng);
+    std::vector<int32_t> slots(c.ctx);
+    for (int p = 0; p < c.ctx; ++p) slots[p] = table[p / bs] * bs + p % bs;
+    std::vector<float> k(dkv * c.ctx), v(dkv * c.ctx), q(static_cast<int64_t>(c.hd) * c.n_head * c.n_tok);
+    for (auto& x : k) x = nd(rng);
+    for (auto& x : v) x = nd(rng);
+    for (auto& x : q) x = nd(rng);
+    std::vector<int32_t> tok_table(c.n_tok, 0), kv_len(c.n_tok);
+    for (int t = 0; t < c.n_tok; ++t) kv_len[t] = c.ctx - c.n_tok + t + 1;
+    if (c.n_tok > 2) kv_len[1] = 0;  // a padded token: zero row
+    std::vector<float> outs[2];
+    Backend* bes[2] = {&cpu, &gpu};
+    for (int bi = 0; bi < 2; ++bi) {
+      Backend& be = *bes[bi];
+      const size_t row = dtype_row_bytes(c.kt, dkv).value();
+      Dev ck = upload(be, c.kt, nullptr, row * n_slots, dkv, n_slots), cv = upload(be, c.kt, nullptr, row * n_slots, dkv, n_slots);
+      Dev kd = upload(be, DType::F32, k.data(), k.size() * 4, dkv, c.ctx), vd = upload(be, DType::F32, v.data(), v.size() * 4, dkv, c.ctx);
+      Dev sd = upload(be, DType::I32, slots.data(), slots.size() * 4, c.ctx);
+      KvLayer L;
+      L.k = ck.t, L.v = cv.t, L.n_head_kv = c.n_kv, L.head_dim_k = c.hd, L.head_dim_v = c.hd, L.block_size = bs;
+      ASSERT_TRUE(be.kv_store(kd.t, vd.t, L, sd.t).is_ok());
+      Dev qd = upload(be, DType::F32, q.data(), q.size() * 4, c.hd, c.n_head, c.n_tok);
+      Dev od = upload(be, DType::F32, nullptr, q.size() * 4, c.hd, c.n_head, c.n_tok);
+      Dev tb = upload(be, DType::I32, table.data(), table.size() * 4, n_blocks, 1);
+      Dev tt = upload(be, DType::I32, tok_table.data(), tok_table.size() * 4, c.n_tok);
+      Dev kl = upload(be, DType::I32, kv_len.data(), kv_len.size() * 4, c.n_tok);
+      AttnBatch m;
+      m.block_tables = tb.t, m.tok_table = tt.t, m.kv_len = kl.t;
+      m.n_seq = 1, m.max_kv_len = c.ctx, m.max_q_len = c.n_tok;
+      Status st = be.attention(qd.t, L, m, 1.0f / std::sqrt(static_cast<float>(c.hd)), od.t);
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+      outs[bi] = download<float>(be, od.t, q.size());
+      if (c.kt == DType::Q8_0 && bi == 1) {  // the q8_0 cache bytes equal the CPU quantizer's
+        auto g = download<uint8_t>(be, ck.t, row * n_slots);
+        std::vector<uint8_t> ref(row);
+        for (int p = 0; p < c.ctx; ++p) {
+          ASSERT_TRUE(quantize_row(DType::Q8_0, k.data() + p * dkv, ref.data(), dkv).is_ok());
+          ASSERT_EQ(0, std::memcmp(ref.data(), g.data() + slots[p] * row, row)) << "q8_0 k row " << p;
+        }
+      }
+    }
+    std::vector<double> ref(outs[0].begin(), outs[0].end());
+    EXPECT_LE(nmse(outs[1], ref), 1e-9) << "hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv << " n_tok "
+                                        << c.n_tok << " ctx " << c.ctx << " " << dtype_name(c.kt);
+    if (c.n_tok > 2) {
+      for (int i = 0; i < c.hd * c.n_head; ++i) ASSERT_EQ(outs[1][c.hd * c.n_head + i], 0.0f);
+    }
+  }
+}
+
+// The small ops: rms_norm, rope (both orderings, freq factors, strided heads), swiglu/add/mul/scale, softmax,
+// argmax (NaN rule), copy conversions, each against the CPU reference backend on the same inputs.
+TEST(CudaOps, SmallOpsMatchCpuReference) {
+  NEED_GPU();
+  CpuBackendOptions co;
+  co.reference = true;
+  auto cpu_ = make_cpu_backend(co);
+  Backend& cpu = *cpu_;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  const int64_t d = 300, n = 7;
+  std::vector<float> a(d * n), b(d * n), w(d);
+  for (auto& x : a) x = nd(rng);
+  for (auto& x : b) x = nd(rng);
+  for (auto& x : w) x = nd(rng);
+  a[5] = NAN;            // row 0 has a NaN: argmax must skip it
+  for (int64_t i = 0; i < d; ++i) a[d * 2 + i] = NAN;  // row 2 all NaN: argmax 0
+  a[d * 3 + 17] = a[d * 3 + 200] = 1e6f;  // a tie: the first index
+  auto run = [&](Backend& be, int which) -> std::vector<float> {
+    Dev ad = upload(be, DType::F32, a.data(), a.size() * 4, d, n), bd = upload(be, DType::F32, b.data(), b.size() * 4, d, n);
+    Dev wd = upload(be, DType::F32, w.data(), w.size() * 4, d);
+    Dev od = upload(be, DType::F32, nullptr, a.size() * 4, d, n);
+    switch (which) {
+      case 0: EXPECT_TRUE(be.rms_norm(bd.t, wd.t, 1e-5f, od.t).is_ok()); break;
+      case 1: EXPECT_TRUE(be.swiglu(ad.t, bd.t, od.t).is_ok()); break;
+      case 2: EXPECT_TRUE(be.add(bd.t, wd.t, od.t).is_ok()); break;  // broadcast
+      case 3: EXPECT_TRUE(be.mul(ad.t, bd.t, od.t).is_ok()); break;
+      case 4: EXPECT_TRUE(be.scale(bd.t, 0.37f, od.t).is_ok()); break;
+      case 5: EXPECT_TRUE(be.softmax(bd.t, od.t).is_ok()); break;
+      case 6: {
+        Dev id = upload(be, DType::I32, nullptr, n * 4, n);
+        EXPECT_TRUE(be.argmax(ad.t, id.t).is_ok());
+        auto ids = download<int32_t>(be, id.t, n);
+        return std::vector<float>(ids.begin(), ids.end());
+      }
+      case 7: {  // f32 -> f16 -> bf16 -> f32
+        Dev h = upload(be, DType::F16, nullptr, d * n * 2, d, n), bf = upload(be, DType::BF16, nullptr, d * n * 2, d, n);
+        EXPECT_TRUE(be.copy(bd.t, h.t).is_ok());
+        EXPECT_TRUE(be.copy(h.t, bf.t).is_ok());
+        EXPECT_TRUE(be.copy(bf.t, od.t).is_ok());
+        break;
+      }
+      case 8: case 9: {  // rope on [hd 20, 3 heads, 5 tokens] inside rows of 64 floats per token (strided)
+        const int hd = 20, nh = 3, nt = 5;
+        std::vector<int32_t> pos = {0, 1, 7, 1000, 65000};
+        Dev pd = upload(be, DType::I32, pos.data(), pos.size() * 4, nt);
+        Tensor x = Tensor::make(DType::F32, bd.buf->data(), &be, hd, nh, nt);
+        x.nb[2] = 64 * sizeof(float);
+        RopeParams rp;
+        rp.mode = which == 8 ? RopeMode::kNormal : RopeMode::kNeox;
+        rp.n_rot = 16;
+        rp.freq_base = 500000.f;
+        rp.freq_scale = 0.5f;
+        std::vector<float> ff = {1, 1, 2, 4, 8, 8, 1.5f, 3};
+        Dev fd = upload(be, DType::F32, ff.data(), ff.size() * 4, 8);
+        if (which == 9) rp.freq_factors = fd.t;
+        EXPECT_TRUE(be.rope(x, pd.t, rp).is_ok());
+        return download<float>(be, bd.t, 64 * nt);
+      }
+    }
+    return download<float>(be, od.t, a.size());
+  };
+  for (int which = 0; which < 10; ++which) {
+    auto r = run(cpu, which), g = run(gpu, which);
+    ASSERT_EQ(r.size(), g.size());
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (std::isnan(r[i])) {
+        EXPECT_TRUE(std::isnan(g[i])) << "op " << which << " elem " << i;
+        continue;
+      }
+      const float tol = which == 6 ? 0.f : (which >= 8 ? 2e-5f : 4e-6f) * std::max(1.f, std::fabs(r[i]));
+      ASSERT_NEAR(g[i], r[i], tol) << "op " << which << " elem " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kiln

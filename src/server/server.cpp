@@ -342,7 +342,7 @@ void Server::Impl::completions(const Request& req, Response& res, bool chat) {
           for (auto& ev : evs) {
             ex->absorb(i, ev);
             const bool lp = ex->pr.gen.logprobs && ev.id >= 0;
-            if (ev.text.empty() && !lp) continue;
+            if (ev.text.empty() && ev.id < 0) continue;  // one chunk per token (its text may be held back: "")
             json ch = {{"index", ex->choices[i].index}, {"finish_reason", nullptr}};
             if (chat_mode) {
               ch["delta"] = {{"content", ev.text}};

@@ -2,6 +2,13 @@
 // in the KV cache between turns: each turn re-renders the whole conversation and Generator::sync feeds only what
 // differs from the cached tokens (the new turn). Works with piped stdin: one user message per line.
 //
+// The conversation is rendered as runtime/prompt.h's ChatPrompt decides: the GGUF's tokenizer.chat_template in
+// kiln's Jinja interpreter (--chat-template-file FILE replaces it, --chat-template-kwargs JSON adds variables),
+// a built-in family with --chat-template NAME, or, for a file without a template, a built-in family its
+// vocabulary points to (announced on stderr). When the template writes reasoning markers (<think>...</think>),
+// the reasoning part of a reply is shown on stderr (dimmed on a terminal) and only the content goes to stdout;
+// the conversation keeps the content, with the reasoning as the message's reasoning_content.
+//
 // Models without a chat template whose vocabulary cannot write ChatML's markers (the embedded demo model, random
 // synth models) get a plain-text conversation instead: "User: ...\nAssistant:" continued by the model, the reply
 // ending at "\nUser:" or a blank line (held back from the output until it can no longer be the start of one) or
@@ -18,11 +25,13 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/args.h"
+#include "cli/chat_cli.h"
 #include "cli/model_source.h"
 #include "runtime/generate.h"
 #include "runtime/prompt.h"
-#include "tokenizer/chat_template.h"
 
 namespace kiln::cli {
 namespace {
@@ -103,104 +112,6 @@ class LineReader {
   size_t skipped_ = 0;
 };
 
-// Holds back streamed text that may be the beginning of a stop string; text() is what may be shown.
-class StopFilter {
- public:
-  explicit StopFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {}
-  // Adds a piece; returns the text that can be printed now. After a stop string, hit() is true and the rest is
-  // dropped.
-  std::string push(const std::string& piece) {
-    if (hit_) return "";
-    pending_ += piece;
-    size_t cut = std::string::npos;
-    for (const std::string& s : stops_) cut = std::min(cut, pending_.find(s));
-    if (cut != std::string::npos) {
-      hit_ = true;
-      std::string out = pending_.substr(0, cut);
-      pending_.clear();
-      return out;
-    }
-    size_t keep = 0;  // the longest tail of pending_ that begins some stop string
-    for (const std::string& s : stops_)
-      for (size_t k = std::min(s.size() - 1, pending_.size()); k > keep; --k)
-        if (pending_.compare(pending_.size() - k, k, s, 0, k) == 0) {
-          keep = k;
-          break;
-        }
-    std::string out = pending_.substr(0, pending_.size() - keep);
-    pending_.erase(0, pending_.size() - keep);
-    return out;
-  }
-  std::string flush() {
-    std::string out;
-    if (!hit_) out.swap(pending_);
-    pending_.clear();
-    return out;
-  }
-  bool hit() const { return hit_; }
-
- private:
-  std::vector<std::string> stops_;
-  std::string pending_;
-  bool hit_ = false;
-};
-
-struct Mode {
-  bool plain = false;
-  ChatFormat format = ChatFormat::kChatML;
-};
-
-// Whether `text` encodes (special tokens parsed) to exactly one token.
-bool is_one_token(const Tokenizer& tok, const std::string& text) {
-  return tok.encode(text, /*add_special=*/false, /*parse_special=*/true).size() == 1;
-}
-
-// The mode: --chat-template NAME (or plain), else detected from the model's template, else ChatML when the
-// vocabulary has its markers, else plain text (each fallback announced on stderr).
-Result<Mode> choose_mode(const Tokenizer& tok, const std::string& override_name) {
-  if (override_name == "plain") return Mode{true, ChatFormat::kChatML};
-  if (!override_name.empty()) {
-    auto f = chat_format_from_name(override_name);
-    if (!f) return f.status().with_context("--chat-template");
-    return Mode{false, *f};
-  }
-  std::string why;
-  if (tok.chat_template().empty()) {
-    why = "the model has no chat template";
-  } else {
-    auto f = detect_chat_format(tok.chat_template());
-    if (f) return Mode{false, *f};
-    why = f.status().message();
-  }
-  if (is_one_token(tok, "<|im_start|>") && is_one_token(tok, "<|im_end|>")) {
-    std::fprintf(stderr, "kiln chat: %s; using chatml (override with --chat-template NAME)\n", why.c_str());
-    return Mode{false, ChatFormat::kChatML};
-  }
-  std::fprintf(stderr,
-               "kiln chat: %s and its vocabulary has no ChatML tokens: plain-text conversation (\"User: ...\" / "
-               "\"Assistant: ...\"; override with --chat-template NAME)\n",
-               why.c_str());
-  return Mode{true, ChatFormat::kChatML};
-}
-
-// Plain mode's rendering: the system message as a paragraph, then "User: m\n" and "Assistant:<reply>\n" lines,
-// ending with "Assistant:" for the model to continue.
-std::string render_plain(const std::vector<ChatMessage>& messages) {
-  std::string s;
-  for (const ChatMessage& m : messages) {
-    if (m.role == "system") s += m.content + "\n\n";
-    else if (m.role == "user") s += "User: " + m.content + "\n";
-    else s += "Assistant:" + m.content + "\n";
-  }
-  return s + "Assistant:";
-}
-
-std::vector<int32_t> encode_conversation(const Tokenizer& tok, const Mode& mode,
-                                         const std::vector<ChatMessage>& messages) {
-  if (mode.plain) return encode_prompt(tok, render_plain(messages), /*add_bos=*/true, /*parse_special=*/false);
-  return encode_chat(tok, mode.format, messages);
-}
-
 int chat_main(int argc, char** argv) {
   ArgParser args("chat",
                  "Chat with a model on stdin/stdout (one message per line; /clear starts over; EOF, /exit or Ctrl-C "
@@ -208,13 +119,12 @@ int chat_main(int argc, char** argv) {
   ModelSource src;
   CacheOptions cache_opt;
   GenerateOptions gen;
-  std::string system_prompt, template_name;
+  std::string system_prompt;
+  ChatTemplateArgs tpl_args;
   int n_batch = defaults::kBatch;
   add_model_options(args, &src);
   args.option({"-sys", "--system-prompt"}, &system_prompt, "TEXT", "system message");
-  args.option({"--chat-template"}, &template_name, "NAME",
-              "chat format: llama3, chatml, mistral, gemma, phi3, llama2, or plain (\"User:\"/\"Assistant:\" text) "
-              "(default: the model's)");
+  add_chat_template_options(args, &tpl_args);
   args.option({"-n", "--n-predict"}, &gen.seq.n_predict, "N",
               "most tokens per reply; -1: until EOG or context full (default -1; plain text: " +
                   std::to_string(kPlainReplyCap) + ", at most a quarter of -c)");
@@ -223,6 +133,8 @@ int chat_main(int argc, char** argv) {
               "prompt tokens per forward pass (default " + std::to_string(defaults::kBatch) + ")");
   add_sampling_options(args, &gen.seq.sampling);
   args.flag({"--ignore-eos"}, &gen.seq.ignore_eos, "do not end a reply at end-of-generation tokens");
+  bool verbose_prompt = false;
+  args.flag({"--verbose-prompt"}, &verbose_prompt, "print each turn's rendered prompt on stderr");
   if (Status st = args.parse(argc, argv); !st) return fail("chat", st);
   if (args.help_requested()) {
     std::fputs(args.usage().c_str(), stdout);
@@ -233,25 +145,28 @@ int chat_main(int argc, char** argv) {
   if (Status st = check_sampling_options(gen.seq.sampling); !st) return fail("chat", st);
   if (Status st = check_model_options(src); !st) return fail("chat", st);
   if (Status st = check_cache_options(cache_opt); !st) return fail("chat", st);
-  if (!template_name.empty() && template_name != "plain")
-    if (auto f = chat_format_from_name(template_name); !f) return fail("chat", f.status().with_context("--chat-template"));
+  auto popts = chat_prompt_options(tpl_args);
+  if (!popts) return fail("chat", popts.status());
 
   auto loaded = load_model(src, /*show_progress=*/true);
   if (!loaded) return fail("chat", loaded.status());
   Model& model = *loaded->model;
   const Tokenizer& tok = model.tokenizer();
-  auto mode = choose_mode(tok, template_name);
-  if (!mode) return fail("chat", mode.status());
+  popts->model_name = loaded->name;
+  auto prompt = ChatPrompt::create(tok, *popts);
+  if (!prompt) return fail("chat", prompt.status());
+  if (!prompt->notice().empty()) std::fprintf(stderr, "kiln chat: %s\n", prompt->notice().c_str());
   auto engine = make_engine(model, cache_opt, 1, n_batch);
   if (!engine) return fail("chat", engine.status());
   const int64_t n_ctx = effective_ctx(model, cache_opt.n_ctx);
-  if (mode->plain && !args.seen("-n") && !args.seen("--n-predict"))
+  if (prompt->plain() && !args.seen("-n") && !args.seen("--n-predict"))
     gen.seq.n_predict = static_cast<int32_t>(std::clamp<int64_t>(n_ctx / 4, 1, kPlainReplyCap));
   Generator g(**engine, 0, gen, n_ctx);
   if (Status st = g.validate(); !st) return fail("chat", st);
 
-  std::vector<ChatMessage> messages;
-  if (!system_prompt.empty()) messages.push_back({"system", system_prompt});
+  using json = nlohmann::ordered_json;
+  json messages = json::array();
+  if (!system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", system_prompt}});
   const size_t n_fixed = messages.size();  // what /clear keeps
   const bool interactive = isatty(STDIN_FILENO);
   install_sigint_handler();
@@ -293,20 +208,28 @@ int chat_main(int argc, char** argv) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line == "/exit" || line == "/quit") break;
     if (line == "/clear") {
-      messages.resize(n_fixed);
+      messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(n_fixed), messages.end());
       std::fprintf(stderr, "kiln chat: conversation cleared\n");
       continue;
     }
     if (line.empty()) continue;
-    messages.push_back({"user", line});
+    messages.push_back({{"role", "user"}, {"content", line}});
 
-    std::vector<int32_t> ids = encode_conversation(tok, *mode, messages);
+    // A template error (raise_exception, ...) ends the session with its position: the conversation cannot go on.
+    auto rendered = prompt->render(messages);
+    if (!rendered) return fail("chat", rendered.status());
+    std::vector<int32_t> ids = prompt->tokenize(*rendered);
+    if (verbose_prompt)
+      std::fprintf(stderr, "kiln chat: prompt (%s, %zu tokens):\n%s\n", prompt->describe().c_str(), ids.size(),
+                   rendered->c_str());
     // Room for the turn and at least one token of reply; else the message is refused and the session goes on.
     if (static_cast<int64_t>(ids.size()) >= n_ctx) {
-      std::vector<ChatMessage> alone(messages.begin(), messages.begin() + n_fixed);
+      json alone(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(n_fixed));
       alone.push_back(messages.back());
-      const size_t n_alone = encode_conversation(tok, *mode, alone).size();
-      messages.pop_back();
+      auto alone_ids = prompt->encode(alone);
+      if (!alone_ids) return fail("chat", alone_ids.status());
+      const size_t n_alone = alone_ids->size();
+      messages.erase(messages.end() - 1);
       if (static_cast<int64_t>(n_alone) >= n_ctx)
         std::fprintf(stderr, "kiln chat: message refused: %zu tokens with the prompt around it, the context holds %lld "
                      "(raise -c)\n", n_alone, (long long)n_ctx);
@@ -317,11 +240,14 @@ int chat_main(int argc, char** argv) {
     }
     if (Status st = g.sync(ids); !st) return fail("chat", st);
 
-    std::string reply;
-    StopFilter filter(mode->plain ? std::vector<std::string>{"\nUser:", "\n\n"} : std::vector<std::string>{});
-    bool started = !mode->plain;  // plain mode shows the reply from its first visible character
-    auto show = [&](std::string text) {
-      reply += text;
+    std::string reply;  // the text the model wrote (up to a stop string)
+    StopFilter filter(prompt->stop_strings());
+    const bool opened = prompt->prompt_opens_reasoning(*rendered);
+    ReplySplitter splitter(prompt->reply_options().think_begin, prompt->reply_options().think_end,
+                           prompt->has_reasoning(), opened);
+    ReasoningSink reasoning;
+    bool started = !prompt->plain();  // plain mode shows the reply from its first visible character
+    auto show_content = [&](std::string text) {
       if (!started) {
         const size_t b = text.find_first_not_of(" \t\r\n");
         if (b == std::string::npos) return;
@@ -331,24 +257,42 @@ int chat_main(int argc, char** argv) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
     };
+    auto show = [&](const ReplySplitter::Out& o) {
+      reasoning.write(o.reasoning);
+      if (o.reasoning_ended) reasoning.close();
+      show_content(o.content);
+    };
     auto stop = g.generate([&](int32_t, const std::string& piece) {
       if (filter.hit()) return false;
-      show(filter.push(piece));
+      const std::string text = filter.push(piece);
+      reply += text;
+      show(splitter.push(text));
       return !filter.hit() && !g_interrupted;
     });
     if (!stop) return fail("chat", stop.status());
     std::string tail = filter.flush();  // after the cap: at most the start of a stop string, or text
     while (!tail.empty() && tail.back() == '\n') tail.pop_back();
-    show(tail);
+    reply += tail;
+    show(splitter.push(tail));
+    show(splitter.flush());
+    reasoning.close();
     std::fputs("\n", stdout);
     std::fflush(stdout);
     if (g_interrupted) {
       g_interrupted = 0;
       std::fprintf(stderr, "kiln chat: reply interrupted\n");
     }
-    // Plain mode keeps the reply as the model wrote it after "Assistant:", without trailing whitespace.
+    // The reply without trailing whitespace (plain mode: as the model wrote it after "Assistant:"); with a
+    // template, only its content goes back into the conversation, the reasoning as reasoning_content.
     while (!reply.empty() && (reply.back() == '\n' || reply.back() == ' ')) reply.pop_back();
-    messages.push_back({"assistant", reply});
+    if (prompt->plain()) {
+      messages.push_back({{"role", "assistant"}, {"content", reply}});
+    } else {
+      tpl::ParsedReply parsed = prompt->parse_reply(reply, /*want_tools=*/false, opened);
+      while (!parsed.content.empty() && (parsed.content.back() == '\n' || parsed.content.back() == ' '))
+        parsed.content.pop_back();
+      messages.push_back(prompt->assistant_message(parsed));
+    }
     if (*stop == StopReason::kContextFull)
       std::fprintf(stderr, "kiln chat: context full (%lld tokens): the reply was cut; /clear starts over (or raise "
                    "-c)\n", (long long)n_ctx);

@@ -1,13 +1,20 @@
 // kiln run: generate text from a prompt, streaming it to stdout; timings on stderr.
+// --chat: the prompt (-p or -f) is one user message (after -sys TEXT as the system message), rendered with the
+// model's chat template as `kiln chat` renders a turn (runtime/prompt.h's ChatPrompt; --chat-template-file and
+// --chat-template-kwargs as there); reasoning (<think>...</think>) goes to stderr, the content to stdout.
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/args.h"
+#include "cli/chat_cli.h"
 #include "cli/model_source.h"
 #include "runtime/generate.h"
 #include "runtime/prompt.h"
@@ -65,6 +72,13 @@ int run_main(int argc, char** argv) {
   args.flag({"--ids"}, &print_ids, "print the generated ids as one line [id, ...] instead of text");
   args.flag({"--ignore-eos"}, &gen.seq.ignore_eos, "do not stop at end-of-generation tokens");
   args.flag({"--no-bos"}, &no_bos, "do not add the BOS token to a text prompt");
+  bool chat = false, verbose_prompt = false;
+  std::string system_prompt;
+  ChatTemplateArgs tpl_args;
+  args.flag({"--chat"}, &chat, "the prompt is a user message, rendered with the model's chat template");
+  args.option({"-sys", "--system-prompt"}, &system_prompt, "TEXT", "system message (implies --chat)");
+  add_chat_template_options(args, &tpl_args);
+  args.flag({"--verbose-prompt"}, &verbose_prompt, "print the prompt text and its token count on stderr");
   if (Status st = args.parse(argc, argv); !st) return fail("run", st);
   if (args.help_requested()) {
     std::fputs(args.usage().c_str(), stdout);
@@ -74,6 +88,19 @@ int run_main(int argc, char** argv) {
   const bool have_p = args.seen("-p"), have_f = args.seen("-f"), have_tokens = args.seen("--tokens");
   if (have_p + have_f + have_tokens > 1)
     return fail("run", make_error(ErrorCode::kInvalidArgument, "pass only one of -p, -f and --tokens"));
+  // The chat options imply --chat.
+  for (const char* f : {"-sys", "--chat-template", "--chat-template-file", "--chat-template-kwargs"})
+    if (args.seen(f)) chat = true;
+  if (chat && have_tokens)
+    return fail("run", make_error(ErrorCode::kInvalidArgument, "--chat renders text: pass -p TEXT or -f FILE, not --tokens"));
+  if (chat && !have_p && !have_f)
+    return fail("run", make_error(ErrorCode::kInvalidArgument, "--chat: pass the user message with -p TEXT or -f FILE"));
+  ChatPromptOptions popts;
+  if (chat) {
+    auto o = chat_prompt_options(tpl_args);
+    if (!o) return fail("run", o.status());
+    popts = std::move(o).value();
+  }
 
   // Every flag is checked before the model loads.
   if (Status st = check_generation_options(gen.seq.n_predict, n_batch); !st) return fail("run", st);
@@ -109,11 +136,30 @@ int run_main(int argc, char** argv) {
   if (!engine) return fail("run", engine.status());
   const int64_t n_ctx = effective_ctx(model, cache_opt.n_ctx);
 
-  if (!have_tokens) {
+  std::optional<ChatPrompt> chat_prompt;
+  std::string rendered;
+  if (chat) {
+    popts.model_name = loaded->name;
+    auto cp = ChatPrompt::create(model.tokenizer(), popts);
+    if (!cp) return fail("run", cp.status());
+    chat_prompt = std::move(cp).value();
+    if (!chat_prompt->notice().empty()) std::fprintf(stderr, "kiln run: %s\n", chat_prompt->notice().c_str());
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+    if (!system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", system_prompt}});
+    messages.push_back({{"role", "user"}, {"content", prompt}});
+    auto r = chat_prompt->render(messages);
+    if (!r) return fail("run", r.status());
+    rendered = std::move(r).value();
+    ids = chat_prompt->tokenize(rendered, /*add_bos=*/!no_bos);
+  } else if (!have_tokens) {
     ids = encode_prompt(model.tokenizer(), prompt, /*add_bos=*/!no_bos);
     if (ids.empty())
       return fail("run", make_error(ErrorCode::kInvalidArgument, "empty prompt: pass -p TEXT, -f FILE or --tokens IDS"));
   }
+  if (verbose_prompt)
+    std::fprintf(stderr, "kiln run: prompt (%s, %zu tokens):\n%s\n",
+                 chat_prompt ? chat_prompt->describe().c_str() : have_tokens ? "token ids" : "text", ids.size(),
+                 chat_prompt ? rendered.c_str() : have_tokens ? "" : prompt.c_str());
   if (static_cast<int64_t>(ids.size()) > n_ctx)
     return fail("run", make_error(ErrorCode::kOutOfRange, "%s: the prompt is %zu tokens, more than the context of %lld "
                                   "tokens holds (raise -c)", have_tokens ? "--tokens" : have_f ? "-f" : "-p",
@@ -126,17 +172,47 @@ int run_main(int argc, char** argv) {
 
   std::vector<int32_t> out_ids;
   bool visible = false;  // any printable text came out
-  auto on_token = [&](int32_t id, const std::string& piece) {
-    if (id >= 0) out_ids.push_back(id);
-    visible = visible || has_visible_text(piece);
-    if (!print_ids && !piece.empty()) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
+  // --chat: the template's stop strings (plain text) and reasoning markers; reasoning goes to stderr.
+  StopFilter filter(chat_prompt ? chat_prompt->stop_strings() : std::vector<std::string>{});
+  ReplySplitter splitter(chat_prompt ? chat_prompt->reply_options().think_begin : "",
+                         chat_prompt ? chat_prompt->reply_options().think_end : "",
+                         chat_prompt && chat_prompt->has_reasoning(),
+                         chat_prompt && chat_prompt->prompt_opens_reasoning(rendered));
+  ReasoningSink reasoning;
+  bool started = !(chat_prompt && chat_prompt->plain());  // plain text: from the first visible character
+  auto show = [&](const ReplySplitter::Out& o) {
+    visible = visible || has_visible_text(o.reasoning) || has_visible_text(o.content);
+    if (print_ids) return;
+    reasoning.write(o.reasoning);
+    if (o.reasoning_ended) reasoning.close();
+    std::string text = o.content;
+    if (!started) {
+      const size_t b = text.find_first_not_of(" \t\r\n");
+      if (b == std::string::npos) return;
+      text.erase(0, b);
+      started = true;
+    }
+    if (!text.empty()) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
     }
-    return true;
+  };
+  auto on_token = [&](int32_t id, const std::string& piece) {
+    if (filter.hit()) return false;
+    if (id >= 0) out_ids.push_back(id);
+    show(splitter.push(filter.push(piece)));
+    return !filter.hit();
   };
   auto stop = g.generate(on_token);
   if (!stop) return fail("run", stop.status());
+  if (chat_prompt) {
+    std::string tail = filter.flush();
+    if (chat_prompt->plain())
+      while (!tail.empty() && tail.back() == '\n') tail.pop_back();
+    show(splitter.push(tail));
+  }
+  show(splitter.flush());
+  reasoning.close();
   if (print_ids) {
     std::string line = "[";
     for (size_t i = 0; i < out_ids.size(); ++i) line += (i ? ", " : "") + std::to_string(out_ids[i]);

@@ -15,4 +15,232 @@ std::vector<int32_t> encode_chat(const Tokenizer& tok, ChatFormat format, const 
                        /*parse_special=*/true);
 }
 
+const char* chat_path_name(ChatPath p) {
+  switch (p) {
+    case ChatPath::kModelTemplate: return "model template";
+    case ChatPath::kCallerTemplate: return "template file";
+    case ChatPath::kBuiltin: return "built-in";
+    case ChatPath::kPlain: return "plain";
+  }
+  return "?";
+}
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+Status check_kwargs(const json& kwargs) {
+  if (kwargs.is_null()) return Status::ok();
+  if (!kwargs.is_object())
+    return make_error(ErrorCode::kInvalidArgument, "chat template kwargs must be a JSON object");
+  for (const char* k : {"messages", "tools", "documents", "add_generation_prompt"})
+    if (kwargs.contains(k))
+      return make_error(ErrorCode::kInvalidArgument,
+                        "chat template kwargs may not set '%s' (it is a render argument of its own)", k);
+  return Status::ok();
+}
+
+// Whether `text` encodes (special tokens parsed) to exactly one token.
+bool is_one_token(const Tokenizer& tok, const std::string& text) {
+  return tok.encode(text, /*add_special=*/false, /*parse_special=*/true).size() == 1;
+}
+
+// The text of an OpenAI message's content: a string, or the "text" of its typed parts, concatenated.
+std::string content_text(const json& content) {
+  if (content.is_string()) return content.get<std::string>();
+  std::string s;
+  if (content.is_array())
+    for (const json& part : content)
+      if (part.is_object() && part.contains("text") && part["text"].is_string()) s += part["text"].get<std::string>();
+  return s;
+}
+
+Result<std::vector<ChatMessage>> to_chat_messages(const json& messages) {
+  if (!messages.is_array()) return make_error(ErrorCode::kInvalidArgument, "messages must be a JSON array");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& m = messages[i];
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      return make_error(ErrorCode::kInvalidArgument, "messages[%zu]: an object with a string 'role' expected", i);
+    out.push_back({m["role"].get<std::string>(), m.contains("content") ? content_text(m["content"]) : ""});
+  }
+  return out;
+}
+
+// Plain text: the system message as a paragraph, then "User: m\n" and "Assistant:<reply>\n" lines, ending with
+// "Assistant:" for the model to continue.
+std::string render_plain(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  std::string s;
+  for (const ChatMessage& m : messages) {
+    if (m.role == "system") s += m.content + "\n\n";
+    else if (m.role == "user") s += "User: " + m.content + "\n";
+    else s += "Assistant:" + m.content + "\n";
+  }
+  return add_generation_prompt ? s + "Assistant:" : s;
+}
+
+// A template's reasoning markers: whether its source writes them.
+bool writes_reasoning(const std::string& src, const tpl::ReplyOptions& o) {
+  return src.find(o.think_end) != std::string::npos || src.find(o.think_begin) != std::string::npos;
+}
+
+std::string rtrim(std::string s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\t' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+Status check_chat_prompt_options(const ChatPromptOptions& opts) {
+  if (!opts.builtin.empty() && opts.builtin != "plain")
+    if (auto f = chat_format_from_name(opts.builtin); !f) return f.status();
+  KILN_TRY(check_kwargs(opts.kwargs));
+  if (!opts.template_source.empty()) {
+    auto t = tpl::Template::parse(opts.template_source, opts.template_name);
+    if (!t) return t.status();
+  }
+  return Status::ok();
+}
+
+Result<ChatPrompt> ChatPrompt::create(const Tokenizer& tok, const ChatPromptOptions& opts) {
+  KILN_TRY(check_kwargs(opts.kwargs));
+  ChatPrompt p;
+  p.tok_ = &tok;
+  if (opts.kwargs.is_object()) p.kwargs_ = opts.kwargs;
+  if (opts.builtin == "plain") {
+    p.path_ = ChatPath::kPlain;
+    return p;
+  }
+  if (!opts.builtin.empty()) {
+    KILN_ASSIGN_OR_RETURN(p.format_, chat_format_from_name(opts.builtin));
+    p.path_ = ChatPath::kBuiltin;
+    return p;
+  }
+  if (!opts.template_source.empty() || !tok.chat_template().empty()) {
+    const bool caller = !opts.template_source.empty();
+    p.path_ = caller ? ChatPath::kCallerTemplate : ChatPath::kModelTemplate;
+    p.source_ = caller ? opts.template_source : tok.chat_template();
+    p.name_ = caller ? opts.template_name : opts.model_name + ": tokenizer.chat_template";
+    auto t = tpl::Template::parse(p.source_, p.name_);
+    if (!t)
+      return t.status().with_context(caller ? std::string("the chat template")
+                                            : std::string("the model's chat template (--chat-template-file FILE or "
+                                                          "--chat-template NAME replaces it)"));
+    p.reply_ = tpl::reply_options_for_template(p.source_);
+    p.reasoning_ = writes_reasoning(p.source_, p.reply_);
+    p.reply_.extract_reasoning = p.reasoning_;
+    return p;
+  }
+  // No template: a built-in family the vocabulary's special tokens point to.
+  struct Guess {
+    ChatFormat f;
+    const char* a;
+    const char* b;
+  };
+  const Guess guesses[] = {
+      {ChatFormat::kLlama3, "<|start_header_id|>", "<|eot_id|>"},
+      {ChatFormat::kChatML, "<|im_start|>", "<|im_end|>"},
+      {ChatFormat::kGemma, "<start_of_turn>", "<end_of_turn>"},
+      {ChatFormat::kPhi3, "<|user|>", "<|end|>"},
+  };
+  for (const Guess& g : guesses)
+    if (is_one_token(tok, g.a) && is_one_token(tok, g.b)) {
+      p.path_ = ChatPath::kBuiltin;
+      p.format_ = g.f;
+      p.notice_ = strprintf("the model has no chat template: using the built-in %s format (its vocabulary has %s; "
+                            "--chat-template-file FILE or --chat-template NAME overrides)",
+                            chat_format_name(g.f), g.a);
+      return p;
+    }
+  if (opts.allow_plain) {
+    p.path_ = ChatPath::kPlain;
+    p.notice_ = "the model has no chat template and its vocabulary has no ChatML tokens: plain-text conversation "
+                "(\"User: ...\" / \"Assistant: ...\"; --chat-template-file FILE or --chat-template NAME overrides)";
+    return p;
+  }
+  p.path_ = ChatPath::kBuiltin;
+  p.format_ = ChatFormat::kChatML;
+  p.notice_ = "the model has no chat template: using the built-in chatml format";
+  return p;
+}
+
+std::string ChatPrompt::describe() const {
+  switch (path_) {
+    case ChatPath::kModelTemplate: return "the model's chat template";
+    case ChatPath::kCallerTemplate: return "chat template " + name_;
+    case ChatPath::kBuiltin: return std::string("built-in ") + chat_format_name(format_);
+    case ChatPath::kPlain: return "plain text";
+  }
+  return "?";
+}
+
+Result<std::string> ChatPrompt::render(const json& messages, const json& tools, bool add_generation_prompt) const {
+  if (path_ == ChatPath::kModelTemplate || path_ == ChatPath::kCallerTemplate) {
+    tpl::RenderOptions ro;
+    ro.tools = tools;
+    ro.add_generation_prompt = add_generation_prompt;
+    if (tok_->bos() >= 0) ro.bos_token = tok_->token_text(tok_->bos());
+    if (tok_->eos() >= 0) ro.eos_token = tok_->token_text(tok_->eos());
+    ro.kwargs = kwargs_;
+    ro.template_name = name_;
+    return tpl::render_chat(source_, messages, ro);
+  }
+  KILN_ASSIGN_OR_RETURN(std::vector<ChatMessage> msgs, to_chat_messages(messages));
+  if (path_ == ChatPath::kPlain) return render_plain(msgs, add_generation_prompt);
+  return apply_chat_template(format_, msgs, add_generation_prompt);
+}
+
+Result<std::vector<int32_t>> ChatPrompt::encode(const json& messages, const json& tools, bool add_generation_prompt,
+                                                bool add_bos) const {
+  KILN_ASSIGN_OR_RETURN(std::string text, render(messages, tools, add_generation_prompt));
+  return tokenize(text, add_bos);
+}
+
+std::vector<int32_t> ChatPrompt::tokenize(const std::string& rendered, bool add_bos) const {
+  return encode_prompt(*tok_, rendered, add_bos, /*parse_special=*/path_ != ChatPath::kPlain);
+}
+
+bool ChatPrompt::prompt_opens_reasoning(const std::string& rendered_prompt) const {
+  if (!reasoning_) return false;
+  // The prompt ends with the opening marker (whitespace aside): DeepSeek-R1's "<think>\n". Qwen3 with
+  // enable_thinking=false ends with "<think>\n\n</think>\n\n", a closed block: the reply is content.
+  const std::string t = rtrim(rendered_prompt);
+  const std::string& m = reply_.think_begin;
+  return t.size() >= m.size() && t.compare(t.size() - m.size(), m.size(), m) == 0;
+}
+
+tpl::ParsedReply ChatPrompt::parse_reply(const std::string& text, bool want_tools, bool opened_reasoning) const {
+  tpl::ReplyOptions o = reply_;
+  o.extract_reasoning = reasoning_;
+  if (!want_tools) o.tool_format = tpl::ToolCallFormat::kNone;
+  const bool reopen = reasoning_ && opened_reasoning && text.find(o.think_begin) == std::string::npos;
+  return tpl::parse_reply(reopen ? o.think_begin + text : text, o);
+}
+
+json ChatPrompt::assistant_message(const tpl::ParsedReply& reply) const {
+  json m = json::object();
+  m["role"] = "assistant";
+  m["content"] = reply.content;
+  if (!reply.reasoning_content.empty()) m["reasoning_content"] = reply.reasoning_content;
+  if (!reply.tool_calls.empty()) {
+    json calls = json::array();
+    for (const tpl::ToolCall& c : reply.tool_calls) {
+      json args;
+      try {
+        args = json::parse(c.arguments);
+      } catch (const nlohmann::json::exception&) {
+        args = c.arguments;
+      }
+      calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", args}}}});
+    }
+    m["tool_calls"] = std::move(calls);
+  }
+  return m;
+}
+
+std::vector<std::string> ChatPrompt::stop_strings() const {
+  if (path_ == ChatPath::kPlain) return {"\nUser:", "\n\n"};
+  return {};
+}
+
 }  // namespace kiln

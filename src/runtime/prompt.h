@@ -4,21 +4,117 @@
 //     not turn it off (--no-bos), and the text does not already start with it (a chat template that writes
 //     bos_token itself, or a prompt that spells it out with special-token parsing on).
 //   - Text prompts are encoded with special-token parsing on (as llama-cli); perplexity turns it off.
+//   - Conversations (ChatPrompt), in this order of precedence:
+//       1. a built-in family named by the caller (--chat-template NAME: llama3, chatml, ..., or plain);
+//       2. a Jinja template given by the caller (--chat-template-file FILE, or --chat-template with Jinja source);
+//       3. the GGUF's tokenizer.chat_template;
+//     2 and 3 run in kiln's Jinja interpreter (src/template) as transformers' apply_chat_template does: messages
+//     as OpenAI JSON, tools, add_generation_prompt, bos_token/eos_token = the text of the model's BOS/EOS tokens,
+//     plus the caller's kwargs (--chat-template-kwargs). A template error is a value whose message names the
+//     template, line and column.
+//       4. no template at all: a hand-written family chosen from the vocabulary's special tokens (llama3, gemma,
+//          phi3, chatml), else (when the caller allows it) the plain "User: ... / Assistant:" text conversation,
+//          else chatml. ChatPrompt::notice() is then the log line the caller prints (runtime prints nothing).
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "template/template.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "util/status.h"
 
 namespace kiln {
 
 std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text, bool add_bos = true,
                                    bool parse_special = true);
-// The conversation rendered with the chat format, then encode_prompt (BOS not doubled when the format writes it).
+// The conversation rendered with a built-in chat format, then encode_prompt (BOS not doubled when the format
+// writes it).
 std::vector<int32_t> encode_chat(const Tokenizer& tok, ChatFormat format, const std::vector<ChatMessage>& messages,
                                  bool add_generation_prompt = true);
+
+// Which path renders a conversation.
+enum class ChatPath {
+  kModelTemplate,  // the GGUF's tokenizer.chat_template, in the interpreter
+  kCallerTemplate, // a template the caller gave (--chat-template-file), in the interpreter
+  kBuiltin,        // a hand-written family (named by the caller, or the fallback for a file without a template)
+  kPlain,          // "User: ...\nAssistant:" text (no special tokens)
+};
+const char* chat_path_name(ChatPath p);  // "model template", "template file", "built-in", "plain"
+
+struct ChatPromptOptions {
+  // A built-in family name (chat_format_from_name) or "plain"; wins over every template. Empty: none.
+  std::string builtin;
+  // Jinja source that replaces the model's template (the text of --chat-template-file); empty: none.
+  std::string template_source;
+  std::string template_name = "chat template file";  // prefixes its error messages (e.g. the file name)
+  // Prefixes errors of the GGUF's template: "<model_name>: tokenizer.chat_template: line L, column C: ...".
+  std::string model_name = "model";
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();  // extra template variables
+  // No template and no ChatML tokens: the plain text conversation (true) or ChatML regardless (false).
+  bool allow_plain = true;
+};
+
+// Checks what can be checked before a model loads: the builtin name, that the caller's template parses, that
+// kwargs is an object that does not redefine a render argument. Errors name the template line and column.
+Status check_chat_prompt_options(const ChatPromptOptions& opts);
+
+class ChatPrompt {
+ public:
+  // Chooses the path for this tokenizer (see the top of this file). Errors: a bad builtin name, a template that
+  // does not parse (line and column), kwargs that are not an object.
+  static Result<ChatPrompt> create(const Tokenizer& tok, const ChatPromptOptions& opts);
+
+  ChatPath path() const { return path_; }
+  ChatFormat format() const { return format_; }  // kBuiltin only
+  bool plain() const { return path_ == ChatPath::kPlain; }
+  // The log line for a fallback (the model has no template), without a command prefix; "" otherwise.
+  const std::string& notice() const { return notice_; }
+  // What renders, for messages: "the model's chat template", "chat template file t.jinja", "built-in chatml", ...
+  std::string describe() const;
+
+  // The prompt text: messages is a JSON array of OpenAI messages (content a string or a list of typed parts);
+  // tools an array of OpenAI tool definitions or null. Built-in families and plain text read role and the text
+  // of content only (tools are not rendered there).
+  Result<std::string> render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools = nullptr,
+                             bool add_generation_prompt = true) const;
+  // render() then encode_prompt (special tokens parsed, BOS not doubled; plain text: special tokens not parsed).
+  Result<std::vector<int32_t>> encode(const nlohmann::ordered_json& messages,
+                                      const nlohmann::ordered_json& tools = nullptr,
+                                      bool add_generation_prompt = true, bool add_bos = true) const;
+  // The tokens of text render() returned (encode() is render() then this).
+  std::vector<int32_t> tokenize(const std::string& rendered, bool add_bos = true) const;
+
+  // How replies are split (parse_reply): the template's reasoning markers and tool-call format.
+  const tpl::ReplyOptions& reply_options() const { return reply_; }
+  // Whether the template writes reasoning markers (<think>..</think>, [THINK]..[/THINK], ...): replies are then
+  // split into reasoning and content.
+  bool has_reasoning() const { return reasoning_; }
+  // Whether a reply to `rendered_prompt` starts inside the reasoning block (the generation prompt opened it, as
+  // DeepSeek-R1's "<think>\n" does).
+  bool prompt_opens_reasoning(const std::string& rendered_prompt) const;
+  // Splits a reply: content, reasoning_content (when has_reasoning()), tool_calls (only with want_tools).
+  // opened_reasoning: the prompt opened the reasoning block (prompt_opens_reasoning), so a reply cut off before
+  // the closing marker is all reasoning.
+  tpl::ParsedReply parse_reply(const std::string& text, bool want_tools = false, bool opened_reasoning = false) const;
+  // The assistant message to append to the conversation for a reply, as transformers templates expect it:
+  // {"role": "assistant", "content": ..., "reasoning_content"?: ..., "tool_calls"?: [...]}.
+  nlohmann::ordered_json assistant_message(const tpl::ParsedReply& reply) const;
+  // Text that ends a reply beyond end-of-generation tokens (plain text: "\nUser:" and a blank line).
+  std::vector<std::string> stop_strings() const;
+
+ private:
+  const Tokenizer* tok_ = nullptr;
+  ChatPath path_ = ChatPath::kBuiltin;
+  ChatFormat format_ = ChatFormat::kChatML;
+  std::string source_, name_, notice_;
+  nlohmann::ordered_json kwargs_ = nlohmann::ordered_json::object();
+  tpl::ReplyOptions reply_;
+  bool reasoning_ = false;
+};
 
 }  // namespace kiln

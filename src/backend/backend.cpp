@@ -19,6 +19,11 @@ const char* op_name(Op op) {
     case Op::kSoftmax: return "softmax";
     case Op::kArgmax: return "argmax";
     case Op::kCopy: return "copy";
+    case Op::kGeglu: return "geglu";
+    case Op::kSigmoidMul: return "sigmoid_mul";
+    case Op::kAttentionWindow: return "attention_window";
+    case Op::kConv1dSilu: return "conv1d_silu";
+    case Op::kDeltaNet: return "gated_delta_net";
   }
   return "?";
 }

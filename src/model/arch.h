@@ -23,6 +23,12 @@ struct LayerWeights {
   Tensor q_norm, k_norm;         // optional f32 [hd_k] per-head RMS norm weights (qwen3)
   Tensor ffn_norm;               // f32 [n_embd]
   Tensor w_gate, w_up, w_down;   // [n_embd, n_ff], [n_embd, n_ff], [n_ff, n_embd]
+  // gemma3: norms of the attention and FFN outputs before their residual adds
+  Tensor post_attn_norm, post_ffn_norm;  // f32 [n_embd]
+  // qwen35 Gated DeltaNet layers (model/arch/qwen35.cpp has the shapes)
+  Tensor wqkv, wz;                       // mixed q/k/v projection, output gate z
+  Tensor ssm_conv1d, ssm_a, ssm_dt_bias, ssm_norm;  // f32
+  Tensor ssm_alpha, ssm_beta, ssm_out;
 };
 
 struct Weights {
@@ -75,6 +81,8 @@ std::string supported_archs();  // "llama, qwen2, qwen3"
 Status read_common_hparams(const gguf::File& file, HParams& hp);
 // Zero/negative sizes, head divisibility, n_rot range; errors name the key.
 Status validate_hparams(const HParams& hp);
+// An integer key (any integer type; an array is kUnsupported), or `fallback` when the file lacks it.
+Result<int64_t> read_int_or(const gguf::File& file, const std::string& key, int64_t fallback);
 
 // The standard pre-norm decoder tensors (token_embd, output_norm, output (optional), per layer attn_norm, q/k/v/o,
 // ffn_norm, gate/up/down). Architectures add their extras.

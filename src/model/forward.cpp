@@ -1,34 +1,66 @@
 // The shared pieces of every block (model/forward.h), top to bottom.
 #include "model/forward.h"
 
-namespace kiln::pieces {
+namespace kiln {
+
+Tensor strided_view(const Tensor& base, int64_t off, int64_t ne0, int64_t ne1, int64_t ne2, int64_t s1, int64_t s2) {
+  Tensor t = Tensor::make(base.dtype, static_cast<char*>(base.data) + off * base.nb[0], base.backend, ne0, ne1, ne2);
+  t.nb[1] = static_cast<size_t>(s1) * base.nb[0];
+  t.nb[2] = static_cast<size_t>(s2) * base.nb[0];
+  t.nb[3] = t.nb[2] * static_cast<size_t>(ne2);
+  return t;
+}
+
+namespace pieces {
+
+Status attend(ForwardCtx& c, int64_t il, const Tensor& q3) {
+  Backend& be = *c.be;
+  const HParams& hp = *c.hp;
+  const LayerWeights& L = c.w->layers[il];
+  const int64_t n = c.n;
+  // k [hd_k, n_head_kv, n].
+  const Tensor k3 = c.k.reshape(hp.head_dim_k, hp.n_head_kv, n);
+  if (L.q_norm.valid()) {  // qwen3: RMS norm over each head's vector, before RoPE
+    const Tensor qh = strided_view(q3, 0, hp.head_dim_k, hp.n_head * n, 1, q3.nb[1] / sizeof(float), 0);
+    const Tensor kh = c.k.reshape(hp.head_dim_k, hp.n_head_kv * n);
+    KILN_TRY(be.rms_norm(qh, L.q_norm, hp.rms_eps, qh));
+    KILN_TRY(be.rms_norm(kh, L.k_norm, hp.rms_eps, kh));
+  }
+  // RoPE, then the batch's K/V go into the cache; each token then attends to positions [0, pos] of its sequence
+  // (the last `window` of them on a sliding-window layer).
+  const KvLayer& layer = c.kv[il];
+  KILN_TRY(be.rope_kv_store(q3, k3, c.v, c.pos, c.rope, layer, c.slots));
+  return be.attention(q3, layer, c.meta, c.attn_scale, c.attn.reshape(hp.head_dim_v, hp.n_head, n));
+}
 
 Status self_attention(ForwardCtx& c, int64_t il) {
   Backend& be = *c.be;
   const HParams& hp = *c.hp;
   const LayerWeights& L = c.w->layers[il];
-  const int64_t n = c.n;
 
   KILN_TRY(be.rms_norm_for_matmul(c.x, L.attn_norm, hp.rms_eps, c.h, L.wq.dtype));
   const Backend::MatmulOut qkv[] = {{L.wq, L.bq, c.q}, {L.wk, L.bk, c.k}, {L.wv, L.bv, c.v}};
   KILN_TRY(be.matmul_group(c.h, qkv, 3));
-
-  // Per-head views: q [hd_k, n_head, n], k [hd_k, n_head_kv, n].
-  const Tensor q3 = c.q.reshape(hp.head_dim_k, hp.n_head, n);
-  const Tensor k3 = c.k.reshape(hp.head_dim_k, hp.n_head_kv, n);
-  if (L.q_norm.valid()) {  // qwen3: RMS norm over each head's vector, before RoPE
-    const Tensor qh = c.q.reshape(hp.head_dim_k, hp.n_head * n), kh = c.k.reshape(hp.head_dim_k, hp.n_head_kv * n);
-    KILN_TRY(be.rms_norm(qh, L.q_norm, hp.rms_eps, qh));
-    KILN_TRY(be.rms_norm(kh, L.k_norm, hp.rms_eps, kh));
-  }
-  // RoPE, then the batch's K/V go into the cache; each token then attends to positions [0, pos] of its sequence.
-  const KvLayer& layer = c.kv[il];
-  KILN_TRY(be.rope_kv_store(q3, k3, c.v, c.pos, c.rope, layer, c.slots));
-  KILN_TRY(be.attention(q3, layer, c.meta, c.attn_scale, c.attn.reshape(hp.head_dim_v, hp.n_head, n)));
+  KILN_TRY(attend(c, il, c.q.reshape(hp.head_dim_k, hp.n_head, c.n)));
   if (il == hp.n_layer - 1 && c.n_out < c.n) KILN_TRY(keep_output_rows(c));
   if (c.n == 0) return Status::ok();
 
   return be.matmul_add(L.wo, c.attn, Tensor{}, c.h, c.x);  // x += wo attn
+}
+
+Status geglu_ffn(ForwardCtx& c, int64_t il) {
+  if (c.n == 0) return Status::ok();
+  Backend& be = *c.be;
+  const LayerWeights& L = c.w->layers[il];
+  const float eps = c.hp->rms_eps;
+  KILN_TRY(be.rms_norm_for_matmul(c.x, L.ffn_norm, eps, c.h, L.w_gate.dtype));
+  const Backend::MatmulOut gu[] = {{L.w_gate, Tensor{}, c.g}, {L.w_up, Tensor{}, c.u}};
+  KILN_TRY(be.matmul_group(c.h, gu, 2));
+  KILN_TRY(be.geglu(c.g, c.u, c.g));  // g = gelu(gate h) * up h
+  if (!L.post_ffn_norm.valid()) return be.matmul_add(L.w_down, c.g, Tensor{}, c.h, c.x);
+  KILN_TRY(be.matmul(L.w_down, c.g, Tensor{}, c.h));
+  KILN_TRY(be.rms_norm(c.h, L.post_ffn_norm, eps, c.h));
+  return be.add(c.x, c.h, c.x);
 }
 
 Status swiglu_ffn(ForwardCtx& c, int64_t il) {
@@ -55,4 +87,5 @@ Status keep_output_rows(ForwardCtx& c) {
   return Status::ok();
 }
 
-}  // namespace kiln::pieces
+}  // namespace pieces
+}  // namespace kiln

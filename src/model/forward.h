@@ -8,6 +8,7 @@
 //   h    [n_embd, n]            normed input of a sublayer, then its output before the residual add
 //   q    [hd_k, n_head, n]      k [hd_k, n_head_kv, n]   v [hd_v, n_head_kv, n]
 //   attn [hd_v, n_head, n]      g, u [n_ff, n]
+//   s    [ws_extra, max_tokens] scratch region of architectures that need more (HParams::ws_extra; carve())
 #pragma once
 
 #include <cstdint>
@@ -31,9 +32,33 @@ struct ForwardCtx {
   Tensor out_ids, x_keep, attn_keep;
   int64_t n_out = 0;
   AttnBatch meta;
-  RopeParams rope;
+  RopeParams rope;    // freq_base is the layer's (HParams::rope_base)
   float attn_scale = 1.0f;
+  Tensor s;           // the whole scratch region (not shrunk to n): carve() views out of it
+  // The current layer's recurrent state (linear-attention layers of hybrid models; invalid otherwise): one row per
+  // sequence slot, addressed through meta.seq_row, zeroed where meta.seq_reset.
+  Tensor conv_state;  // F32 [(d_conv - 1) * conv_dim, max_seqs]
+  Tensor ssm_state;   // F32 [head_v_dim * d_state * n_v_heads, max_seqs]
 };
+
+// Consecutive [w, n] f32 tensors out of the scratch region c.s: each takes round_up(w, 16) * capacity floats, so
+// HParams::ws_extra = the sum of round_up(w, 16) of what a block carves.
+struct Carver {
+  explicit Carver(const Tensor& s) : s_(s) {}
+  Tensor take(int64_t w, int64_t n) {
+    Tensor t = Tensor::make(DType::F32, static_cast<float*>(s_.data) + off_, s_.backend, w, n);
+    off_ += (w + 15) / 16 * 16 * s_.ne[1];
+    return t;
+  }
+  static int64_t width(int64_t w) { return (w + 15) / 16 * 16; }
+
+ private:
+  Tensor s_;
+  int64_t off_ = 0;
+};
+
+// A view of `base` at element offset `off` with shape [ne0, ne1, ne2] and row / plane strides in elements.
+Tensor strided_view(const Tensor& base, int64_t off, int64_t ne0, int64_t ne1, int64_t ne2, int64_t s1, int64_t s2);
 
 namespace pieces {
 
@@ -41,6 +66,15 @@ namespace pieces {
 // the layer has q_norm/k_norm; RoPE on q and k; K/V into the cache; paged causal attention; output projection;
 // x += result.
 Status self_attention(ForwardCtx& c, int64_t il);
+
+// The core of self_attention on projections already made (c.q/c.k/c.v hold them; q3 = the query heads
+// [hd_k, n_head, n], possibly a strided view): per-head q/k norm when the layer has them, RoPE, K/V into the
+// cache, attention (sliding window from the layer's KvLayer) into c.attn. No output projection, no row selection.
+Status attend(ForwardCtx& c, int64_t il, const Tensor& q3);
+
+// h = rms_norm(x) * ffn_norm; x += post_ffn_norm(down(gelu(gate(h)) * up(h))) when the layer has post_ffn_norm
+// (gemma3), else x += down(...).
+Status geglu_ffn(ForwardCtx& c, int64_t il);
 
 // h = rms_norm(x) * ffn_norm; x += down(silu(gate(h)) * up(h)).
 Status swiglu_ffn(ForwardCtx& c, int64_t il);

@@ -115,6 +115,10 @@ Status check_bounds(const HParams& hp) {
 
 }  // namespace
 
+Result<int64_t> read_int_or(const gguf::File& file, const std::string& k, int64_t fallback) {
+  return get_int_or(file, k, fallback);
+}
+
 Status read_common_hparams(const gguf::File& f, HParams& hp) {
   KILN_ASSIGN_OR_RETURN(hp.name, f.get_str_or("general.name", ""));
   KILN_ASSIGN_OR_RETURN(hp.n_ctx_train, get_int(f, key(hp, "context_length")));

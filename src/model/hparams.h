@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kiln {
 
@@ -27,6 +28,45 @@ struct HParams {
   float rope_freq_base = 10000.0f;   // <arch>.rope.freq_base
   float rope_freq_scale = 1.0f;      // 1 / <arch>.rope.scaling.factor when scaling.type is linear
   bool tied_embeddings = false;      // no output.weight: the output projection reuses token_embd.weight
+
+  // ---- set by architectures that need them (defaults: a plain decoder, every layer alike) ----
+  float attn_scale = 0.0f;           // attention scale; 0: 1 / sqrt(head_dim_k)
+  float embd_scale = 1.0f;           // token embeddings times this (gemma3: sqrt(n_embd))
+  // Sliding-window (local) attention layers (gemma3): <arch>.attention.sliding_window and the RoPE base of the
+  // local layers (<arch>.rope.freq_base_swa); layer_swa[il] = 1 for a local layer (empty: none).
+  int32_t sliding_window = 0;
+  float rope_freq_base_swa = 10000.0f;
+  std::vector<uint8_t> layer_swa;
+  // Hybrid models (qwen35): layer_recurrent[il] = 1 for a linear-attention (Gated DeltaNet) layer, which has no
+  // K/V cache but a per-sequence recurrent state (empty: none). <arch>.ssm.* sizes:
+  std::vector<uint8_t> layer_recurrent;
+  int64_t ssm_d_conv = 0;    // ssm.conv_kernel: taps of the causal conv1d
+  int64_t ssm_d_inner = 0;   // ssm.inner_size: value width (n_v_heads x head_v_dim)
+  int64_t ssm_d_state = 0;   // ssm.state_size: key head size (= value head size)
+  int64_t ssm_n_v_head = 0;  // ssm.time_step_rank: value heads
+  int64_t ssm_n_k_head = 0;  // ssm.group_count: key heads
+  // Workspace an architecture needs beyond the standard buffers (model/state.cpp): the q buffer's width per token
+  // (0: n_head * head_dim_k; qwen35: query and gate) and an extra scratch region of ws_extra floats per token
+  // (ForwardCtx::s).
+  int64_t ws_q_width = 0;
+  int64_t ws_extra = 0;
+
+  bool is_swa(int64_t il) const { return il < static_cast<int64_t>(layer_swa.size()) && layer_swa[il]; }
+  bool is_recurrent(int64_t il) const {
+    return il < static_cast<int64_t>(layer_recurrent.size()) && layer_recurrent[il];
+  }
+  bool hybrid() const {
+    for (uint8_t r : layer_recurrent)
+      if (r) return true;
+    return false;
+  }
+  int32_t window(int64_t il) const { return is_swa(il) ? sliding_window : 0; }
+  float rope_base(int64_t il) const { return is_swa(il) ? rope_freq_base_swa : rope_freq_base; }
+  // Recurrent state per sequence of one linear layer, in floats: conv history and delta-rule matrices.
+  int64_t ssm_conv_dim() const { return 2 * ssm_n_k_head * ssm_d_state + ssm_d_inner; }
+  int64_t ssm_conv_state() const { return (ssm_d_conv - 1) * ssm_conv_dim(); }
+  int64_t ssm_head_v_dim() const { return ssm_n_v_head > 0 ? ssm_d_inner / ssm_n_v_head : 0; }
+  int64_t ssm_delta_state() const { return ssm_head_v_dim() * ssm_d_state * ssm_n_v_head; }
 };
 
 }  // namespace kiln

@@ -12,7 +12,11 @@ namespace kiln {
 
 Result<std::unique_ptr<ModelState>> make_model_state(const HParams& hp, const ArchDef& arch, const Weights& w,
                                                      const Placement& place, const StepCaps& caps);
-// Bytes of K+V storage for these caps over all layers.
+// Bytes of K+V storage for these caps over all layers (the attention layers: linear layers keep none).
 uint64_t kv_storage_bytes(const HParams& hp, const StepCaps& caps);
+// Layers with a K/V cache (all but the recurrent ones of a hybrid model).
+int64_t n_kv_layers(const HParams& hp);
+// Bytes of recurrent state (hybrid models: conv history + delta-rule matrices per linear layer per sequence slot).
+uint64_t recurrent_state_bytes(const HParams& hp, const StepCaps& caps);
 
 }  // namespace kiln

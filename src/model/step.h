@@ -69,6 +69,7 @@ struct StepPlan {
   int32_t* seq_q_start = nullptr;
   int32_t* seq_q_len = nullptr;
   int32_t* seq_kv_len = nullptr;
+  int32_t* seq_reset = nullptr;    // [max_seqs] 1: the sequence starts (position 0) in this step: zero recurrent state
   OutputKind* out_kind = nullptr;  // [max_outputs] host only: what fetch returns per output row
   int32_t* tables = nullptr;       // [max_seqs][max_blocks_per_seq]
   std::vector<int32_t> dirty_rows;  // table rows to upload this step (capacity max_seqs, reserved at creation)
@@ -102,6 +103,18 @@ class ModelState {
   virtual Status copy_block(int32_t src, int32_t dst, int32_t n) = 0;
   // Bytes of K+V storage over all layers.
   virtual uint64_t kv_bytes() const = 0;
+
+  // ---- recurrent state (hybrid models: linear-attention layers; one row per sequence slot = table row) ----
+  // A sequence's state is the result of every token it has seen: it continues only from where its last step
+  // ended, or restarts from zero at position 0 (StepPlan::seq_reset). The runtime keeps that so (Engine).
+  virtual bool has_recurrent_state() const { return false; }
+  // Copies slot src's recurrent state to slot dst in every layer (fork).
+  virtual Status copy_seq_state(int32_t src, int32_t dst) {
+    (void)src, (void)dst;
+    return Status::ok();
+  }
+  // Bytes of recurrent state over all layers and slots.
+  virtual uint64_t recurrent_bytes() const { return 0; }
 };
 
 }  // namespace kiln

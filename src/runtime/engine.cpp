@@ -5,7 +5,10 @@
 
 namespace kiln {
 
-Result<std::unique_ptr<Engine>> Engine::create(Model& model, const KvCacheConfig& cfg) {
+Result<std::unique_ptr<Engine>> Engine::create(Model& model, const KvCacheConfig& cfg_in) {
+  // Hybrid models: no prefix reuse (K/V from the cache would lack the recurrent state that goes with it).
+  KvCacheConfig cfg = cfg_in;
+  if (model.hparams().hybrid()) cfg.prefix_cache = false;
   StepCaps caps;
   caps.max_tokens = cfg.max_batch;
   caps.max_seqs = cfg.max_seqs;
@@ -26,7 +29,17 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const KvCacheConfig
   e->seqs_.reserve(cfg.max_seqs);
   e->dirty_.reserve(cfg.max_seqs);
   e->kinds_.assign(caps.max_outputs, OutputKind::kLogits);
+  e->recurrent_ = e->state_->has_recurrent_state();
+  e->state_pos_.assign(cfg.max_seqs, -1);
   return e;
+}
+
+Status Engine::fork(int32_t src, int32_t dst) {
+  KILN_TRY(cache_->fork(src, dst));
+  if (!recurrent_) return Status::ok();
+  const Status st = state_->copy_seq_state(src, dst);
+  state_pos_[dst] = st.is_ok() ? state_pos_[src] : -1;
+  return st;
 }
 
 int32_t Engine::bucket_tokens(int32_t n) const {
@@ -98,6 +111,19 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
     return make_error(ErrorCode::kInvalidArgument, "step: %lld outputs (at most %d per step, %zu kinds given)",
                       static_cast<long long>(n_out), caps.max_outputs, kinds.size());
   }
+  // Hybrid models: a sequence continues only from where its recurrent state is (see engine.h).
+  if (recurrent_)
+    for (int32_t id : seqs_) {
+      const int64_t at = cache.seq_len(id);
+      if (at > 0 && state_pos_[id] != at) {
+        const int64_t have = state_pos_[id];
+        reset_scratch();
+        return make_error(ErrorCode::kInvalidArgument, "sequence %d continues at position %lld, but its recurrent "
+                          "state is %s %lld (a hybrid model cannot resume a truncated sequence: restart it from "
+                          "position 0)", id, static_cast<long long>(at), have < 0 ? "invalid, at" : "at",
+                          static_cast<long long>(have < 0 ? 0 : have));
+      }
+    }
   // 2. Blocks.
   for (size_t s = 0; s < seqs_.size(); ++s) {
     Status st = cache.reserve(seqs_[s], count_[seqs_[s]]);
@@ -134,13 +160,15 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
     P.seq_q_start[s] = start;
     P.seq_q_len[s] = static_cast<int32_t>(count_[id]);
     P.seq_kv_len[s] = static_cast<int32_t>(cache.seq_len(id) + count_[id]);
+    P.seq_reset[s] = cache.seq_len(id) == 0 ? 1 : 0;
     start += P.seq_q_len[s];
     max_q = std::max(max_q, P.seq_q_len[s]);
   }
   // Per-sequence entries past n_seq read as empty sequences (a kernel sized by a bucket may look at them).
   if (buckets())
     for (int32_t s = static_cast<int32_t>(seqs_.size()); s < std::min<int32_t>(caps.max_seqs, nb); ++s)
-      P.seq_row[s] = 0, P.seq_q_start[s] = static_cast<int32_t>(n), P.seq_q_len[s] = 0, P.seq_kv_len[s] = 0;
+      P.seq_row[s] = 0, P.seq_q_start[s] = static_cast<int32_t>(n), P.seq_q_len[s] = 0, P.seq_kv_len[s] = 0,
+      P.seq_reset[s] = 0;
   P.n_tok = static_cast<int32_t>(n);
   P.n_bucket = nb;
   P.n_out = j;
@@ -169,6 +197,8 @@ Result<StepOutputs> Engine::step(std::span<const BatchToken> tokens, std::span<c
   if (!st.is_ok()) {
     for (int32_t s : seqs_) cache_->truncate(s, cache_->seq_len(s));
   }
+  if (recurrent_)  // the state now matches the new length; after a failure it may be half updated: invalid
+    for (int32_t s : seqs_) state_pos_[s] = st.is_ok() ? cache_->seq_len(s) : -1;
   for (int32_t s : seqs_) seq_index_[s] = -1, count_[s] = 0;
   if (!st.is_ok()) return st;
   return state_->fetch();

@@ -38,6 +38,18 @@ class Engine {
   // want_logits token, in batch order, n_vocab logits into `logits` (resized; may be null: nothing fetched).
   Status forward(const Batch& batch, std::vector<float>* logits);
 
+  // ---- hybrid models (ModelState::has_recurrent_state: linear-attention layers with per-sequence state) ----
+  // The recurrent state of a sequence slot is valid for exactly the tokens the cache holds for it: a step that
+  // starts a sequence at position 0 zeroes it (StepPlan::seq_reset); a step that continues a sequence whose state
+  // does not match its cache length (the cache was truncated to a position > 0, or a step failed part way) is
+  // refused, naming the sequence: restart it from position 0. Freeing a sequence (truncate to 0) needs nothing
+  // more. Prefix reuse is off for these models (Engine::create turns KvCacheConfig::prefix_cache off: cached K/V
+  // without the matching state would be wrong).
+  bool recurrent() const { return recurrent_; }
+  // dst shares src's cache blocks (KvCache::fork) and gets a copy of its recurrent state: the way to fork a
+  // sequence (parallel sampling) on any model.
+  Status fork(int32_t src, int32_t dst);
+
   // Buckets and padding even on a host-only placement (tests: the padding rules are checked on the CPU too).
   void force_buckets(bool on) { force_buckets_ = on; }
   bool buckets() const { return force_buckets_ || state_->wants_buckets(); }
@@ -59,6 +71,8 @@ class Engine {
   std::vector<int32_t> dirty_;
   std::vector<OutputKind> kinds_;  // forward(): all kLogits
   bool force_buckets_ = false;
+  bool recurrent_ = false;
+  std::vector<int64_t> state_pos_;  // hybrid models: per slot, the cache length its recurrent state is for (-1: none)
 };
 
 }  // namespace kiln

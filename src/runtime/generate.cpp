@@ -60,6 +60,8 @@ Status Generator::sync(std::span<const int32_t> tokens) {
   while (common < cached && common < tokens.size() && have[common] == tokens[common]) ++common;
   // Re-feed at least the last token: its logits are what the next sample needs.
   if (common == tokens.size() && common > 0) --common;
+  // A hybrid model's recurrent state cannot be cut back: any truncation restarts the sequence (Engine).
+  if (engine_.recurrent() && common < cached) common = 0;
   seq_.truncate(static_cast<int64_t>(common));  // and the cache
   logits_ready_ = false;
   return feed(tokens.subspan(common));

@@ -41,6 +41,12 @@ class CpuBackend final : public Backend {
   Status softmax(const Tensor& x, const Tensor& dst) override;
   Status argmax(const Tensor& x, const Tensor& dst) override;
   Status copy(const Tensor& src, const Tensor& dst) override;
+  Status geglu(const Tensor& gate, const Tensor& up, const Tensor& dst) override;
+  Status sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& dst) override;
+  // ops_ssm.cpp
+  Status conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& state, const AttnBatch& meta,
+                     const Tensor& dst) override;
+  Status gated_delta_net(const DeltaNetArgs& a, const AttnBatch& meta, const Tensor& dst) override;
 
  private:
   // Runs fn(begin, end) over [0, n) rows: on the pool (fast) or in one call (reference).
@@ -54,6 +60,7 @@ class CpuBackend final : public Backend {
   bool reference_;
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;  // per-thread scratch of the fast attention
+  std::vector<std::vector<float>> ssm_scratch_;  // per-thread scratch of the chunked delta rule (ops_ssm.cpp)
 };
 
 }  // namespace kiln::cpu

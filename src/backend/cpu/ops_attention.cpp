@@ -41,13 +41,14 @@ void attention_ref(const AttnArgs& a) {
   for (int t = 0; t < a.n_tok; ++t) {
     const int32_t* table = a.tables + static_cast<int64_t>(a.tok_table[t]) * a.table_stride;
     const int64_t len = a.kv_len[t];
+    const int64_t lo = a.window > 0 ? std::max<int64_t>(0, len - a.window) : 0;  // first position in the window
     s.assign(len, 0.0f);
     for (int h = 0; h < a.n_head; ++h) {
       const int g = h / n_rep;
       const float* qs = a.q + t * a.q_tok_stride + h * a.q_head_stride;
       for (int i = 0; i < a.hd_k; ++i) q[i] = a.kv_type == DType::F16 ? fp16_to_f32(f32_to_fp16(qs[i])) : qs[i];
       float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < len; ++j) {
+      for (int64_t j = lo; j < len; ++j) {
         to_f32(a.kv_type, k_row(a, slot_of(a, table, j), g), kr.data(), a.hd_k);
         float d = 0;
         for (int i = 0; i < a.hd_k; ++i) d += kr[i] * q[i];
@@ -55,12 +56,12 @@ void attention_ref(const AttnArgs& a) {
         mx = std::max(mx, s[j]);
       }
       float sum = 0;
-      for (int64_t j = 0; j < len; ++j) {
+      for (int64_t j = lo; j < len; ++j) {
         s[j] = std::exp(s[j] - mx);
         sum += s[j];
       }
       std::fill(out.begin(), out.end(), 0.0f);
-      for (int64_t j = 0; j < len; ++j) {
+      for (int64_t j = lo; j < len; ++j) {
         to_f32(a.kv_type, v_row(a, slot_of(a, table, j), g), vr.data(), a.hd_v);
         for (int i = 0; i < a.hd_v; ++i) out[i] += s[j] * vr[i];
       }
@@ -109,11 +110,14 @@ void attention_fast(const AttnArgs& a, ThreadPool& pool, std::vector<std::vector
         S[r] = 0;
       }
       std::fill_n(acc, static_cast<size_t>(n_rep) * a.hd_v, 0.0f);
-      for (int64_t start = 0; start < len; start += bs) {
+      // Sliding window: blocks wholly before the window are never read; the first block read starts at j0.
+      const int64_t lo = a.window > 0 ? std::max<int64_t>(0, len - a.window) : 0;
+      for (int64_t start = lo / bs * bs; start < len; start += bs) {
         const int nj = static_cast<int>(std::min<int64_t>(bs, len - start));
+        const int j0 = static_cast<int>(std::max<int64_t>(0, lo - start));
         const int64_t slot0 = static_cast<int64_t>(table[start / bs]) * bs;
         if (!f16 && !f32) {
-          for (int j = 0; j < nj; ++j) {
+          for (int j = j0; j < nj; ++j) {
             to_f32(a.kv_type, k_row(a, slot0 + j, g), kbuf + static_cast<size_t>(j) * a.hd_k, a.hd_k);
             to_f32(a.kv_type, v_row(a, slot0 + j, g), vbuf + static_cast<size_t>(j) * a.hd_v, a.hd_v);
           }
@@ -122,7 +126,7 @@ void attention_fast(const AttnArgs& a, ThreadPool& pool, std::vector<std::vector
           const float* qr = q + static_cast<size_t>(r) * a.hd_k;
           float* ar = acc + static_cast<size_t>(r) * a.hd_v;
           float mx = -std::numeric_limits<float>::infinity();
-          for (int j = 0; j < nj; ++j) {
+          for (int j = j0; j < nj; ++j) {
             float d;
             if (f16)
               d = vk.dot_f16(reinterpret_cast<const uint16_t*>(k_row(a, slot0 + j, g)), qr, a.hd_k);
@@ -141,7 +145,7 @@ void attention_fast(const AttnArgs& a, ThreadPool& pool, std::vector<std::vector
             }
             M[r] = mx;
           }
-          for (int j = 0; j < nj; ++j) {
+          for (int j = j0; j < nj; ++j) {
             const float p = std::exp(sc[j] - M[r]);
             S[r] += p;
             if (f16)

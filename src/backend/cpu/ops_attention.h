@@ -25,6 +25,7 @@ struct AttnArgs {
   const int32_t* tok_table = nullptr;
   const int32_t* kv_len = nullptr;
   float scale = 1.0f;
+  int32_t window = 0;  // > 0: token t reads positions [max(0, kv_len[t] - window), kv_len[t]) only (KvLayer::window)
 };
 
 // Scalar reference: per (token, head), all scores, then max, exp, sum, weighted sum of V (two passes).

@@ -8,12 +8,16 @@ namespace kiln {
 extern const ArchDef kArchLlama;
 extern const ArchDef kArchQwen2;
 extern const ArchDef kArchQwen3;
+extern const ArchDef kArchGemma3;
+extern const ArchDef kArchQwen35;
 
 namespace {
 const ArchDef* const kArchs[] = {
     &kArchLlama,
     &kArchQwen2,
     &kArchQwen3,
+    &kArchGemma3,
+    &kArchQwen35,
 };
 }  // namespace
 

@@ -1,0 +1,397 @@
+// The ops Qwen3.5 and Gemma 3 added to backend.h (geglu, sigmoid_mul, sliding-window attention, conv1d_silu,
+// gated_delta_net) on every backend of the build, each against an independent scalar computation in double
+// precision written from the op contract (not from the CPU code). A backend whose supports() says no for an op
+// skips that case, naming it (the CUDA kernels of these ops are not written yet). Plus: the multi-section RoPE of
+// qwen35 reduces to NeoX RoPE of the leading dims for text positions.
+//
+// Bounds, argued per op: u = 2^-24 (f32 unit roundoff).
+//   geglu / sigmoid_mul: a handful of f32 operations and one libm tanh/exp (<= 2 ulp) per element: relative error
+//     <= ~8u, plus the cancellation in 1 + tanh(.) for negative inputs (absolute error ~u |x| |up|): the bound is
+//     16u (|ref| + |x up|). A wrong formula (erf GELU, sigmoid vs silu) is off by 1e-3 and more.
+//   attention with a window: F32 cache, so the only error is f32 summation order: NMSE <= 1e-10 vs the double
+//     oracle; K/V outside the window are NaN in the cache, so reading them (masking instead of skipping) poisons
+//     the output.
+//   conv1d_silu: 4-term f32 dot and silu: |err| <= 16u (1 + sum |w x|).
+//   gated_delta_net: f32 recurrence over up to 150 tokens with 128-long dots; the state decays (g < 0), so errors
+//     do not grow without bound; measured NMSE vs the double recurrence ~1e-13; bound 1e-9, while a wrong head
+//     mapping, a dropped chunk boundary or a state not carried gives NMSE > 1e-2.
+#include <algorithm>
+#include <cmath>
+
+#include "common/backend_test_util.h"
+
+namespace kiln {
+namespace {
+
+using test::DevTensor;
+using test::dev_alloc;
+using test::dev_f32;
+using test::dev_i32;
+using test::dev_read;
+using test::dev_upload;
+using test::kU;
+using test::randn;
+
+class BackendOpsNext : public test::BackendOpsTest {
+ protected:
+  bool skip_unless(Op op, DType t = DType::F32) {
+    if (be().supports(op, t)) return false;
+    return true;
+  }
+};
+
+#define KILN_SKIP_UNLESS(op, ...)                                                                       \
+  if (skip_unless(op, ##__VA_ARGS__))                                                                   \
+  GTEST_SKIP() << "skipped: backend " << GetParam() << " does not run " << op_name(op) << " yet"
+
+double gelu_tanh(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+TEST_P(BackendOpsNext, GegluMatchesTanhGelu) {
+  KILN_SKIP_UNLESS(Op::kGeglu);
+  const int64_t d = 300, n = 5;
+  std::vector<float> g = randn(d * n, 1, 3.0f), u = randn(d * n, 2);
+  g[0] = -12.0f, g[1] = 12.0f, g[2] = -0.0001f;  // the tails and near zero
+  const DevTensor G = dev_f32(be(), g, d, n), U = dev_f32(be(), u, d, n), Y = dev_alloc(be(), DType::F32, d, n);
+  KILN_ASSERT_OK(be().geglu(G.t, U.t, Y.t));
+  const std::vector<float> y = dev_read<float>(be(), Y);
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double ref = gelu_tanh(g[i]) * u[i];
+    EXPECT_LE(std::fabs(y[i] - ref), 16 * kU * (std::fabs(ref) + std::fabs(g[i] * u[i]))) << i << " x=" << g[i];
+  }
+  // In place (dst = gate).
+  KILN_ASSERT_OK(be().geglu(G.t, U.t, G.t));
+  EXPECT_EQ(dev_read<float>(be(), G), y);
+}
+
+TEST_P(BackendOpsNext, SigmoidMulWithAStridedGate) {
+  KILN_SKIP_UNLESS(Op::kSigmoidMul);
+  // As qwen35's gated attention: per token and head [query hd | gate hd]; the gate rows are a strided view.
+  const int64_t hd = 64, rows = 6;
+  std::vector<float> qg = randn(2 * hd * rows, 3, 4.0f), x = randn(hd * rows, 4);
+  const DevTensor QG = dev_f32(be(), qg, 2 * hd, rows), X = dev_f32(be(), x, hd, rows);
+  Tensor gate = QG.t;
+  gate.ne[0] = hd;
+  gate.data = static_cast<float*>(QG.t.data) + hd;
+  KILN_ASSERT_OK(be().sigmoid_mul(X.t, gate, X.t));
+  const std::vector<float> y = dev_read<float>(be(), X);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < hd; ++i) {
+      const double gv = qg[r * 2 * hd + hd + i], ref = x[r * hd + i] / (1.0 + std::exp(-gv));
+      EXPECT_LE(std::fabs(y[r * hd + i] - ref), 16 * kU * (std::fabs(ref) + std::fabs(x[r * hd + i]))) << r << "," << i;
+    }
+}
+
+// Sliding window: a token at position p sees (p - window, p]. The F32 cache holds NaN in every slot outside the
+// union of the windows, so an op that reads them (instead of skipping) returns NaN.
+TEST_P(BackendOpsNext, AttentionWindowSkipsPositionsOutsideIt) {
+  KILN_SKIP_UNLESS(Op::kAttentionWindow, DType::F32);
+  const int hd = 64, n_head = 2, n_kv = 1, bs = 16, window = 16;
+  const int64_t n_blocks = 8, len = 100;  // one sequence of 100 positions, blocks scattered in the pool
+  const std::vector<int32_t> table = {5, 2, 7, 0, 3, 6, 1, 4};
+  std::vector<float> K = randn(static_cast<size_t>(n_blocks * bs * hd), 5), V = randn(K.size(), 6);
+  // Queries: the last 20 positions (80..99) of the sequence; earliest window start is 80 - 15 = 65.
+  const int n_tok = 20;
+  for (int64_t pos = 0; pos < 65; ++pos) {
+    const int64_t slot = table[pos / bs] * bs + pos % bs;
+    for (int i = 0; i < hd; ++i) K[slot * hd + i] = V[slot * hd + i] = std::nanf("");
+  }
+  const std::vector<float> q = randn(static_cast<size_t>(hd * n_head * n_tok), 7);
+  KvLayer l;
+  const DevTensor KC = dev_f32(be(), K, hd * n_kv, n_blocks * bs), VC = dev_f32(be(), V, hd * n_kv, n_blocks * bs);
+  l.k = KC.t, l.v = VC.t, l.n_head_kv = n_kv, l.head_dim_k = hd, l.head_dim_v = hd, l.block_size = bs;
+  l.window = window;
+  std::vector<int32_t> tok_table(n_tok, 0), kv_len(n_tok);
+  for (int t = 0; t < n_tok; ++t) kv_len[t] = static_cast<int32_t>(len - n_tok + t + 1);
+  const DevTensor BT = dev_upload(be(), DType::I32, table, static_cast<int64_t>(table.size()), 1);
+  const DevTensor TT = dev_i32(be(), tok_table), KL = dev_i32(be(), kv_len), Z = dev_i32(be(), {0}),
+                  QS = dev_i32(be(), {0}), QL = dev_i32(be(), {n_tok}), SK = dev_i32(be(), {static_cast<int32_t>(len)});
+  AttnBatch m;
+  m.block_tables = BT.t, m.tok_table = TT.t, m.kv_len = KL.t, m.seq_row = Z.t, m.seq_q_start = QS.t,
+  m.seq_q_len = QL.t, m.seq_kv_len = SK.t, m.seq_reset = Z.t, m.n_seq = 1, m.max_kv_len = 128, m.max_q_len = n_tok;
+  const DevTensor Q = dev_f32(be(), q, hd, n_head, n_tok), O = dev_alloc(be(), DType::F32, hd, n_head, n_tok);
+  const float scale = 0.125f;
+  KILN_ASSERT_OK(be().attention(Q.t, l, m, scale, O.t));
+  const std::vector<float> o = dev_read<float>(be(), O);
+  std::vector<double> ref(o.size());
+  for (int t = 0; t < n_tok; ++t)
+    for (int h = 0; h < n_head; ++h) {
+      const int64_t hi = kv_len[t], lo = std::max<int64_t>(0, hi - window);
+      std::vector<double> s;
+      double mx = -1e300;
+      for (int64_t p = lo; p < hi; ++p) {
+        const int64_t slot = table[p / bs] * bs + p % bs;
+        double d = 0;
+        for (int i = 0; i < hd; ++i) d += static_cast<double>(q[(t * n_head + h) * hd + i]) * K[slot * hd + i];
+        s.push_back(d * scale);
+        mx = std::max(mx, s.back());
+      }
+      double sum = 0;
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      for (int i = 0; i < hd; ++i) {
+        double acc = 0;
+        for (int64_t p = lo; p < hi; ++p) acc += s[p - lo] * V[(table[p / bs] * bs + p % bs) * hd + i];
+        ref[(t * n_head + h) * hd + i] = acc / sum;
+      }
+    }
+  for (float x : o) ASSERT_FALSE(std::isnan(x)) << "a position outside the window was read";
+  EXPECT_LE(test::nmse_d(o, ref), 1e-10);
+  // window 0 on the same cache reads position 0: NaN (the poison works).
+  l.window = 0;
+  KILN_ASSERT_OK(be().attention(Q.t, l, m, scale, O.t));
+  EXPECT_TRUE(std::isnan(dev_read<float>(be(), O)[0]));
+}
+
+// Per-sequence metadata of a step: sequences (row, first token, token count, reset).
+struct Seqs {
+  DevTensor row, start, len, reset;
+  AttnBatch m;
+  Seqs(Backend& be, const std::vector<int32_t>& r, const std::vector<int32_t>& s, const std::vector<int32_t>& l,
+       const std::vector<int32_t>& z) {
+    row = dev_i32(be, r), start = dev_i32(be, s), len = dev_i32(be, l), reset = dev_i32(be, z);
+    m.seq_row = row.t, m.seq_q_start = start.t, m.seq_q_len = len.t, m.seq_reset = reset.t;
+    m.n_seq = static_cast<int32_t>(r.size());
+    m.max_q_len = *std::max_element(l.begin(), l.end());
+  }
+};
+
+// conv1d_silu: two sequences in one step (one starting, one continuing from a state row), then a second step
+// continuing both; against the double oracle over each sequence's whole input history.
+TEST_P(BackendOpsNext, Conv1dSiluCarriesTheStatePerSequence) {
+  KILN_SKIP_UNLESS(Op::kConv1dSilu);
+  const int64_t C = 96, K = 4, slots = 3;
+  const std::vector<float> w = randn(K * C, 8, 0.5f);
+  // Slot 2 starts with a history (sequence B was running before); slot 0 is garbage but reset.
+  std::vector<float> st0 = randn((K - 1) * C * slots, 9);
+  const DevTensor W = dev_f32(be(), w, K, C), ST = dev_f32(be(), st0, (K - 1) * C, slots);
+  // Histories in double: B's known past (3 inputs from the state row), A none.
+  std::vector<std::vector<float>> hist(2);
+  for (int64_t j = 0; j < K - 1; ++j)
+    for (int64_t c = 0; c < C; ++c) hist[1].push_back(st0[2 * (K - 1) * C + j * C + c]);
+  const size_t b_past = hist[1].size() / C;
+  struct Step { int a, b; int ra; };
+  const Step steps[] = {{2, 5, 1}, {7, 1, 0}, {1, 2, 0}};  // token counts of A (slot 0) and B (slot 2) per step
+  uint32_t seed = 10;
+  for (const Step& s : steps) {
+    const int64_t n = s.a + s.b;
+    const std::vector<float> x = randn(C * n, seed++);
+    const DevTensor X = dev_f32(be(), x, C, n), Y = dev_alloc(be(), DType::F32, C, n);
+    Seqs q(be(), {0, 2}, {0, s.a}, {s.a, s.b}, {s.ra, 0});
+    KILN_ASSERT_OK(be().conv1d_silu(X.t, W.t, ST.t, q.m, Y.t));
+    const std::vector<float> y = dev_read<float>(be(), Y);
+    for (int sq = 0; sq < 2; ++sq) {
+      const int64_t t0 = sq == 0 ? 0 : s.a, cnt = sq == 0 ? s.a : s.b;
+      for (int64_t t = 0; t < cnt; ++t) hist[sq].insert(hist[sq].end(), x.begin() + (t0 + t) * C, x.begin() + (t0 + t + 1) * C);
+      const int64_t H = static_cast<int64_t>(hist[sq].size() / C);
+      for (int64_t t = 0; t < cnt; ++t) {
+        const int64_t p = H - cnt + t;  // index of this token in the history
+        for (int64_t c = 0; c < C; ++c) {
+          double acc = 0, mag = 0;
+          for (int64_t j = 0; j < K; ++j) {
+            const int64_t u = p - (K - 1) + j;
+            const double in = u >= 0 ? hist[sq][u * C + c] : 0.0;
+            acc += static_cast<double>(w[c * K + j]) * in;
+            mag += std::fabs(w[c * K + j] * in);
+          }
+          const double ref = acc / (1.0 + std::exp(-acc));
+          EXPECT_LE(std::fabs(y[(t0 + t) * C + c] - ref), 16 * kU * (1 + mag)) << "seq " << sq << " t " << t << " c " << c;
+        }
+      }
+    }
+  }
+  (void)b_past;
+}
+
+// The double-precision oracle of the gated delta rule, straight from the contract (backend.h).
+struct DeltaOracle {
+  int64_t Sk, Sv, Hk, Hv;
+  std::vector<double> S;  // per head [Sk][Sv]: S[h][i][j]
+  DeltaOracle(int64_t sk, int64_t sv, int64_t hk, int64_t hv) : Sk(sk), Sv(sv), Hk(hk), Hv(hv), S(hv * sk * sv, 0.0) {}
+  // State row as the backend stores it: (h * Sv + j) * Sk + i = S[i][j].
+  void load(const float* row) {
+    for (int64_t h = 0; h < Hv; ++h)
+      for (int64_t j = 0; j < Sv; ++j)
+        for (int64_t i = 0; i < Sk; ++i) S[(h * Sk + i) * Sv + j] = row[(h * Sv + j) * Sk + i];
+  }
+  void store(std::vector<double>& row) const {
+    row.assign(Hv * Sv * Sk, 0);
+    for (int64_t h = 0; h < Hv; ++h)
+      for (int64_t j = 0; j < Sv; ++j)
+        for (int64_t i = 0; i < Sk; ++i) row[(h * Sv + j) * Sk + i] = S[(h * Sk + i) * Sv + j];
+  }
+  // One token: q, k [Hk][Sk], v [Hv][Sv], alpha/beta [Hv]; out [Hv][Sv].
+  void step(const float* q, const float* k, const float* v, const float* alpha, const float* beta, const float* A,
+            const float* dt, double scale, double eps, double* out) {
+    for (int64_t h = 0; h < Hv; ++h) {
+      const float* qh = q + (h % Hk) * Sk;
+      const float* kh = k + (h % Hk) * Sk;
+      double nq = 0, nk = 0;
+      for (int64_t i = 0; i < Sk; ++i) nq += static_cast<double>(qh[i]) * qh[i], nk += static_cast<double>(kh[i]) * kh[i];
+      nq = 1 / std::sqrt(nq + eps), nk = 1 / std::sqrt(nk + eps);
+      const double x = static_cast<double>(alpha[h]) + dt[h];
+      const double g = A[h] * (x > 20 ? x : std::log1p(std::exp(x)));
+      const double b = 1 / (1 + std::exp(-static_cast<double>(beta[h])));
+      double* Sh = S.data() + h * Sk * Sv;
+      for (int64_t e = 0; e < Sk * Sv; ++e) Sh[e] *= std::exp(g);
+      for (int64_t j = 0; j < Sv; ++j) {
+        double skj = 0;
+        for (int64_t i = 0; i < Sk; ++i) skj += Sh[i * Sv + j] * kh[i] * nk;
+        const double d = b * (v[h * Sv + j] - skj);
+        for (int64_t i = 0; i < Sk; ++i) Sh[i * Sv + j] += kh[i] * nk * d;
+      }
+      for (int64_t j = 0; j < Sv; ++j) {
+        double o = 0;
+        for (int64_t i = 0; i < Sk; ++i) o += Sh[i * Sv + j] * qh[i] * nq;
+        out[h * Sv + j] = o * scale;
+      }
+    }
+  }
+};
+
+// One step of gated_delta_net over the sequences of `q`, inputs laid out as qwen35's conv output (q | k | v per
+// token, q/k/v strided views), returns the output [n][Hv][Sv].
+struct DeltaCase {
+  int64_t Sk, Sv, Hk, Hv, slots;
+  std::vector<float> A, dt;
+  DevTensor Ad, dtd, state;
+  DeltaCase(Backend& be, int64_t sk, int64_t sv, int64_t hk, int64_t hv, int64_t sl, uint32_t seed)
+      : Sk(sk), Sv(sv), Hk(hk), Hv(hv), slots(sl) {
+    A = randn(hv, seed);
+    for (float& a : A) a = -std::exp(a);  // ssm_a = -exp(A_log) < 0
+    dt = randn(hv, seed + 1);
+    Ad = dev_f32(be, A, hv), dtd = dev_f32(be, dt, hv);
+    state = dev_f32(be, randn(hv * sv * sk * sl, seed + 2, 0.3f), hv * sv * sk, sl);
+  }
+  int64_t C() const { return 2 * Sk * Hk + Sv * Hv; }
+  Status run(Backend& be, const std::vector<float>& x, const std::vector<float>& al, const std::vector<float>& bt,
+             int64_t n, const AttnBatch& m, std::vector<float>* out) {
+    const DevTensor X = dev_f32(be, x, C(), n), AL = dev_f32(be, al, Hv, n), BE = dev_f32(be, bt, Hv, n);
+    const DevTensor O = dev_alloc(be, DType::F32, Sv, Hv, n);
+    Backend::DeltaNetArgs a;
+    auto view = [&](int64_t off, int64_t d, int64_t h) {
+      Tensor t = Tensor::make(DType::F32, static_cast<float*>(X.t.data) + off, &be, d, h, n);
+      t.nb[2] = static_cast<size_t>(C()) * sizeof(float);
+      t.nb[3] = t.nb[2] * static_cast<size_t>(n);
+      return t;
+    };
+    a.q = view(0, Sk, Hk), a.k = view(Sk * Hk, Sk, Hk), a.v = view(2 * Sk * Hk, Sv, Hv);
+    a.alpha = AL.t, a.beta = BE.t, a.A = Ad.t, a.dt_bias = dtd.t, a.state = state.t;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(Sk));
+    a.l2_eps = 1e-6f;
+    KILN_TRY(be.gated_delta_net(a, m, O.t));
+    *out = dev_read<float>(be, O);
+    return Status::ok();
+  }
+};
+
+// Two sequences over three steps: A (slot 1) starts with 150 tokens (chunks 64 + 64 + 22), B (slot 0) continues a
+// pre-set state with 5; then A decodes one token and B prefills 70; then both decode one. Outputs of every step
+// and the final state rows against the oracle (which starts A from zero and B from the pre-set row).
+TEST_P(BackendOpsNext, GatedDeltaNetMatchesTheRecurrence) {
+  KILN_SKIP_UNLESS(Op::kDeltaNet);
+  for (const auto& [Sk, Hk, Hv] : {std::tuple<int64_t, int64_t, int64_t>{64, 2, 4}, {128, 1, 2}}) {
+    const int64_t Sv = Sk;
+    DeltaCase dc(be(), Sk, Sv, Hk, Hv, 2, 20);
+    const std::vector<float> st0 = dev_read<float>(be(), dc.state);
+    DeltaOracle oa(Sk, Sv, Hk, Hv), ob(Sk, Sv, Hk, Hv);
+    ob.load(st0.data());  // B's pre-set state, slot 0
+    struct Step { int a, b, reset_a; };
+    const Step steps[] = {{150, 5, 1}, {1, 70, 0}, {1, 1, 0}};
+    uint32_t seed = 30;
+    double worst = 0;
+    for (const Step& s : steps) {
+      const int64_t n = s.a + s.b, C = dc.C();
+      const std::vector<float> x = randn(C * n, seed++), al = randn(Hv * n, seed++), bt = randn(Hv * n, seed++);
+      Seqs q(be(), {1, 0}, {0, s.a}, {s.a, s.b}, {s.reset_a, 0});
+      std::vector<float> out;
+      KILN_ASSERT_OK(dc.run(be(), x, al, bt, n, q.m, &out));
+      std::vector<double> ref(out.size());
+      for (int64_t t = 0; t < n; ++t) {
+        DeltaOracle& o = t < s.a ? oa : ob;
+        const float* xt = x.data() + t * C;
+        o.step(xt, xt + Sk * Hk, xt + 2 * Sk * Hk, al.data() + t * Hv, bt.data() + t * Hv, dc.A.data(), dc.dt.data(),
+               1.0 / std::sqrt(static_cast<double>(Sk)), 1e-6, ref.data() + t * Hv * Sv);
+      }
+      const double e = test::nmse_d(out, ref);
+      worst = std::max(worst, e);
+      EXPECT_LE(e, 1e-9) << "S " << Sk << " step a=" << s.a << " b=" << s.b;
+    }
+    const std::vector<float> st = dev_read<float>(be(), dc.state);
+    std::vector<double> ra, rb;
+    oa.store(ra), ob.store(rb);
+    const int64_t W = Hv * Sv * Sk;
+    EXPECT_LE(test::nmse_d(std::vector<float>(st.begin() + W, st.begin() + 2 * W), ra), 1e-9) << "state of A";
+    EXPECT_LE(test::nmse_d(std::vector<float>(st.begin(), st.begin() + W), rb), 1e-9) << "state of B";
+    std::printf("[delta-net] %s S=%lld H_k=%lld H_v=%lld: max NMSE vs double recurrence %.3e\n", GetParam().c_str(),
+                static_cast<long long>(Sk), static_cast<long long>(Hk), static_cast<long long>(Hv), worst);
+  }
+}
+
+// The chunked prefill (one call of 150 tokens) and the one-step recurrence (150 calls of one token) give the same
+// outputs and the same final state (f32 evaluations of one recurrence in different orders: NMSE ~1e-13).
+TEST_P(BackendOpsNext, ChunkedPrefillMatchesOneStepRecurrence) {
+  KILN_SKIP_UNLESS(Op::kDeltaNet);
+  const int64_t Sk = 128, Hk = 2, Hv = 4, n = 150;
+  DeltaCase one(be(), Sk, Sk, Hk, Hv, 1, 40), many(be(), Sk, Sk, Hk, Hv, 1, 40);
+  const int64_t C = one.C();
+  const std::vector<float> x = randn(C * n, 41), al = randn(Hv * n, 42), bt = randn(Hv * n, 43);
+  std::vector<float> chunked, stepwise, o;
+  {
+    Seqs q(be(), {0}, {0}, {static_cast<int32_t>(n)}, {1});
+    KILN_ASSERT_OK(one.run(be(), x, al, bt, n, q.m, &chunked));
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    Seqs q(be(), {0}, {0}, {1}, {t == 0 ? 1 : 0});
+    const std::vector<float> xt(x.begin() + t * C, x.begin() + (t + 1) * C), at(al.begin() + t * Hv, al.begin() + (t + 1) * Hv),
+        bt1(bt.begin() + t * Hv, bt.begin() + (t + 1) * Hv);
+    KILN_ASSERT_OK(many.run(be(), xt, at, bt1, 1, q.m, &o));
+    stepwise.insert(stepwise.end(), o.begin(), o.end());
+  }
+  std::vector<double> ref(stepwise.begin(), stepwise.end());
+  const double e = test::nmse_d(chunked, ref);
+  std::printf("[delta-net] %s chunked vs one-step: NMSE %.3e\n", GetParam().c_str(), e);
+  EXPECT_LE(e, 1e-9);
+  const std::vector<float> s1 = dev_read<float>(be(), one.state), s2 = dev_read<float>(be(), many.state);
+  EXPECT_LE(test::nmse_d(s1, std::vector<double>(s2.begin(), s2.end())), 1e-9);
+}
+
+// qwen35's RoPE is llama.cpp's interleaved multi-section form (rope.dimension_sections [11, 11, 10, 0], 64 of
+// 256 dims rotated): rotated pair i takes the angle of position component sec(i) (t, h, w interleaved over the
+// sections), pos_sec * base^(-2i/n_rot), NeoX pairs (i, i + n_rot/2). For text all components equal the token
+// position, so the op's plain NeoX RoPE of the first 64 dims must give the same result; dims 64..255 pass through.
+TEST_P(BackendOpsNext, MultiSectionRopeOfTextIsNeoxOfTheLeadingDims) {
+  const int hd = 256, n_rot = 64, n_head = 3, n_tok = 5;
+  const int sections[4] = {11, 11, 10, 0};
+  const double base = 1e7;
+  const std::vector<int32_t> pos = {0, 1, 17, 63, 100};
+  const std::vector<float> x = randn(static_cast<size_t>(hd * n_head * n_tok), 50);
+  const DevTensor X = dev_f32(be(), x, hd, n_head, n_tok), P = dev_i32(be(), pos);
+  RopeParams p;
+  p.mode = RopeMode::kNeox;
+  p.n_rot = n_rot;
+  p.freq_base = static_cast<float>(base);
+  KILN_ASSERT_OK(be().rope(X.t, P.t, p));
+  const std::vector<float> y = dev_read<float>(be(), X);
+  const int half = n_rot / 2;
+  for (int t = 0; t < n_tok; ++t) {
+    const double comp[4] = {static_cast<double>(pos[t]), static_cast<double>(pos[t]), static_cast<double>(pos[t]), 0.0};
+    for (int h = 0; h < n_head; ++h) {
+      const float* v = x.data() + (t * n_head + h) * hd;
+      const float* r = y.data() + (t * n_head + h) * hd;
+      for (int i = 0; i < half; ++i) {
+        // Interleaved sections: pair i belongs to component i % 3 while that component has pairs left.
+        const int m3 = i % 3;
+        const int sec = i < 3 * sections[m3] ? m3 : 3;  // past its component's pairs: the 4th (position 0 here)
+        const double th = comp[sec] * std::pow(base, -2.0 * i / n_rot);
+        const double a0 = v[i], a1 = v[i + half];
+        EXPECT_NEAR(r[i], a0 * std::cos(th) - a1 * std::sin(th), 1e-4) << t << "," << h << "," << i;
+        EXPECT_NEAR(r[i + half], a0 * std::sin(th) + a1 * std::cos(th), 1e-4) << t << "," << h << "," << i;
+      }
+      for (int i = n_rot; i < hd; ++i) EXPECT_EQ(r[i], v[i]);
+    }
+  }
+}
+
+KILN_INSTANTIATE_BACKENDS(BackendOpsNext);
+
+}  // namespace
+}  // namespace kiln

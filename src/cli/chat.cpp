@@ -243,8 +243,7 @@ int chat_main(int argc, char** argv) {
     std::string reply;  // the text the model wrote (up to a stop string)
     StopFilter filter(prompt->stop_strings());
     const bool opened = prompt->prompt_opens_reasoning(*rendered);
-    ReplySplitter splitter(prompt->reply_options().think_begin, prompt->reply_options().think_end,
-                           prompt->has_reasoning(), opened);
+    ReplyStream splitter(*prompt, opened);
     ReasoningSink reasoning;
     bool started = !prompt->plain();  // plain mode shows the reply from its first visible character
     auto show_content = [&](std::string text) {
@@ -257,7 +256,7 @@ int chat_main(int argc, char** argv) {
       std::fwrite(text.data(), 1, text.size(), stdout);
       std::fflush(stdout);
     };
-    auto show = [&](const ReplySplitter::Out& o) {
+    auto show = [&](const ReplyStream::Delta& o) {
       reasoning.write(o.reasoning);
       if (o.reasoning_ended) reasoning.close();
       show_content(o.content);
@@ -274,7 +273,7 @@ int chat_main(int argc, char** argv) {
     while (!tail.empty() && tail.back() == '\n') tail.pop_back();
     reply += tail;
     show(splitter.push(tail));
-    show(splitter.flush());
+    show(splitter.finish());
     reasoning.close();
     std::fputs("\n", stdout);
     std::fflush(stdout);

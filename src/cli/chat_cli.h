@@ -2,8 +2,7 @@
 //   ChatTemplateArgs  --chat-template NAME|plain|JINJA, --chat-template-file FILE, --chat-template-kwargs JSON,
 //                     turned into runtime's ChatPromptOptions (checked before the model loads).
 //   StopFilter     holds back text that may be the beginning of a stop string (plain-text conversations).
-//   ReplySplitter  splits streamed text into reasoning (inside the template's <think>...</think> markers, or the
-//                  model's own) and content, holding back text that may be the start of a marker.
+//   (runtime's ReplyStream splits the streamed text into reasoning and content.)
 //   ReasoningSink  shows reasoning on stderr, distinct from the reply: dimmed on a terminal, else in a
 //                  "[reasoning] ..." paragraph.
 #pragma once
@@ -114,90 +113,6 @@ class StopFilter {
   std::vector<std::string> stops_;
   std::string pending_;
   bool hit_ = false;
-};
-
-class ReplySplitter {
- public:
-  struct Out {
-    std::string reasoning, content;
-    bool reasoning_ended = false;  // the closing marker was seen in this push
-  };
-  // enabled: the template defines reasoning markers (else everything is content). in_reasoning: the generation
-  // prompt opened the block, so the reply starts inside it.
-  ReplySplitter(std::string begin, std::string end, bool enabled, bool in_reasoning)
-      : begin_(std::move(begin)), end_(std::move(end)),
-        state_(!enabled ? kContent : in_reasoning ? kReasoning : kStart) {}
-
-  Out push(const std::string& piece) {
-    Out out;
-    pending_ += piece;
-    step(&out, false);
-    return out;
-  }
-  Out flush() {
-    Out out;
-    step(&out, true);
-    if (state_ == kReasoning) out.reasoning += pending_;
-    else out.content += pending_;
-    pending_.clear();
-    return out;
-  }
-
- private:
-  enum State { kStart, kReasoning, kContent };
-  static size_t skip_ws(const std::string& s) {
-    size_t i = 0;
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) ++i;
-    return i;
-  }
-  void step(Out* out, bool final) {
-    for (;;) {
-      if (state_ == kStart) {
-        const size_t ws = skip_ws(pending_);
-        const std::string t = pending_.substr(ws);
-        if (t.compare(0, begin_.size(), begin_) == 0 && t.size() >= begin_.size()) {
-          pending_.erase(0, ws + begin_.size());
-          state_ = kReasoning;
-          continue;
-        }
-        if (!final && begin_.compare(0, t.size(), t) == 0) return;  // may still become the marker
-        state_ = kContent;
-        continue;
-      }
-      if (state_ == kReasoning) {
-        const size_t e = pending_.find(end_);
-        if (e != std::string::npos) {
-          out->reasoning += pending_.substr(0, e);
-          pending_.erase(0, e + end_.size());
-          out->reasoning_ended = true;
-          state_ = kContent;
-          after_reasoning_ = true;
-          continue;
-        }
-        if (final) return;
-        const size_t keep = partial_marker_tail(pending_, end_);
-        out->reasoning += pending_.substr(0, pending_.size() - keep);
-        pending_.erase(0, pending_.size() - keep);
-        return;
-      }
-      // content: right after the reasoning block, its separating whitespace is not shown
-      if (after_reasoning_) {
-        const size_t ws = skip_ws(pending_);
-        pending_.erase(0, ws);
-        if (pending_.empty() && !final) return;
-        after_reasoning_ = false;
-      }
-      if (final) return;
-      out->content += pending_;
-      pending_.clear();
-      return;
-    }
-  }
-
-  std::string begin_, end_;
-  State state_;
-  bool after_reasoning_ = false;
-  std::string pending_;
 };
 
 // Reasoning text on stderr: dimmed on a terminal, else one "[reasoning] ..." paragraph per reply.

@@ -174,13 +174,11 @@ int run_main(int argc, char** argv) {
   bool visible = false;  // any printable text came out
   // --chat: the template's stop strings (plain text) and reasoning markers; reasoning goes to stderr.
   StopFilter filter(chat_prompt ? chat_prompt->stop_strings() : std::vector<std::string>{});
-  ReplySplitter splitter(chat_prompt ? chat_prompt->reply_options().think_begin : "",
-                         chat_prompt ? chat_prompt->reply_options().think_end : "",
-                         chat_prompt && chat_prompt->has_reasoning(),
-                         chat_prompt && chat_prompt->prompt_opens_reasoning(rendered));
+  std::optional<ReplyStream> splitter;
+  if (chat_prompt) splitter.emplace(*chat_prompt, chat_prompt->prompt_opens_reasoning(rendered));
   ReasoningSink reasoning;
   bool started = !(chat_prompt && chat_prompt->plain());  // plain text: from the first visible character
-  auto show = [&](const ReplySplitter::Out& o) {
+  auto show = [&](const ReplyStream::Delta& o) {
     visible = visible || has_visible_text(o.reasoning) || has_visible_text(o.content);
     if (print_ids) return;
     reasoning.write(o.reasoning);
@@ -200,7 +198,14 @@ int run_main(int argc, char** argv) {
   auto on_token = [&](int32_t id, const std::string& piece) {
     if (filter.hit()) return false;
     if (id >= 0) out_ids.push_back(id);
-    show(splitter.push(filter.push(piece)));
+    const std::string text = filter.push(piece);
+    if (splitter) {
+      show(splitter->push(text));
+    } else {
+      ReplyStream::Delta d;
+      d.content = text;
+      show(d);
+    }
     return !filter.hit();
   };
   auto stop = g.generate(on_token);
@@ -209,9 +214,9 @@ int run_main(int argc, char** argv) {
     std::string tail = filter.flush();
     if (chat_prompt->plain())
       while (!tail.empty() && tail.back() == '\n') tail.pop_back();
-    show(splitter.push(tail));
+    show(splitter->push(tail));
+    show(splitter->finish());
   }
-  show(splitter.flush());
   reasoning.close();
   if (print_ids) {
     std::string line = "[";

@@ -1,5 +1,8 @@
 #include "runtime/prompt.h"
 
+#include <algorithm>
+#include <string_view>
+
 namespace kiln {
 
 std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text, bool add_bos, bool parse_special) {
@@ -242,5 +245,141 @@ std::vector<std::string> ChatPrompt::stop_strings() const {
   if (path_ == ChatPath::kPlain) return {"\nUser:", "\n\n"};
   return {};
 }
+
+// ---- ReplyStream
+
+namespace {
+
+// The length of the longest tail of `s` that is a proper prefix of `marker`.
+size_t partial_tail(const std::string& s, const std::string& marker) {
+  if (marker.empty()) return 0;
+  for (size_t k = std::min(marker.size() - 1, s.size()); k > 0; --k)
+    if (s.compare(s.size() - k, k, marker, 0, k) == 0) return k;
+  return 0;
+}
+
+size_t skip_ws(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) ++i;
+  return i;
+}
+
+}  // namespace
+
+ReplyStream::ReplyStream(const ChatPrompt& prompt, bool in_reasoning, bool want_tools)
+    : prompt_(&prompt), begin_(prompt.reply_options().think_begin), end_(prompt.reply_options().think_end),
+      want_tools_(want_tools), opened_(in_reasoning),
+      state_(!prompt.has_reasoning() ? kContent : in_reasoning ? kReasoning : kStart) {
+  if (want_tools) {
+    using F = tpl::ToolCallFormat;
+    const F f = prompt.reply_options().tool_format;
+    if (f == F::kHermes || f == F::kAuto) tool_markers_.push_back("<tool_call>");
+    if (f == F::kMistral || f == F::kAuto) tool_markers_.push_back("[TOOL_CALLS]");
+    if (f == F::kLlama3 || f == F::kAuto) {
+      tool_markers_.push_back("<|python_tag|>");
+      bare_json_ = true;
+    }
+  }
+}
+
+ReplyStream::Delta ReplyStream::push(const std::string& piece) {
+  Delta d;
+  text_ += piece;
+  pending_ += piece;
+  step(&d, false);
+  return d;
+}
+
+void ReplyStream::emit_content(Delta* d, bool final) {
+  if (holding_) return;  // everything after a tool-call marker waits for finish()
+  if (!content_started_) {
+    const size_t ws = skip_ws(pending_);
+    if (bare_json_ && ws < pending_.size() && pending_[ws] == '{') {
+      holding_ = true;
+      return;
+    }
+    if (ws == pending_.size() && !final && bare_json_) return;  // whitespace so far: a '{' may still open it
+    content_started_ = !pending_.empty();
+  }
+  size_t cut = std::string::npos;
+  for (const std::string& m : tool_markers_) cut = std::min(cut, pending_.find(m));
+  if (cut != std::string::npos) {
+    std::string before = pending_.substr(0, cut);
+    while (!before.empty() && std::string_view(" \n\t\r").find(before.back()) != std::string_view::npos)
+      before.pop_back();
+    d->content += before;
+    streamed_content_ += before;
+    pending_.erase(0, cut);
+    holding_ = true;
+    return;
+  }
+  size_t keep = 0;
+  if (!final && !tool_markers_.empty()) {
+    for (const std::string& m : tool_markers_) keep = std::max(keep, partial_tail(pending_, m));
+    // The whitespace before (a possible start of) a marker waits too: parse_reply drops what separates content
+    // from a tool call.
+    while (keep < pending_.size() &&
+           std::string_view(" \n\t\r").find(pending_[pending_.size() - 1 - keep]) != std::string_view::npos)
+      ++keep;
+  }
+  const std::string out = pending_.substr(0, pending_.size() - keep);
+  d->content += out;
+  streamed_content_ += out;
+  pending_.erase(0, pending_.size() - keep);
+}
+
+void ReplyStream::step(Delta* d, bool final) {
+  for (;;) {
+    if (state_ == kStart) {
+      const size_t ws = skip_ws(pending_);
+      const std::string t = pending_.substr(ws);
+      if (t.size() >= begin_.size() && t.compare(0, begin_.size(), begin_) == 0) {
+        pending_.erase(0, ws + begin_.size());
+        state_ = kReasoning;
+        continue;
+      }
+      if (!final && begin_.compare(0, t.size(), t) == 0) return;  // may still become the marker
+      state_ = kContent;
+      continue;
+    }
+    if (state_ == kReasoning) {
+      const size_t e = pending_.find(end_);
+      if (e != std::string::npos) {
+        d->reasoning += pending_.substr(0, e);
+        pending_.erase(0, e + end_.size());
+        d->reasoning_ended = true;
+        state_ = kContent;
+        after_reasoning_ = true;
+        continue;
+      }
+      const size_t keep = final ? 0 : partial_tail(pending_, end_);
+      d->reasoning += pending_.substr(0, pending_.size() - keep);
+      pending_.erase(0, pending_.size() - keep);
+      return;
+    }
+    if (after_reasoning_) {  // the whitespace separating content from the reasoning block is not content
+      pending_.erase(0, skip_ws(pending_));
+      if (pending_.empty() && !final) return;
+      after_reasoning_ = false;
+    }
+    emit_content(d, final);
+    return;
+  }
+}
+
+ReplyStream::Delta ReplyStream::finish() {
+  Delta d;
+  step(&d, true);
+  if (!holding_) return d;
+  // Held from a tool-call marker on: the calls, and the held text that is not one (a malformed block stays).
+  const tpl::ParsedReply r = parsed();
+  d.tool_calls = r.tool_calls;
+  if (r.content.compare(0, streamed_content_.size(), streamed_content_) == 0)
+    d.content += r.content.substr(streamed_content_.size());
+  pending_.clear();
+  return d;
+}
+
+tpl::ParsedReply ReplyStream::parsed() const { return prompt_->parse_reply(text_, want_tools_, opened_); }
 
 }  // namespace kiln

@@ -117,4 +117,38 @@ class ChatPrompt {
   bool reasoning_ = false;
 };
 
+// A reply split as it streams (kiln chat, run --chat, the server's SSE chunks): reasoning and content, holding
+// back text that may be the start of a marker; with tools, content from the first tool-call marker on (or a bare
+// JSON object opening the content, Llama 3.1's form) is held until finish(), which parses the whole reply as
+// ChatPrompt::parse_reply does and returns the tool calls and whatever content was held but is not one.
+class ReplyStream {
+ public:
+  struct Delta {
+    std::string reasoning, content;
+    bool reasoning_ended = false;        // the closing reasoning marker came in this piece
+    std::vector<tpl::ToolCall> tool_calls;  // finish() only
+  };
+  // in_reasoning: the prompt opened the reasoning block (ChatPrompt::prompt_opens_reasoning).
+  ReplyStream(const ChatPrompt& prompt, bool in_reasoning, bool want_tools = false);
+  Delta push(const std::string& piece);
+  Delta finish();
+  const std::string& text() const { return text_; }  // everything pushed
+  // The reply as parse_reply splits it (after finish(): the same split the deltas added up to, where they could).
+  tpl::ParsedReply parsed() const;
+
+ private:
+  enum State { kStart, kReasoning, kContent };
+  void step(Delta* d, bool final);
+  void emit_content(Delta* d, bool final);
+
+  const ChatPrompt* prompt_;
+  std::string begin_, end_;
+  std::vector<std::string> tool_markers_;
+  bool bare_json_ = false;  // a '{' opening the content starts a tool call (Llama 3.1)
+  bool want_tools_, opened_;
+  State state_;
+  bool after_reasoning_ = false, content_started_ = false, holding_ = false;
+  std::string pending_, text_, streamed_content_;
+};
+
 }  // namespace kiln

@@ -298,4 +298,71 @@ TEST(ChatPrompt, PathsAndReplies) {
   EXPECT_FALSE(kiln::check_chat_prompt_options(o).is_ok());
 }
 
+// ReplyStream: pushed one byte at a time, the deltas add up to parse_reply's split; tool calls come at finish().
+struct Streamed {
+  std::string reasoning, content;
+  std::vector<kiln::tpl::ToolCall> calls;
+  int reasoning_ends = 0;
+};
+Streamed stream_bytes(const kiln::ChatPrompt& p, const std::string& text, bool opened, bool tools) {
+  kiln::ReplyStream rs(p, opened, tools);
+  Streamed out;
+  auto add = [&](const kiln::ReplyStream::Delta& d) {
+    out.reasoning += d.reasoning;
+    out.content += d.content;
+    out.reasoning_ends += d.reasoning_ended;
+    for (const auto& c : d.tool_calls) out.calls.push_back(c);
+  };
+  for (char c : text) add(rs.push(std::string(1, c)));
+  add(rs.finish());
+  return out;
+}
+
+TEST(ChatPrompt, ReplyStreamSplitsAsParseReply) {
+  auto tok = tokenizer_of(base_model());
+  kiln::ChatPromptOptions o;
+  o.template_source = kiln::test::slurp(kiln::test::data_path("templates/Qwen-Qwen3-0.6B.jinja"));
+  auto qwen = kiln::ChatPrompt::create(*tok, o);
+  ASSERT_TRUE(qwen.is_ok()) << qwen.status().to_string();
+  ASSERT_TRUE(qwen->has_reasoning());
+  Streamed s = stream_bytes(*qwen, "<think>\nlet me see\n</think>\n\nThe answer <is> 4.", false, false);
+  EXPECT_EQ(s.reasoning, "\nlet me see\n");
+  EXPECT_EQ(s.content, "The answer <is> 4.");
+  EXPECT_EQ(s.reasoning_ends, 1);
+  // No reasoning block: all content, a '<' that is not the marker included.
+  s = stream_bytes(*qwen, "<b>bold</b>", false, false);
+  EXPECT_EQ(s.reasoning, "");
+  EXPECT_EQ(s.content, "<b>bold</b>");
+  // Tools: content before the call streams, the call comes at the end, text after a malformed block stays.
+  const std::string call = "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  s = stream_bytes(*qwen, "<think>hm</think>" + call, false, true);
+  EXPECT_EQ(s.reasoning, "hm");
+  ASSERT_EQ(s.calls.size(), 1u);
+  EXPECT_EQ(s.calls[0].name, "get_weather");
+  EXPECT_EQ(s.calls[0].arguments, "{\"city\":\"Paris\"}");
+  const auto parsed = qwen->parse_reply("<think>hm</think>" + call, true);
+  EXPECT_EQ(s.content, parsed.content);
+  s = stream_bytes(*qwen, "x <tool_call>{not json</tool_call>", false, true);
+  EXPECT_TRUE(s.calls.empty());
+  EXPECT_EQ(s.content, "x <tool_call>{not json</tool_call>");
+  // Without tools the same text is content.
+  s = stream_bytes(*qwen, call, false, false);
+  EXPECT_EQ(s.content, call);
+  // The prompt opened the block (DeepSeek-R1): reasoning until the closing marker.
+  s = stream_bytes(*qwen, "thinking</think>done", true, false);
+  EXPECT_EQ(s.reasoning, "thinking");
+  EXPECT_EQ(s.content, "done");
+  // Llama 3.1: a bare JSON object opening the content is a call.
+  o.template_source = kiln::test::slurp(kiln::test::data_path("templates/meta-llama-Llama-3.1-8B-Instruct.jinja"));
+  auto llama = kiln::ChatPrompt::create(*tok, o);
+  ASSERT_TRUE(llama.is_ok()) << llama.status().to_string();
+  s = stream_bytes(*llama, "{\"name\": \"f\", \"parameters\": {\"a\": 1}}", false, true);
+  ASSERT_EQ(s.calls.size(), 1u);
+  EXPECT_EQ(s.calls[0].name, "f");
+  EXPECT_EQ(s.content, "");
+  s = stream_bytes(*llama, "Plain {braces} text", false, true);
+  EXPECT_TRUE(s.calls.empty());
+  EXPECT_EQ(s.content, "Plain {braces} text");
+}
+
 }  // namespace

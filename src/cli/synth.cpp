@@ -23,13 +23,19 @@ namespace {
 
 struct Shape {
   const char* name;
-  const char* arch;  // llama | qwen2 | qwen3
+  const char* arch;  // llama | qwen2 | qwen3 | gemma3 | qwen35
   int64_t n_embd, n_layer, n_ff, n_head, n_head_kv;
   int64_t head_dim;  // 0: n_embd / n_head
   int64_t n_vocab, n_ctx;
   bool tied;
   float rope_base, rms_eps;
   bool llama3_rope;  // rope_freqs.weight with Llama 3.x long-context factors
+  // gemma3: sliding window of the local layers (5 of every 6) and their RoPE base
+  int64_t window = 0;
+  float rope_base_swa = 0;
+  // qwen35: Gated DeltaNet value / key heads (head size 128, conv kernel 4), a full-attention layer every 4th,
+  // partial rotary of 64 dims
+  int64_t ssm_v_heads = 0, ssm_k_heads = 0;
 };
 
 // clang-format off
@@ -42,7 +48,15 @@ constexpr Shape kShapes[] = {
   {"llama3-8b",   "llama", 4096, 32,    14336, 32,  8,  0,   128256, 131072, false, 500000.f, 1e-5f, true},
   {"qwen3-0.6b",  "qwen3", 1024, 28,    3072,  16,  8,  128, 151936, 40960,  true,  1e6f,     1e-6f, false},
   {"qwen3-8b",    "qwen3", 4096, 36,    12288, 32,  8,  128, 151936, 40960,  false, 1e6f,     1e-6f, false},
+  // The published dense shapes (text decoders; Gemma 3 vocabularies as llama.cpp's GGUFs hold them).
+  {"gemma3-4b",   "gemma3", 2560, 34,   10240, 8,   4,  256, 262144, 131072, true,  1e6f,     1e-6f, false, 1024, 1e4f},
+  {"gemma3-12b",  "gemma3", 3840, 48,   15360, 16,  8,  256, 262144, 131072, true,  1e6f,     1e-6f, false, 1024, 1e4f},
+  {"gemma3-27b",  "gemma3", 5376, 62,   21504, 32,  16, 128, 262144, 131072, true,  1e6f,     1e-6f, false, 1024, 1e4f},
+  {"qwen3.5-0.8b", "qwen35", 1024, 24,  3584,  8,   2,  256, 248320, 262144, true,  1e7f,     1e-6f, false, 0, 0, 16, 16},
+  {"qwen3.5-9b",  "qwen35", 4096, 32,   12288, 16,  4,  256, 248320, 262144, false, 1e7f,     1e-6f, false, 0, 0, 32, 16},
+  {"qwen3.5-27b", "qwen35", 5120, 64,   17408, 24,  4,  256, 248320, 262144, false, 1e7f,     1e-6f, false, 0, 0, 48, 16},
 };
+constexpr int64_t kSsmHead = 128, kSsmConv = 4, kFullAttnInterval = 4, kQwen35Rot = 64;
 // clang-format on
 
 // --type values: the llama.cpp file type (general.file_type) and the base tensor type.
@@ -136,18 +150,62 @@ class ModelBuilder {
     w_.set(a + ".attention.head_count_kv", static_cast<uint32_t>(s_.n_head_kv));
     w_.set(a + ".attention.layer_norm_rms_epsilon", s_.rms_eps);
     w_.set(a + ".rope.freq_base", s_.rope_base);
-    w_.set(a + ".rope.dimension_count", static_cast<uint32_t>(hd));
+    w_.set(a + ".rope.dimension_count", static_cast<uint32_t>(a == "qwen35" ? kQwen35Rot : hd));
     w_.set(a + ".attention.key_length", static_cast<uint32_t>(hd));
     w_.set(a + ".attention.value_length", static_cast<uint32_t>(hd));
     w_.set(a + ".vocab_size", static_cast<uint32_t>(s_.n_vocab));
     w_.set("general.file_type", t_.file_type);
     if (t_.base != DType::F16) w_.set("general.quantization_version", uint32_t{2});
+    if (a == "gemma3") {
+      w_.set(a + ".attention.sliding_window", static_cast<uint32_t>(s_.window));
+      w_.set(a + ".rope.freq_base_swa", s_.rope_base_swa);
+    }
+    const int64_t ssm_inner = s_.ssm_v_heads * kSsmHead, ssm_conv_dim = 2 * s_.ssm_k_heads * kSsmHead + ssm_inner;
+    if (a == "qwen35") {
+      gguf::Array sec;
+      sec.type = gguf::ValueType::I32;
+      for (int32_t x : {11, 11, 10, 0}) sec.items.push_back(gguf::Value(x));
+      w_.set(a + ".rope.dimension_sections", gguf::Value(std::move(sec)));
+      w_.set(a + ".ssm.conv_kernel", static_cast<uint32_t>(kSsmConv));
+      w_.set(a + ".ssm.state_size", static_cast<uint32_t>(kSsmHead));
+      w_.set(a + ".ssm.group_count", static_cast<uint32_t>(s_.ssm_k_heads));
+      w_.set(a + ".ssm.time_step_rank", static_cast<uint32_t>(s_.ssm_v_heads));
+      w_.set(a + ".ssm.inner_size", static_cast<uint32_t>(ssm_inner));
+      w_.set(a + ".full_attention_interval", static_cast<uint32_t>(kFullAttnInterval));
+    }
 
     KILN_TRY(add_matrix("token_embd.weight", s_.tied ? Role::kOutput : Role::kEmbed, 0, s_.n_embd, s_.n_vocab));
     if (s_.llama3_rope) KILN_TRY(add_values("rope_freqs.weight", llama3_rope_factors(hd, s_.rope_base)));
     for (int64_t i = 0; i < s_.n_layer; ++i) {
       const std::string p = "blk." + std::to_string(i) + ".";
       KILN_TRY(add_vector(p + "attn_norm.weight", s_.n_embd, 1.0f, 0.1f));
+      if (a == "qwen35") {  // hybrid: Gated DeltaNet layers, a gated full-attention layer every 4th
+        if ((i + 1) % kFullAttnInterval != 0) {
+          const int64_t hv = s_.ssm_v_heads;
+          KILN_TRY(add_matrix(p + "attn_qkv.weight", Role::kMatrix, i, s_.n_embd, ssm_conv_dim));
+          KILN_TRY(add_matrix(p + "attn_gate.weight", Role::kMatrix, i, s_.n_embd, ssm_inner));
+          KILN_TRY(w_.add_tensor(p + "ssm_conv1d.weight", DType::F32, {kSsmConv, ssm_conv_dim},
+                                 synth::uniform_f32(next_key(), 0.0f, 0.5f)));
+          KILN_TRY(add_vector(p + "ssm_a", hv, -1.0f, 0.5f));  // -exp(A_log): negative
+          KILN_TRY(add_vector(p + "ssm_dt.bias", hv, 0.0f, 0.5f));
+          KILN_TRY(add_matrix(p + "ssm_beta.weight", Role::kMatrix, i, s_.n_embd, hv));
+          KILN_TRY(add_matrix(p + "ssm_alpha.weight", Role::kMatrix, i, s_.n_embd, hv));
+          KILN_TRY(add_vector(p + "ssm_norm.weight", kSsmHead, 1.0f, 0.1f));
+          KILN_TRY(add_matrix(p + "ssm_out.weight", Role::kMatrix, i, ssm_inner, s_.n_embd));
+        } else {
+          KILN_TRY(add_matrix(p + "attn_q.weight", Role::kMatrix, i, s_.n_embd, 2 * q_dim));  // query | gate
+          KILN_TRY(add_matrix(p + "attn_k.weight", Role::kMatrix, i, s_.n_embd, kv_dim));
+          KILN_TRY(add_matrix(p + "attn_v.weight", Role::kAttnV, i, s_.n_embd, kv_dim));
+          KILN_TRY(add_matrix(p + "attn_output.weight", Role::kMatrix, i, q_dim, s_.n_embd));
+          KILN_TRY(add_vector(p + "attn_q_norm.weight", hd, 1.0f, 0.1f));
+          KILN_TRY(add_vector(p + "attn_k_norm.weight", hd, 1.0f, 0.1f));
+        }
+        KILN_TRY(add_vector(p + "post_attention_norm.weight", s_.n_embd, 1.0f, 0.1f));  // the pre-FFN norm
+        KILN_TRY(add_matrix(p + "ffn_gate.weight", Role::kMatrix, i, s_.n_embd, s_.n_ff));
+        KILN_TRY(add_matrix(p + "ffn_up.weight", Role::kMatrix, i, s_.n_embd, s_.n_ff));
+        KILN_TRY(add_matrix(p + "ffn_down.weight", Role::kFfnDown, i, s_.n_ff, s_.n_embd));
+        continue;
+      }
       KILN_TRY(add_matrix(p + "attn_q.weight", Role::kMatrix, i, s_.n_embd, q_dim));
       KILN_TRY(add_matrix(p + "attn_k.weight", Role::kMatrix, i, s_.n_embd, kv_dim));
       KILN_TRY(add_matrix(p + "attn_v.weight", Role::kAttnV, i, s_.n_embd, kv_dim));
@@ -157,14 +215,16 @@ class ModelBuilder {
         KILN_TRY(add_vector(p + "attn_v.bias", kv_dim, 0.0f, 0.05f));
       }
       KILN_TRY(add_matrix(p + "attn_output.weight", Role::kMatrix, i, q_dim, s_.n_embd));
-      if (a == "qwen3") {
+      if (a == "qwen3" || a == "gemma3") {
         KILN_TRY(add_vector(p + "attn_q_norm.weight", hd, 1.0f, 0.1f));
         KILN_TRY(add_vector(p + "attn_k_norm.weight", hd, 1.0f, 0.1f));
       }
+      if (a == "gemma3") KILN_TRY(add_vector(p + "post_attention_norm.weight", s_.n_embd, 1.0f, 0.1f));
       KILN_TRY(add_vector(p + "ffn_norm.weight", s_.n_embd, 1.0f, 0.1f));
       KILN_TRY(add_matrix(p + "ffn_gate.weight", Role::kMatrix, i, s_.n_embd, s_.n_ff));
       KILN_TRY(add_matrix(p + "ffn_up.weight", Role::kMatrix, i, s_.n_embd, s_.n_ff));
       KILN_TRY(add_matrix(p + "ffn_down.weight", Role::kFfnDown, i, s_.n_ff, s_.n_embd));
+      if (a == "gemma3") KILN_TRY(add_vector(p + "post_ffw_norm.weight", s_.n_embd, 1.0f, 0.1f));
     }
     KILN_TRY(add_vector("output_norm.weight", s_.n_embd, 1.0f, 0.1f));
     if (!s_.tied) KILN_TRY(add_matrix("output.weight", Role::kOutput, 0, s_.n_embd, s_.n_vocab));

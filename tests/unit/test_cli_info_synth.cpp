@@ -215,6 +215,42 @@ TEST(CliSynth, QwenShapesAndOverrides) {
               "llama");
 }
 
+// The Qwen3.5 and Gemma 3 shapes (shrunk): their own tensors and keys, and kiln loads and runs what it writes.
+TEST(CliSynth, Qwen35AndGemma3ShapesLoadAndRun) {
+  struct Case {
+    const char* shape;
+    const char* arch;
+  };
+  for (const Case c : {Case{"qwen3.5-0.8b", "qwen35"}, Case{"gemma3-4b", "gemma3"}}) {
+    SCOPED_TRACE(c.shape);
+    const std::string path = temp_path(std::string(c.shape) + ".gguf");
+    auto r = run_kiln(std::string("synth --shape ") + c.shape +
+                      " --type q8_0 -t 2 --layers 4 --embd 256 --ff 512 --heads 2 --kv-heads 1 --n-vocab 2000 -o '" +
+                      path + "'");
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto f = gguf::File::open(path);
+    ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+    EXPECT_EQ(*f->get_str("general.architecture"), c.arch);
+    const std::string a = c.arch;
+    if (a == "qwen35") {
+      EXPECT_EQ(*f->get_u32(a + ".full_attention_interval"), 4u);
+      EXPECT_EQ(*f->get_u32(a + ".rope.dimension_count"), 64u);
+      EXPECT_NE(f->find_tensor("blk.0.ssm_conv1d.weight"), nullptr);
+      EXPECT_EQ(f->find_tensor("blk.0.attn_q.weight"), nullptr);  // a Gated DeltaNet layer
+      const gguf::TensorInfo* q = f->find_tensor("blk.3.attn_q.weight");
+      ASSERT_NE(q, nullptr);
+      EXPECT_EQ(q->ne[1], 2 * 2 * 256);  // query | gate per head
+    } else {
+      EXPECT_EQ(*f->get_u32(a + ".attention.sliding_window"), 1024u);
+      EXPECT_NE(f->find_tensor("blk.3.post_ffw_norm.weight"), nullptr);
+      EXPECT_NE(f->find_tensor("blk.3.post_attention_norm.weight"), nullptr);
+    }
+    r = run_kiln("run -m '" + path + "' --tokens 1,2,3,4,5,6,7,8,9 -n 4 --temp 0 --ids --ignore-eos -t 2");
+    EXPECT_EQ(r.code, 0) << r.out;
+    fs::remove(path);
+  }
+}
+
 TEST(CliSynth, DeterministicForASeed) {
   const std::string a = temp_path("a.gguf"), b = temp_path("b.gguf"), c = temp_path("c.gguf");
   ASSERT_EQ(run_kiln("synth --shape tiny --type q4_k_m -t 1 --seed 7 -o '" + a + "'").code, 0);

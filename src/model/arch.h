@@ -75,7 +75,7 @@ struct ArchDef {
 };
 
 const ArchDef* find_arch(std::string_view name);
-std::string supported_archs();  // "llama, qwen2, qwen3"
+std::string supported_archs();  // "llama, qwen2, qwen3, gemma3, qwen35"
 
 // Common hyperparameters: general.* and <arch>.* keys (see hparams.h), then validate_hparams.
 Status read_common_hparams(const gguf::File& file, HParams& hp);

@@ -99,8 +99,9 @@ TEST(CliInfo, VocabOnlyFilesAndErrors) {
 TEST(CliInfo, EveryFixtureModelAndVocab) {
   KILN_REQUIRE_FIXTURES();
   std::vector<std::string> files;
-  for (auto& e : fs::directory_iterator(test::fixtures_dir() + "/models"))
-    if (e.path().extension() == ".gguf") files.push_back(e.path().string());
+  for (const char* sub : {"/models", "/models-next"})
+    for (auto& e : fs::directory_iterator(test::fixtures_dir() + sub))
+      if (e.path().extension() == ".gguf") files.push_back(e.path().string());
   std::string tmp = (fs::temp_directory_path() / "kiln_info_vocab_XXXXXX").string();
   ASSERT_NE(::mkdtemp(tmp.data()), nullptr);
   const std::string cmd = "tar xJf '" + test::fixtures_dir() + "/tokenizer.tar.xz' -C '" + tmp + "'";

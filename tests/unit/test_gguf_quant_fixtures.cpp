@@ -225,6 +225,17 @@ TEST(GgufQuantFixtures, FullMatrixQ8_0Exact) {
   KILN_REQUIRE_FIXTURES();
   for (const char* arch : {"llama", "qwen2", "qwen3"})
     check_exact(test::fixtures_dir() + "/models", arch, "q8_0", DType::Q8_0);
+  for (const char* arch : {"gemma3", "qwen35"})  // models-next/
+    check_exact(test::fixtures_dir() + "/models-next", arch, "q8_0", DType::Q8_0);
+}
+
+TEST(GgufQuantFixtures, ModelsNextDequantWithinLlamaCppError) {
+  KILN_REQUIRE_FIXTURES();
+  const std::string dir = test::fixtures_dir() + "/models-next";
+  std::map<std::string, TypeStats> stats;
+  const int n = check_dequant_against_f16(dir, stats);
+  EXPECT_GE(n, 4);  // gemma3, qwen35: q8_0 and q4_k_m each
+  print_stats(stats, dir);
 }
 
 TEST(GgufQuantFixtures, FullMatrixLegacyQuantizersExact) {

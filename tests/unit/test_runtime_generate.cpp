@@ -153,6 +153,15 @@ TEST(Generate, FreeRunGreedyMatchesLlamaCppFullMatrix) {
   free_run_all(fxs);
 }
 
+// Qwen3.5 and Gemma 3 (models-next/, own manifest and prompt): the Generator's chunked prefill and decode loop over
+// the hybrid model's recurrent state and the sliding window.
+TEST(Generate, FreeRunGreedyMatchesLlamaCppModelsNext) {
+  KILN_REQUIRE_FIXTURES();
+  auto fxs = fixtures_in(test::fixtures_dir() + "/models-next");
+  ASSERT_GE(fxs.size(), 6u);
+  free_run_all(fxs);
+}
+
 // The last prompt row after chunked prefill equals the one after one-shot prefill, within the parity limits the
 // fixtures README sets between two correct paths (F16/BF16: NMSE 1e-4; quantized: L = max(2e-3, 4 x llama.cpp's
 // own batched-vs-sequential spread)), and against llama.cpp's row 31 of logits.bin under the same limits.

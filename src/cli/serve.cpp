@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cli/args.h"
+#include "cli/chat_cli.h"
 #include "cli/model_source.h"
 #include "runtime/scheduler.h"
 #include "server/server.h"
@@ -48,8 +49,8 @@ int serve_main(int argc, char** argv) {
   args.option({"--port"}, &sc.port, "PORT", "port to listen on; 0: any free one (default 8080)");
   args.option({"--api-key"}, &sc.api_key, "KEY", "require 'Authorization: Bearer KEY' (all but /health)");
   args.option({"-a", "--alias"}, &alias, "NAME", "model id in /v1/models and responses (default: the file name)");
-  args.option({"--chat-template"}, &sc.chat_template, "NAME",
-              "chat format: llama3, chatml, mistral, gemma, phi3, llama2 (default: the model's, else chatml)");
+  ChatTemplateArgs tpl_args;
+  add_chat_template_options(args, &tpl_args);
   args.option({"-n", "--n-predict"}, &sc.default_max_tokens, "N",
               "max_tokens of requests that name none; -1: until EOG or the context is full (default -1)");
   args.option({"--timeout"}, &timeout_s, "S", "per-request limit in seconds: generation stops there (default 600)");
@@ -81,8 +82,12 @@ int serve_main(int argc, char** argv) {
     return fail("serve", make_error(ErrorCode::kInvalidArgument, "--threads-http: must be in [0, 4096]"));
   if (sc.default_max_tokens < -1 || sc.default_max_tokens == 0)
     return fail("serve", make_error(ErrorCode::kInvalidArgument, "-n: must be -1 or >= 1 (got %d)", sc.default_max_tokens));
-  if (!sc.chat_template.empty())
-    if (auto f = chat_format_from_name(sc.chat_template); !f) return fail("serve", f.status().with_context("--chat-template"));
+  {
+    auto o = chat_prompt_options(tpl_args);
+    if (!o) return fail("serve", o.status());
+    sc.chat = std::move(o).value();
+    sc.chat.model_name = src.path.empty() ? kEmbeddedModelName : src.path;
+  }
   {
     Sampler probe(sc.sampling, 1);
     if (Status st = probe.validate(); !st) return fail("serve", st);
@@ -128,7 +133,7 @@ int serve_main(int argc, char** argv) {
   sched_cfg.max_seq_ctx = train > 0 ? std::min(train, n_ctx) : n_ctx;
   auto sched = Scheduler::create(std::move(loaded->model), sched_cfg);
   if (!sched) return quit(fail("serve", sched.status()));
-  srv.set_ready(sched->get());
+  if (Status st = srv.set_ready(sched->get()); !st) return quit(fail("serve", st));
   std::fprintf(stderr,
                "kiln serve: ready: model '%s' (%s), KV %lld tokens shared by %d sequences (at most %lld each), "
                "budget %d tokens per step, prefix cache %s, http://%s:%d/v1\n",

@@ -116,7 +116,7 @@ constexpr Known kKnown[] = {
     {"reasoning_effort", T::kString},
 };
 
-std::optional<ApiError> check_known(const json& b) {
+std::optional<ApiError> check_known(const json& b, bool chat) {
   for (const Known& k : kKnown) {
     if (!present(b, k.name)) continue;
     const json& v = b[k.name];
@@ -134,7 +134,8 @@ std::optional<ApiError> check_known(const json& b) {
       return bad(k.name, std::string("'") + k.name + "' must be " + want + ", not " + type_name(v), "invalid_type");
   }
   auto unsupported = [](const char* p, const std::string& m) { return bad(p, m, "unsupported_parameter"); };
-  if (present(b, "tools") && !b["tools"].empty()) return unsupported("tools", "tool calls are not supported");
+  if (!chat && present(b, "tools") && !b["tools"].empty())
+    return unsupported("tools", "tools are a chat completions parameter");
   if (present(b, "functions") && !b["functions"].empty())
     return unsupported("functions", "function calls are not supported");
   if (present(b, "logit_bias") && !b["logit_bias"].empty())
@@ -154,7 +155,7 @@ std::optional<ApiError> check_known(const json& b) {
 
 // Fields common to both endpoints: model, sampling, limits, stop, stream.
 std::optional<ApiError> parse_common(const json& b, const ParseContext& ctx, ParsedRequest* out) {
-  if (auto e = check_known(b)) return e;
+  if (auto e = check_known(b, out->chat)) return e;
   if (present(b, "model")) {
     if (!b["model"].is_string()) return bad("model", std::string("'model' must be a string, not ") + type_name(b["model"]), "invalid_type");
     out->model = b["model"].get<std::string>();
@@ -251,14 +252,63 @@ std::optional<ApiError> check_prompt_len(size_t n, const char* param, const Pars
 
 }  // namespace
 
-std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, ParsedRequest* out) {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+// OpenAI's tools: [{"type": "function", "function": {"name": ..., "description"?, "parameters"?}}, ...].
+std::optional<ApiError> check_tools(const json& tools) {
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string p = "tools[" + std::to_string(i) + "]";
+    const json& t = tools[i];
+    if (!t.is_object()) return bad(p, "'" + p + "' must be an object, not " + type_name(t), "invalid_type");
+    if (!t.contains("type") || !t["type"].is_string() || t["type"].get<std::string>() != "function")
+      return bad(p + ".type", "'" + p + ".type' must be \"function\"");
+    if (!t.contains("function") || !t["function"].is_object())
+      return bad(p + ".function", "'" + p + ".function' must be an object", "invalid_type");
+    const json& f = t["function"];
+    if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty())
+      return bad(p + ".function.name", "'" + p + ".function.name' must be a non-empty string", "invalid_type");
+    if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object())
+      return bad(p + ".function.parameters", "'" + p + ".function.parameters' must be an object", "invalid_type");
+  }
+  return std::nullopt;
+}
+
+// An assistant message's tool_calls: [{"id"?, "type": "function", "function": {"name", "arguments"}}].
+std::optional<ApiError> check_tool_calls(const json& calls, const std::string& p) {
+  if (!calls.is_array()) return bad(p, "'" + p + "' must be an array, not " + type_name(calls), "invalid_type");
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const std::string pk = p + "[" + std::to_string(k) + "]";
+    const json& c = calls[k];
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object())
+      return bad(pk + ".function", "'" + pk + ".function' must be an object", "invalid_type");
+    const json& f = c["function"];
+    if (!f.contains("name") || !f["name"].is_string())
+      return bad(pk + ".function.name", "'" + pk + ".function.name' must be a string", "invalid_type");
+    if (f.contains("arguments") && !f["arguments"].is_string() && !f["arguments"].is_object())
+      return bad(pk + ".function.arguments", "'" + pk + ".function.arguments' must be a JSON string", "invalid_type");
+    if (c.contains("id") && !c["id"].is_null() && !c["id"].is_string())
+      return bad(pk + ".id", "'" + pk + ".id' must be a string", "invalid_type");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, ParsedRequest* out,
+                                   const nlohmann::ordered_json* ordered) {
   out->chat = true;
   out->gen.sampling = ctx.sampling;
   if (!b.contains("messages")) return bad("messages", "'messages' is required", "missing_required_parameter");
   const json& ms = b["messages"];
   if (!ms.is_array()) return bad("messages", std::string("'messages' must be an array, not ") + type_name(ms), "invalid_type");
   if (ms.empty()) return bad("messages", "'messages' must hold at least one message");
-  std::vector<ChatMessage> msgs;
+  // The messages the template sees: as the client wrote them (key order kept), content parts joined into one
+  // string (templates differ in what they accept there), "developer" as "system", tool-call arguments as objects
+  // (transformers templates expect a mapping and write it with tojson).
+  const ojson oms = ordered && ordered->contains("messages") ? (*ordered)["messages"] : ojson::parse(ms.dump());
+  ojson msgs = ojson::array();
   for (size_t i = 0; i < ms.size(); ++i) {
     const std::string p = "messages[" + std::to_string(i) + "]";
     const json& m = ms[i];
@@ -267,9 +317,10 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
       return bad(p + ".role", "'" + p + ".role' must be a string", m.contains("role") ? "invalid_type" : "missing_required_parameter");
     std::string role = m["role"].get<std::string>();
     if (role == "developer") role = "system";
-    if (role != "system" && role != "user" && role != "assistant")
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
       return bad(p + ".role", "'" + p + ".role': unknown role '" + m["role"].get<std::string>() +
-                                  "' (system, developer, user, assistant)");
+                                  "' (system, developer, user, assistant, tool)");
+    const bool has_calls = role == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null();
     std::string content;
     const json* c = m.contains("content") ? &m["content"] : nullptr;
     if (!c || c->is_null()) {
@@ -295,7 +346,26 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
     }
     if (m.contains("name") && !m["name"].is_null() && !m["name"].is_string())
       return bad(p + ".name", "'" + p + ".name' must be a string", "invalid_type");
-    msgs.push_back({role, content});
+    if (role == "tool" && m.contains("tool_call_id") && !m["tool_call_id"].is_null() && !m["tool_call_id"].is_string())
+      return bad(p + ".tool_call_id", "'" + p + ".tool_call_id' must be a string", "invalid_type");
+    if (has_calls)
+      if (auto e = check_tool_calls(m["tool_calls"], p + ".tool_calls")) return e;
+    ojson om = oms.at(i);
+    om["role"] = role;
+    if (c && !c->is_null()) om["content"] = content;
+    else om["content"] = nullptr;
+    if (has_calls)
+      for (auto& call : om["tool_calls"]) {
+        ojson& f = call["function"];
+        if (f.contains("arguments") && f["arguments"].is_string()) {
+          try {
+            ojson a = ojson::parse(f["arguments"].get<std::string>());
+            if (a.is_object()) f["arguments"] = std::move(a);
+          } catch (const nlohmann::json::exception&) {
+          }  // not JSON: the template gets the string
+        }
+      }
+    msgs.push_back(std::move(om));
   }
   if (auto e = parse_common(b, ctx, out)) return e;
   bool lp = false;
@@ -304,11 +374,73 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
   if (auto e = get_int(b, "top_logprobs", 0, 20, &top)) return e;
   if (present(b, "top_logprobs") && !lp) return bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   if (lp) out->gen.logprobs = true, out->gen.top_logprobs = static_cast<int32_t>(top);
-  std::vector<int32_t> ids = encode_chat(*ctx.tok, ctx.format, msgs);
+
+  // tools / tool_choice: "none" hides the tools; a named function offers only that one; "auto" and "required"
+  // offer them all ("required" is not enforced: kiln has no constrained decoding yet).
+  ojson tools = nullptr;
+  if (present(b, "tools") && !b["tools"].empty()) {
+    if (auto e = check_tools(b["tools"])) return e;
+    tools = ordered && ordered->contains("tools") ? (*ordered)["tools"] : ojson::parse(b["tools"].dump());
+  }
+  if (present(b, "tool_choice")) {
+    const json& tc = b["tool_choice"];
+    if (tc.is_string()) {
+      const std::string v = tc.get<std::string>();
+      if (v != "none" && v != "auto" && v != "required")
+        return bad("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or a function, not '" + v + "'");
+      if (v == "none") tools = nullptr;
+      else if (tools.is_null() && v == "required")
+        return bad("tool_choice", "'tool_choice' \"required\" needs 'tools'");
+    } else {
+      if (!tc.contains("function") || !tc["function"].is_object() || !tc["function"].contains("name") ||
+          !tc["function"]["name"].is_string())
+        return bad("tool_choice", "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "invalid_type");
+      const std::string name = tc["function"]["name"].get<std::string>();
+      ojson only = ojson::array();
+      if (tools.is_array())
+        for (const auto& t : tools)
+          if (t["function"]["name"] == name) only.push_back(t);
+      if (only.empty()) return bad("tool_choice", "'tool_choice' names the function '" + name + "', which 'tools' does not define");
+      tools = std::move(only);
+    }
+  }
+  if (!ctx.chat) return bad("messages", "the server has no chat template ready");
+  auto text = ctx.chat->render(msgs, tools);
+  if (!text) return bad("messages", "the chat template failed: " + text.status().message(), "template_error");
+  std::vector<int32_t> ids = ctx.chat->tokenize(*text);
   if (ids.empty()) return bad("messages", "the conversation renders to no tokens");
   if (auto e = check_prompt_len(ids.size(), "messages", ctx)) return e;
   out->prompts.push_back(std::move(ids));
+  out->chat_prompt = ctx.chat;
+  out->tools = tools.is_array() && !tools.empty();
+  out->opened_reasoning = ctx.chat->prompt_opens_reasoning(*text);
+  out->split = out->tools || ctx.chat->has_reasoning();
   return std::nullopt;
+}
+
+json tool_calls_json(const std::vector<tpl::ToolCall>& calls, bool with_index) {
+  json a = json::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    json c = {{"id", calls[k].id}, {"type", "function"},
+              {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
+    if (with_index) c["index"] = static_cast<int>(k);
+    a.push_back(std::move(c));
+  }
+  return a;
+}
+
+json chat_message(const ParsedRequest& pr, ChoiceState* c) {
+  json m = {{"role", "assistant"}};
+  if (!pr.split || !pr.chat_prompt) {
+    m["content"] = c->text;
+    return m;
+  }
+  const tpl::ParsedReply r = pr.chat_prompt->parse_reply(c->text, pr.tools, pr.opened_reasoning);
+  c->tool_calls = !r.tool_calls.empty();
+  m["content"] = r.content.empty() && c->tool_calls ? json(nullptr) : json(r.content);
+  if (!r.reasoning_content.empty()) m["reasoning_content"] = r.reasoning_content;
+  if (c->tool_calls) m["tool_calls"] = tool_calls_json(r.tool_calls, false);
+  return m;
 }
 
 std::optional<ApiError> parse_completion(const json& b, const ParseContext& ctx, ParsedRequest* out) {

@@ -4,14 +4,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/prompt.h"
 #include "runtime/scheduler.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kiln::server {
@@ -32,7 +33,7 @@ std::string dump(const json& j);
 
 struct ParseContext {
   const Tokenizer* tok = nullptr;
-  ChatFormat format = ChatFormat::kChatML;
+  const ChatPrompt* chat = nullptr;  // how conversations render (runtime/prompt.h): the model's template, ...
   int64_t max_seq_ctx = 0;      // tokens one sequence may hold
   std::string model_id;         // what /v1/models lists; "model" must name it (or be absent)
   double timeout_s = 0;         // per request
@@ -48,10 +49,17 @@ struct ParsedRequest {
   std::vector<std::vector<int32_t>> prompts;    // one per prompt (completions may batch several)
   GenRequest gen;                               // everything but the prompt
   std::string model;
+  // chat: how replies are split (ChatPrompt::parse_reply / ReplyStream)
+  const ChatPrompt* chat_prompt = nullptr;
+  bool tools = false;             // tools were given (and tool_choice is not "none"): tool_calls are parsed
+  bool opened_reasoning = false;  // the rendered prompt opened the reasoning block
+  bool split = false;             // replies are split (the template has reasoning markers, or tools)
 };
 
-// The body of a chat or completions request, checked field by field; tokenized.
-std::optional<ApiError> parse_chat(const json& body, const ParseContext& ctx, ParsedRequest* out);
+// The body of a chat or completions request, checked field by field; tokenized. `ordered`: the same body parsed
+// with its key order kept (messages and tools reach the chat template as the client wrote them); null: `body`.
+std::optional<ApiError> parse_chat(const json& body, const ParseContext& ctx, ParsedRequest* out,
+                                   const nlohmann::ordered_json* ordered = nullptr);
 std::optional<ApiError> parse_completion(const json& body, const ParseContext& ctx, ParsedRequest* out);
 // Maps a Scheduler::submit error (its message starts with the field) to an OpenAI error.
 ApiError submit_error(const Status& st);
@@ -67,6 +75,8 @@ struct ChoiceState {
   FinishReason finish = FinishReason::kNone;
   RequestTimings timings;
   bool role_sent = false;
+  std::shared_ptr<ReplyStream> reply;  // chat with split replies: the streamed split
+  bool tool_calls = false;             // the reply ended in tool calls (finish_reason "tool_calls")
 };
 
 // Response pieces.
@@ -74,6 +84,11 @@ const char* finish_name(FinishReason r);  // OpenAI's: "stop" | "length" (cancel
 json usage_json(const std::vector<ChoiceState>& choices, const std::vector<int64_t>& prompt_tokens);
 json timings_json(const std::vector<ChoiceState>& choices);
 json chat_logprob_entry(const Tokenizer& tok, int32_t id, float lp, const std::vector<TokenLogprob>& top);
+// The assistant message of a finished chat choice: content, reasoning_content and tool_calls split from its text
+// when the request splits replies (then c->tool_calls says whether finish_reason is "tool_calls").
+json chat_message(const ParsedRequest& pr, ChoiceState* c);
+// OpenAI's tool_calls entries (function.arguments a JSON string); with_index: stream deltas carry "index".
+json tool_calls_json(const std::vector<tpl::ToolCall>& calls, bool with_index);
 json completion_logprobs(const Tokenizer& tok, const ChoiceState& c);
 
 }  // namespace kiln::server

@@ -59,6 +59,7 @@ struct Server::Impl {
   std::atomic<uint64_t> next_id{1};
   int bound_port = -1;
   ParseContext pctx;
+  std::unique_ptr<ChatPrompt> chat;  // set_ready: how chat requests render (pctx.chat points here)
   HttpCounters counters;
   Clock::time_point started = Clock::now();
   std::mutex log_mu;
@@ -204,7 +205,9 @@ struct Exchange {
     for (const ChoiceState& c : choices) {
       json ch = {{"index", c.index}, {"finish_reason", finish_name(c.finish)}};
       if (pr.chat) {
-        ch["message"] = {{"role", "assistant"}, {"content", c.text}};
+        ChoiceState split = c;
+        ch["message"] = chat_message(pr, &split);
+        if (split.tool_calls) ch["finish_reason"] = "tool_calls";
         if (pr.gen.logprobs) {
           json content = json::array();
           for (size_t k = 0; k < c.ids.size(); ++k) content.push_back(chat_logprob_entry(tok, c.ids[k], c.lps[k], c.tops[k]));
@@ -253,7 +256,13 @@ void Server::Impl::completions(const Request& req, Response& res, bool chat) {
   ex->t0 = t0;
   std::optional<ApiError> perr;
   try {
-    perr = chat ? parse_chat(body, pctx, &ex->pr) : parse_completion(body, pctx, &ex->pr);
+    if (chat) {
+      // The same body with its key order (tools' JSON schemas reach the template as the client wrote them).
+      const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(req.body);
+      perr = parse_chat(body, pctx, &ex->pr, &ordered);
+    } else {
+      perr = parse_completion(body, pctx, &ex->pr);
+    }
   } catch (const std::exception& x) {  // a JSON type surprise the checks missed: still the client's fault
     ApiError e;
     e.message = std::string("bad request: ") + x.what();
@@ -284,6 +293,8 @@ void Server::Impl::completions(const Request& req, Response& res, bool chat) {
       ex->hs.push_back(*h);
       ChoiceState c;
       c.index = static_cast<int>(ex->choices.size());
+      if (ex->pr.split && ex->pr.chat_prompt)
+        c.reply = std::make_shared<ReplyStream>(*ex->pr.chat_prompt, ex->pr.opened_reasoning, ex->pr.tools);
       ex->choices.push_back(c);
     }
   }
@@ -345,7 +356,15 @@ void Server::Impl::completions(const Request& req, Response& res, bool chat) {
             if (ev.text.empty() && ev.id < 0) continue;  // one chunk per token (its text may be held back: "")
             json ch = {{"index", ex->choices[i].index}, {"finish_reason", nullptr}};
             if (chat_mode) {
-              ch["delta"] = {{"content", ev.text}};
+              ChoiceState& cs = ex->choices[i];
+              if (cs.reply) {
+                // reasoning_content deltas as llama-server sends them; tool-call text is held for the end
+                const ReplyStream::Delta d = cs.reply->push(ev.text);
+                ch["delta"] = {{"content", d.content}};
+                if (!d.reasoning.empty()) ch["delta"]["reasoning_content"] = d.reasoning;
+              } else {
+                ch["delta"] = {{"content", ev.text}};
+              }
               ch["logprobs"] = lp ? json{{"content", json::array({chat_logprob_entry(tok, ev.id, ev.logprob, ev.top)})}}
                                   : json(nullptr);
             } else {
@@ -376,7 +395,27 @@ void Server::Impl::completions(const Request& req, Response& res, bool chat) {
               if (!write("data: " + dump(error_body(e)) + "\n\n")) return false;
               continue;
             }
-            json ch = {{"index", ex->choices[i].index}, {"finish_reason", finish_name(r)}, {"logprobs", nullptr}};
+            ChoiceState& cs = ex->choices[i];
+            if (chat_mode && cs.reply) {
+              // The rest of the split: held content, then the tool calls (each whole, with its index).
+              const ReplyStream::Delta d = cs.reply->finish();
+              if (!d.content.empty() || !d.reasoning.empty()) {
+                json dc = {{"content", d.content}};
+                if (!d.reasoning.empty()) dc["reasoning_content"] = d.reasoning;
+                json c0 = {{"index", cs.index}, {"delta", dc}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+                if (!write(ex->chunk(c0, usage_null))) return false;
+              }
+              if (!d.tool_calls.empty()) {
+                cs.tool_calls = true;
+                json c1 = {{"index", cs.index},
+                           {"delta", {{"tool_calls", tool_calls_json(d.tool_calls, true)}}},
+                           {"logprobs", nullptr},
+                           {"finish_reason", nullptr}};
+                if (!write(ex->chunk(c1, usage_null))) return false;
+              }
+            }
+            json ch = {{"index", cs.index}, {"finish_reason", cs.tool_calls ? "tool_calls" : finish_name(r)},
+                       {"logprobs", nullptr}};
             if (chat_mode) ch["delta"] = json::object();
             else ch["text"] = "";
             json r0 = ex->base(chat_mode ? "chat.completion.chunk" : "text_completion");
@@ -626,7 +665,7 @@ Status Server::bind() {
 int Server::port() const { return impl_->bound_port; }
 void Server::run() { impl_->http.listen_after_bind(); }
 
-void Server::set_ready(Scheduler* s) {
+Status Server::set_ready(Scheduler* s) {
   Impl& I = *impl_;
   I.pctx.tok = &s->tokenizer();
   I.pctx.max_seq_ctx = s->max_seq_ctx();
@@ -634,20 +673,17 @@ void Server::set_ready(Scheduler* s) {
   I.pctx.timeout_s = I.cfg.timeout_s;
   I.pctx.default_max_tokens = I.cfg.default_max_tokens;
   I.pctx.sampling = I.cfg.sampling;
-  // The chat format: --chat-template, else the model's template when it is one kiln knows, else ChatML.
-  const Tokenizer& tok = s->tokenizer();
-  ChatFormat f = ChatFormat::kChatML;
-  if (!I.cfg.chat_template.empty()) {
-    if (auto r = chat_format_from_name(I.cfg.chat_template)) f = *r;
-  } else if (tok.chat_template().empty()) {
-    std::fprintf(stderr, "kiln serve: the model has no chat template; chat uses chatml\n");
-  } else if (auto r = detect_chat_format(tok.chat_template())) {
-    f = *r;
-  } else {
-    std::fprintf(stderr, "kiln serve: %s; chat uses chatml\n", r.status().message().c_str());
-  }
-  I.pctx.format = f;
+  // The chat prompt (runtime/prompt.h): --chat-template NAME, --chat-template-file, else the model's template,
+  // else (a file without one) a built-in family its vocabulary points to, else chatml; the fallback is logged.
+  ChatPromptOptions o = I.cfg.chat;
+  o.allow_plain = false;
+  auto cp = ChatPrompt::create(s->tokenizer(), o);
+  if (!cp) return cp.status();
+  I.chat = std::make_unique<ChatPrompt>(std::move(cp).value());
+  if (!I.chat->notice().empty()) std::fprintf(stderr, "kiln serve: %s\n", I.chat->notice().c_str());
+  I.pctx.chat = I.chat.get();
   I.sched.store(s);
+  return Status::ok();
 }
 
 void Server::begin_shutdown() { impl_->draining.store(true); }

@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "runtime/prompt.h"
 #include "runtime/scheduler.h"
-#include "tokenizer/chat_template.h"
 #include "util/status.h"
 
 namespace kiln::server {
@@ -23,7 +23,8 @@ struct ServerConfig {
   double timeout_s = 600;                // per request: generation stops (finish "length") after this long
   int http_threads = 0;                  // 0: max(64, 4 * parallel + 16)
   std::string model_id = "kiln";         // the id /v1/models lists
-  std::string chat_template;             // a built-in format name; empty: the model's template, else chatml
+  ChatPromptOptions chat;                // how chat requests render (runtime/prompt.h: the model's template,
+                                         // --chat-template-file, --chat-template NAME; no template: chatml)
   int32_t default_max_tokens = -1;       // when a request names none (-1: until EOG or the context is full)
   bool log_requests = true;              // one line per request on stderr
   int parallel = 4;                      // for the thread count
@@ -39,8 +40,9 @@ class Server {
   Status bind();
   int port() const;
   void run();
-  // The model is loaded: the endpoints open (until then 503 "loading model").
-  void set_ready(Scheduler* sched);
+  // The model is loaded: the endpoints open (until then 503 "loading model"). Errors: the chat template does not
+  // parse (the message names its line and column); the endpoints stay closed.
+  Status set_ready(Scheduler* sched);
   // Graceful shutdown, first step: new requests get 503 while running ones finish.
   void begin_shutdown();
   // Streams and requests still running.

@@ -337,7 +337,13 @@ Result<StepOutputs> State::fetch() {
   StepOutputs out;
   out.n_out = P.n_out;
   out.n_vocab = hp_.n_vocab;
-  if (P.n_out == 0) return out;
+  if (P.n_out == 0) {
+    // No read to wait on: wait for the uploads explicitly, since the next plan rewrites the pinned staging they read
+    // from (backend.h's reuse rule). Host-memory backends ran synchronously already.
+    for (Work& w : work_)
+      if (!w.be->host_memory()) KILN_TRY(w.be->synchronize());
+    return out;
+  }
   const size_t O = static_cast<size_t>(caps_.max_outputs), V = static_cast<size_t>(hp_.n_vocab);
   int32_t* ids = static_cast<int32_t*>(host_out_->data());
   float* rows = reinterpret_cast<float*>(static_cast<char*>(host_out_->data()) + align_up(O * sizeof(int32_t)));

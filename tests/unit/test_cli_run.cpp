@@ -284,7 +284,9 @@ TEST(CliRun, PromptSourcesAreBoundedAndNotEmpty) {
 
 // llama.cpp's flags that scripts pass: accepted, and where they change nothing on the CPU, said once.
 TEST(CliRun, LlamaCppFlagsAreAccepted) {
-  const std::string m = "run -t 1 -m '" + first_model() + "' --tokens " + prompt_ids() + " --temp 0 -n 4 --ids --ignore-eos";
+  // --device cpu: the "-ngl has no effect" notice is the CPU's (a GPU machine would honour -ngl).
+  const std::string m = "run -t 1 --device cpu -m '" + first_model() + "' --tokens " + prompt_ids() +
+                        " --temp 0 -n 4 --ids --ignore-eos";
   CmdResult base = kiln(m);
   ASSERT_EQ(base.rc, 0) << base.err;
   for (std::string extra : {"-fa", "-fa on", "-fa off", "--flash-attn auto", "-ctk f16 -ctv f16", "-ctk q8_0 -ctv q8_0",

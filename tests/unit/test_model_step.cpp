@@ -172,7 +172,9 @@ TEST(ModelStep, ExecuteAllocatesNothing) {
 
   // The hand-written plans computed the real thing: the same 8 tokens through the engine (one backend) give the
   // same logits row and argmax for token 5 (position 5) as plan 2's output 1.
-  auto ref = Model::load(test::data_path("models/fixture-llama-q8_0.gguf"), LoadOptions{});
+  LoadOptions cpu;
+  cpu.devices.device = "cpu";  // the same kernels as the counting backends (a GPU machine would pick cuda:0)
+  auto ref = Model::load(test::data_path("models/fixture-llama-q8_0.gguf"), cpu);
   ASSERT_TRUE(ref.is_ok());
   KvCacheConfig kc;
   kc.n_ctx = 32;
@@ -204,7 +206,9 @@ namespace {
 // that pick their tiling from the row count (NMSE ~1e-13; bound 1e-9 as in ModelBatching). A padded token that
 // wrote into the cache or leaked into attention, or a padded output fetched, moves rows by NMSE > 1e-3.
 TEST(ModelStep, BucketsAndPaddingChangeNothing) {
-  auto m = Model::load(test::data_path("models/fixture-llama-q8_0.gguf"), LoadOptions{});
+  LoadOptions cpu;
+  cpu.devices.device = "cpu";  // a host-only placement, where buckets are off unless forced
+  auto m = Model::load(test::data_path("models/fixture-llama-q8_0.gguf"), cpu);
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
   const int64_t nv = m.value()->hparams().n_vocab;
   std::vector<int32_t> ids;

@@ -67,7 +67,7 @@ TEST_F(Serve, HealthModelsAndAuth) {
 // Greedy text through the server equals `kiln run` on the same prompt; streaming gives the same text.
 TEST_F(Serve, CompletionEqualsKilnRunAndStreams) {
   const std::string prompt = "The quick brown fox";
-  auto run = test::run_kiln("run -m '" + model_path() + "' -p '" + prompt + "' -n 24 --temp 0 --ignore-eos -t 1");
+  auto run = test::run_kiln("run --device cpu -m '" + model_path() + "' -p '" + prompt + "' -n 24 --temp 0 --ignore-eos -t 1");
   ASSERT_EQ(run.rc, 0) << run.err;
   std::string want = run.out;
   ASSERT_FALSE(want.empty());

@@ -40,7 +40,13 @@ struct ServeProcess {
       FILE* f = std::freopen(log_path.c_str(), "w", stderr);
       (void)f;
       std::freopen("/dev/null", "w", stdout);
+      // --device cpu unless the test says otherwise: the expected outputs are the CPU's, and on a GPU a token's
+      // logits depend on the batch it ran in (GEMV vs tiled GEMM summation order), which random-weight fixtures
+      // amplify into different greedy text.
       std::vector<std::string> all = {kiln_binary(), "serve", "--port", "0"};
+      bool has_device = false;
+      for (const std::string& a : args) has_device = has_device || a == "--device";
+      if (!has_device) all.insert(all.end(), {"--device", "cpu"});
       all.insert(all.end(), args.begin(), args.end());
       std::vector<char*> argv;
       for (auto& a : all) argv.push_back(a.data());

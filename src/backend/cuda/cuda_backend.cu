@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -80,10 +81,16 @@ Status CudaBackend::init() {
   KILN_TRY(attention_init(smem_optin_));
   const char* g = std::getenv("KILN_CUDA_GRAPHS");
   graphs_enabled_ = !(g && std::strcmp(g, "0") == 0);
+  const char* gs = std::getenv("KILN_CUDA_GRAPH_STATS");
+  graph_stats_ = gs && std::strcmp(gs, "0") != 0;
   return Status::ok();
 }
 
 CudaBackend::~CudaBackend() {
+  if (graph_stats_)
+    std::fprintf(stderr, "%s: graphs: %llu replays, %llu captures, %llu eager steps (graphs %s)\n", name_.c_str(),
+                 static_cast<unsigned long long>(n_replay_), static_cast<unsigned long long>(n_capture_),
+                 static_cast<unsigned long long>(n_eager_), graphs_enabled_ ? "on" : "off");
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
@@ -101,6 +108,7 @@ CudaBackend::~CudaBackend() {
 }
 
 Status CudaBackend::use() const {
+  pend_valid_ = false;
   if (n_devices_ > 1) KILN_CUDA_TRY(cudaSetDevice(device_));
   return Status::ok();
 }
@@ -295,23 +303,55 @@ Status CudaBackend::get_rows(const Tensor& w, const Tensor& ids, const Tensor& d
   return launch_get_rows(p, stream_);
 }
 
-Status CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& dst) {
-  KILN_TRY(check("rms_norm", "x", x, DType::F32));
-  KILN_TRY(check("rms_norm", "dst", dst, DType::F32));
-  KILN_TRY(same_shape("rms_norm", "x", x, "dst", dst));
+Status CudaBackend::rms_params(const char* op, const Tensor& x, const Tensor& w, float eps, const Tensor& dst,
+                               RmsNormParams* p) const {
+  KILN_TRY(check(op, "x", x, DType::F32));
+  KILN_TRY(check(op, "dst", dst, DType::F32));
+  KILN_TRY(same_shape(op, "x", x, "dst", dst));
   const int64_t d = x.ne[0];
   if (w.valid()) {
-    KILN_TRY(check("rms_norm", "w", w, DType::F32));
+    KILN_TRY(check(op, "w", w, DType::F32));
     if (w.ne[0] != d || w.n_rows() != 1)
-      return make_error(ErrorCode::kInvalidArgument, "rms_norm: w %s must be [%lld]", w.shape_string().c_str(),
+      return make_error(ErrorCode::kInvalidArgument, "%s: w %s must be [%lld]", op, w.shape_string().c_str(),
                         static_cast<long long>(d));
   }
-  if (!(eps >= 0)) return make_error(ErrorCode::kInvalidArgument, "rms_norm: eps %g must be >= 0", eps);
+  if (!(eps >= 0)) return make_error(ErrorCode::kInvalidArgument, "%s: eps %g must be >= 0", op, eps);
+  *p = RmsNormParams{static_cast<const float*>(x.data), fstride(x),
+                     w.valid() ? static_cast<const float*>(w.data) : nullptr, eps, static_cast<float*>(dst.data),
+                     fstride(dst), d, x.n_rows()};
+  return Status::ok();
+}
+
+Status CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& dst) {
+  RmsNormParams p{};
+  KILN_TRY(rms_params("rms_norm", x, w, eps, dst, &p));
   KILN_TRY(use());
-  RmsNormParams p{static_cast<const float*>(x.data), fstride(x),
-                  w.valid() ? static_cast<const float*>(w.data) : nullptr, eps, static_cast<float*>(dst.data),
-                  fstride(dst), d, x.n_rows()};
   return launch_rms_norm(p, stream_);
+}
+
+// rms_norm + the q8_1 quantization of its result in one pass, kept for the matmuls that read dst next.
+Status CudaBackend::rms_norm_for_matmul(const Tensor& x, const Tensor& w, float eps, const Tensor& dst, DType next) {
+  RmsNormParams p{};
+  KILN_TRY(rms_params("rms_norm", x, w, eps, dst, &p));
+  if (!mmvq_supports(next) || !rms_norm_quant_usable(p) || p.n == 0) return rms_norm(x, w, eps, dst);
+  KILN_TRY(use());
+  KILN_ASSIGN_OR_RETURN(ActQ a, act_layout(p.d, p.n));
+  KILN_TRY(launch_rms_norm_quant(p, a, stream_));
+  pend_valid_ = true;
+  pend_x_ = dst.data;
+  pend_n_in_ = p.d;
+  pend_n_tok_ = p.n;
+  pend_stride_ = p.dst_stride;
+  pend_a_ = a;
+  return Status::ok();
+}
+
+bool CudaBackend::take_pending(const Tensor& x, ActQ* a) {
+  const bool hit = pend_valid_ && x.data == pend_x_ && x.ne[0] == pend_n_in_ && x.n_rows() == pend_n_tok_ &&
+                   fstride(x) == pend_stride_;
+  pend_valid_ = false;
+  if (hit) *a = pend_a_;
+  return hit;
 }
 
 Status CudaBackend::matmul_operands(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst) const {
@@ -338,9 +378,15 @@ Status CudaBackend::matmul_operands(const Tensor& w, const Tensor& x, const Tens
 }
 
 Result<ActQ> CudaBackend::quantize_act(const Tensor& x) {
+  KILN_ASSIGN_OR_RETURN(ActQ a, act_layout(x.ne[0], x.n_rows()));
+  KILN_TRY(launch_quantize_act(static_cast<const float*>(x.data), fstride(x), a, stream_));
+  return a;
+}
+
+Result<ActQ> CudaBackend::act_layout(int64_t n_in, int64_t n_tok) {
   ActQ a;
-  a.n_in = x.ne[0];
-  a.n_tok = x.n_rows();
+  a.n_in = n_in;
+  a.n_tok = n_tok;
   a.qs_stride = static_cast<size_t>((a.n_in + 15) / 16 * 16);
   a.ds_stride = static_cast<size_t>(a.n_in / 32);
   const size_t qs_bytes = (a.qs_stride * static_cast<size_t>(a.n_tok) + 255) / 256 * 256;
@@ -348,7 +394,6 @@ Result<ActQ> CudaBackend::quantize_act(const Tensor& x) {
   KILN_TRY(ensure_scratch(&act_buf_, &act_bytes_, need, "activation"));
   a.qs = static_cast<int8_t*>(act_buf_);
   a.ds = reinterpret_cast<float4*>(static_cast<char*>(act_buf_) + qs_bytes);
-  KILN_TRY(launch_quantize_act(static_cast<const float*>(x.data), fstride(x), a, stream_));
   return a;
 }
 
@@ -372,22 +417,50 @@ Status CudaBackend::matmul_run(const Tensor& w, const Tensor& x, const Tensor& b
 }
 
 Status CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst) {
+  ActQ pa{};
+  const bool pend = take_pending(x, &pa);
   KILN_TRY(matmul_operands(w, x, bias, dst));
   KILN_TRY(use());
-  return matmul_run(w, x, bias, dst, false, nullptr);
+  return matmul_run(w, x, bias, dst, false, pend && mmvq_supports(w.dtype) ? &pa : nullptr);
+}
+
+Status CudaBackend::matmul_outs_q(const Tensor& x, const MatmulOut* outs, int n, const ActQ& a) {
+  for (int i = 0; i < n;) {
+    const DType t = outs[i].w.dtype;
+    if (!mmvq_fast_supports(t) || x.n_rows() > kMmvqMaxTok) {
+      KILN_TRY(matmul_run(outs[i].w, x, outs[i].bias, outs[i].dst, false, &a));
+      ++i;
+      continue;
+    }
+    MmvqGroup g{};
+    g.n_in = x.ne[0];
+    g.n_tok = x.n_rows();
+    while (i < n && g.n_seg < 3 && outs[i].w.dtype == t) {
+      const MatmulOut& o = outs[i++];
+      g.seg[g.n_seg++] = MmvqSeg{static_cast<const uint8_t*>(o.w.data), o.w.nb[1], o.w.n_rows(),
+                                 o.bias.valid() ? static_cast<const float*>(o.bias.data) : nullptr,
+                                 static_cast<float*>(o.dst.data), fstride(o.dst), false};
+    }
+    KILN_TRY(launch_mmvq_group(t, g, a, stream_));
+  }
+  return Status::ok();
 }
 
 Status CudaBackend::matmul_group(const Tensor& x, const MatmulOut* outs, int n) {
+  ActQ pa{};
+  const bool pend = take_pending(x, &pa);
   bool all_q = true;
   for (int i = 0; i < n; ++i) {
     KILN_TRY(matmul_operands(outs[i].w, x, outs[i].bias, outs[i].dst));
     all_q = all_q && mmvq_supports(outs[i].w.dtype);
   }
   KILN_TRY(use());
-  if (all_q && n > 0) {  // the input is quantized once for all the products
-    KILN_ASSIGN_OR_RETURN(ActQ a, quantize_act(x));
-    for (int i = 0; i < n; ++i) KILN_TRY(matmul_run(outs[i].w, x, outs[i].bias, outs[i].dst, false, &a));
-    return Status::ok();
+  if (all_q && n > 0) {  // the input is quantized once for all the products (or was, by rms_norm_for_matmul)
+    ActQ a = pa;
+    if (!pend) {
+      KILN_ASSIGN_OR_RETURN(a, quantize_act(x));
+    }
+    return matmul_outs_q(x, outs, n, a);
   }
   for (int i = 0; i < n; ++i) KILN_TRY(matmul_run(outs[i].w, x, outs[i].bias, outs[i].dst, false, nullptr));
   return Status::ok();
@@ -395,16 +468,42 @@ Status CudaBackend::matmul_group(const Tensor& x, const MatmulOut* outs, int n) 
 
 Status CudaBackend::matmul_add(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& tmp,
                                const Tensor& acc) {
+  ActQ pa{};
+  const bool pend = take_pending(x, &pa);
   KILN_TRY(matmul_operands(w, x, bias, acc));
   KILN_TRY(use());
-  return matmul_run(w, x, bias, acc, true, nullptr);  // the epilogue adds into acc: no tmp, no add launch
+  // the epilogue adds into acc: no tmp, no add launch
+  return matmul_run(w, x, bias, acc, true, pend && mmvq_supports(w.dtype) ? &pa : nullptr);
 }
 
+// Gate and up in one launch of the bandwidth GEMV with silu(gate) * up in its epilogue (u is not written); other
+// types: the default (one quantization, two products, swiglu).
 Status CudaBackend::matmul_swiglu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, const Tensor& g,
                                   const Tensor& u) {
-  const MatmulOut outs[] = {{w_gate, Tensor{}, g}, {w_up, Tensor{}, u}};
-  KILN_TRY(matmul_group(x, outs, 2));
-  return swiglu(g, u, g);
+  const DType t = w_gate.dtype;
+  if (!mmvq_fast_supports(t) || w_up.dtype != t || x.n_rows() > kMmvqMaxTok || !g.valid() || !w_up.valid() ||
+      w_gate.n_rows() != w_up.n_rows()) {
+    const MatmulOut outs[] = {{w_gate, Tensor{}, g}, {w_up, Tensor{}, u}};
+    KILN_TRY(matmul_group(x, outs, 2));
+    return swiglu(g, u, g);
+  }
+  ActQ a{};
+  const bool pend = take_pending(x, &a);
+  KILN_TRY(matmul_operands(w_gate, x, Tensor{}, g));
+  KILN_TRY(matmul_operands(w_up, x, Tensor{}, g));
+  KILN_TRY(use());
+  if (!pend) {
+    KILN_ASSIGN_OR_RETURN(a, quantize_act(x));
+  }
+  MmvqGroup gr{};
+  gr.n_in = x.ne[0];
+  gr.n_tok = x.n_rows();
+  gr.n_seg = 2;
+  gr.swiglu = true;
+  gr.seg[0] = MmvqSeg{static_cast<const uint8_t*>(w_gate.data), w_gate.nb[1], w_gate.n_rows(), nullptr,
+                      static_cast<float*>(g.data), fstride(g), false};
+  gr.seg[1] = MmvqSeg{static_cast<const uint8_t*>(w_up.data), w_up.nb[1], w_up.n_rows(), nullptr, nullptr, 0, false};
+  return launch_mmvq_group(t, gr, a, stream_);
 }
 
 Status CudaBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
@@ -614,13 +713,22 @@ bool CudaBackend::graph_replay(uint64_t key) {
   auto it = graphs_.find(key);
   if (it == graphs_.end()) return false;
   if (!use().is_ok()) return false;
-  return cudaGraphLaunch(it->second, stream_) == cudaSuccess;
+  const bool ok = cudaGraphLaunch(it->second, stream_) == cudaSuccess;
+  n_replay_ += ok;
+  return ok;
 }
 
 Status CudaBackend::graph_begin(uint64_t key) {
-  if (!graphs_enabled_ || capturing_) return Status::ok();
+  if (!graphs_enabled_ || capturing_) {
+    n_eager_ += !capturing_;
+    return Status::ok();
+  }
   int& seen = graph_seen_[key];
-  if (seen < 0 || ++seen < 2) return Status::ok();  // < 0: capture failed before; 1: the eager warm-up run
+  if (seen < 0 || ++seen < 2) {  // < 0: capture failed before; 1: the eager warm-up run
+    ++n_eager_;
+    return Status::ok();
+  }
+  ++n_capture_;
   KILN_TRY(use());
   KILN_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   capturing_ = true;

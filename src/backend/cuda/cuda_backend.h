@@ -53,6 +53,7 @@ class CudaBackend final : public Backend {
                     const Tensor& acc) override;
   Status matmul_swiglu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, const Tensor& g,
                        const Tensor& u) override;
+  Status rms_norm_for_matmul(const Tensor& x, const Tensor& w, float eps, const Tensor& dst, DType next) override;
 
   Status graph_begin(uint64_t key) override;
   Status graph_end(uint64_t key) override;
@@ -68,11 +69,24 @@ class CudaBackend final : public Backend {
                     const ActQ* act);
   // x quantized into the activation scratch (grown when needed, outside a capture).
   Result<ActQ> quantize_act(const Tensor& x);
+  Result<ActQ> act_layout(int64_t n_in, int64_t n_tok);
+  Status rms_params(const char* op, const Tensor& x, const Tensor& w, float eps, const Tensor& dst,
+                    RmsNormParams* p) const;
+  // The q8_1 activations rms_norm_for_matmul left for the matmuls on its dst: valid until the next op entry
+  // (use() drops them), taken by the first matmul entry whose input is that tensor.
+  bool take_pending(const Tensor& x, ActQ* a);
+  // Quantized products of x (already in `a`) into outs[0..n): runs of the bandwidth GEMV type share one launch.
+  Status matmul_outs_q(const Tensor& x, const MatmulOut* outs, int n, const ActQ& a);
   Status ensure_scratch(void** buf, size_t* have, size_t need, const char* what);
   Status binary(const char* op, const Tensor& a, const Tensor& b, const Tensor& dst, EwOp kind);
 
   int device_;
   std::string name_;
+  mutable bool pend_valid_ = false;
+  const void* pend_x_ = nullptr;
+  int64_t pend_n_in_ = 0, pend_n_tok_ = 0;
+  size_t pend_stride_ = 0;
+  ActQ pend_a_{};
   int n_devices_ = 1;
   int n_sm_ = 0;
   size_t smem_optin_ = 0;
@@ -102,6 +116,9 @@ class CudaBackend final : public Backend {
   bool capture_failed_ = false;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   std::unordered_map<uint64_t, int> graph_seen_;
+  // KILN_CUDA_GRAPH_STATS=1: replays / captures / steps run eagerly, printed to stderr at destruction.
+  bool graph_stats_ = false;
+  uint64_t n_replay_ = 0, n_capture_ = 0, n_eager_ = 0;
 };
 
 }  // namespace kiln::cuda

@@ -115,6 +115,11 @@ struct ActQ {
   size_t ds_stride;  // float4 per token (n_in / 32)
 };
 Status launch_quantize_act(const float* x, size_t x_stride, const ActQ& a, cudaStream_t s);
+// rms_norm (norm.cu) that also writes the q8_1 activations of its result into `a` (rows with d % 32 == 0 and
+// 16-byte alignment: rms_norm_quant_usable).
+struct RmsNormParams;
+bool rms_norm_quant_usable(const RmsNormParams& p);
+Status launch_rms_norm_quant(const RmsNormParams& p, const ActQ& a, cudaStream_t s);
 
 struct MatmulParams {
   DType type;
@@ -132,6 +137,26 @@ struct MatmulParams {
 constexpr int kMmvqMaxTok = 16;
 bool mmvq_supports(DType t);
 Status launch_mmvq(const MatmulParams& p, const ActQ& a, cudaStream_t s);
+// The bandwidth GEMV (mmvq_fast.cuh) for Q4_K / Q6_K: up to 3 products of one input in one launch (q/k/v,
+// gate/up), or with swiglu: seg[0] = gate, seg[1] = up (same n_out), seg[0].y = silu(gate x) * (up x).
+bool mmvq_fast_supports(DType t);
+struct MmvqSeg {
+  const uint8_t* w;
+  size_t w_row_bytes;
+  int64_t n_out;
+  const float* bias;  // may be null
+  float* y;
+  size_t y_stride;
+  bool accumulate;
+};
+struct MmvqGroup {
+  MmvqSeg seg[3];
+  int n_seg;
+  unsigned blk_end[3];  // filled by the launcher
+  int64_t n_in, n_tok;
+  bool swiglu;
+};
+Status launch_mmvq_group(DType t, const MmvqGroup& g, const ActQ& a, cudaStream_t s);
 // Float-weight GEMV (F32/F16/BF16) for n_tok <= kMmvqMaxTok; needs n_in % 8 == 0 and 16-byte aligned rows.
 bool mmvf_supports(DType t);
 bool mmvf_usable(const MatmulParams& p);

@@ -1,5 +1,6 @@
 // launch_mmvq: type dispatch of the decode GEMV (kernel and numerics: mmvq.cuh; instances: instances/).
 #include "backend/cuda/mmvq.cuh"
+#include "backend/cuda/mmvq_fast.cuh"
 
 namespace kiln::cuda {
 
@@ -11,11 +12,34 @@ bool mmvq_supports(DType t) {
   }
 }
 
+bool mmvq_fast_supports(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
+
+Status launch_mmvq_group(DType t, const MmvqGroup& g, const ActQ& a, cudaStream_t s) {
+  if (g.n_tok == 0) return Status::ok();
+  if (g.n_tok > kMmvqMaxTok || g.n_seg < 1 || g.n_seg > 3 || (g.swiglu && (g.n_seg != 2 || g.seg[0].n_out != g.seg[1].n_out)))
+    return make_error(ErrorCode::kInternal, "mmvq group: %lld tokens, %d products", static_cast<long long>(g.n_tok),
+                      g.n_seg);
+  switch (t) {
+    case DType::Q4_K: return mmvq_group_run<DType::Q4_K>(g, a, s);
+    case DType::Q6_K: return mmvq_group_run<DType::Q6_K>(g, a, s);
+    default: break;
+  }
+  return make_error(ErrorCode::kUnsupported, "mmvq group: weight type %s", dtype_name(t));
+}
+
 Status launch_mmvq(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
   if (p.n_tok == 0 || p.n_out == 0) return Status::ok();
   if (p.n_tok > kMmvqMaxTok)
     return make_error(ErrorCode::kInternal, "mmvq: %lld tokens (at most %d)", static_cast<long long>(p.n_tok),
                       kMmvqMaxTok);
+  if (mmvq_fast_supports(p.type)) {
+    MmvqGroup g{};
+    g.seg[0] = MmvqSeg{p.w, p.w_row_bytes, p.n_out, p.bias, p.y, p.y_stride, p.accumulate};
+    g.n_seg = 1;
+    g.n_in = p.n_in;
+    g.n_tok = p.n_tok;
+    return launch_mmvq_group(p.type, g, a, s);
+  }
   switch (p.type) {
     case DType::Q4_0: return mmvq_run<DType::Q4_0>(p, a, s);
     case DType::Q4_1: return mmvq_run<DType::Q4_1>(p, a, s);

@@ -1,6 +1,9 @@
 // rms_norm: dst[:, r] = x[:, r] / sqrt(mean(x^2) + eps) * w.
 //   entry: CudaBackend::rms_norm  ->  launch_rms_norm  ->  rms_norm_kernel (one block per row)
 // Numerics as the CPU backend (and ggml): squares in f32, summed in double; mean and scale in f32.
+// rms_norm_fast_kernel<Q> (rows of d % 32 == 0, 16-byte aligned): one 256-thread block per row, float4 loads, and
+// with Q the q8_1 activations of the result in the same pass (rms_norm_for_matmul: quantize.cu's numerics exactly,
+// one 32-element block per 8 lanes), so the matmuls that follow skip their quantize launch.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/launch.h"
 
@@ -30,10 +33,96 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
     for (int64_t i = threadIdx.x; i < p.d; i += kThreads) y[i] = x[i] * sc;
 }
 
+template <bool Q>
+__global__ void __launch_bounds__(kThreads) rms_norm_fast_kernel(RmsNormParams p, ActQ a) {
+  const int64_t r = blockIdx.x;
+  const float4* x = reinterpret_cast<const float4*>(p.x + r * p.x_stride);
+  float4* y = reinterpret_cast<float4*>(p.dst + r * p.dst_stride);
+  const float4* w = reinterpret_cast<const float4*>(p.w);
+  const int64_t n4 = p.d / 4;
+  double s = 0;
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < n4; i += kThreads) {
+    const float4 v = x[i];
+    s += static_cast<double>(v.x * v.x) + static_cast<double>(v.y * v.y) + static_cast<double>(v.z * v.z) +
+         static_cast<double>(v.w * v.w);
+  }
+  __shared__ double part[kThreads / kWarp];
+  s = warp_sum(s);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / kWarp] = s;
+  __syncthreads();
+  double tot = 0;
+#pragma unroll
+  for (int k = 0; k < kThreads / kWarp; ++k) tot += part[k];
+  const float mean = static_cast<float>(tot / static_cast<double>(p.d));
+  const float sc = 1.0f / sqrtf(mean + p.eps);
+  const int lane = threadIdx.x % kWarp;
+  // A warp covers 128 consecutive elements per step: whole 32-element blocks (d % 32 == 0), so the 8-lane
+  // shuffles below never mix in- and out-of-range lanes.
+  for (int64_t base = threadIdx.x - lane; base < n4; base += kThreads) {
+    const int64_t i = base + lane;
+    const bool in = i < n4;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (in) {
+      v = x[i];
+      if (p.w) {
+        const float4 g = w[i];
+        v = make_float4(v.x * sc * g.x, v.y * sc * g.y, v.z * sc * g.z, v.w * sc * g.w);
+      } else {
+        v = make_float4(v.x * sc, v.y * sc, v.z * sc, v.w * sc);
+      }
+      y[i] = v;
+    }
+    if constexpr (Q) {
+      float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+      for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const int q0 = static_cast<int>(fminf(fmaxf(roundf(v.x * id), -127.f), 127.f));
+      const int q1 = static_cast<int>(fminf(fmaxf(roundf(v.y * id), -127.f), 127.f));
+      const int q2 = static_cast<int>(fminf(fmaxf(roundf(v.z * id), -127.f), 127.f));
+      const int q3 = static_cast<int>(fminf(fmaxf(roundf(v.w * id), -127.f), 127.f));
+      int sum = q0 + q1 + q2 + q3;
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);  // lanes 8g..8g+3: first 16 of the block, 8g+4..: second 16
+      const int s_hi = __shfl_down_sync(0xffffffffu, sum, 4);
+      if (in) {
+        const uint32_t pk = (static_cast<uint32_t>(q0) & 0xFF) | (static_cast<uint32_t>(q1) & 0xFF) << 8 |
+                            (static_cast<uint32_t>(q2) & 0xFF) << 16 | (static_cast<uint32_t>(q3) & 0xFF) << 24;
+        *reinterpret_cast<uint32_t*>(a.qs + r * a.qs_stride + 4 * i) = pk;
+        if ((lane & 7) == 0)
+          a.ds[r * a.ds_stride + (4 * i) / 32] =
+              make_float4(d, d * static_cast<float>(sum), d * static_cast<float>(s_hi), 0.f);
+      }
+    }
+  }
+}
+
+bool fast_ok(const RmsNormParams& p) {
+  auto al = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
+  return p.d % 32 == 0 && al(p.x) && al(p.dst) && (!p.w || al(p.w)) && p.x_stride % 4 == 0 && p.dst_stride % 4 == 0;
+}
+
 }  // namespace
+
+bool rms_norm_quant_usable(const RmsNormParams& p) { return fast_ok(p); }
+
+Status launch_rms_norm_quant(const RmsNormParams& p, const ActQ& a, cudaStream_t s) {
+  if (p.n == 0) return Status::ok();
+  if (!fast_ok(p)) return make_error(ErrorCode::kInternal, "rms_norm_quant: unaligned rows");
+  rms_norm_fast_kernel<true><<<static_cast<unsigned>(p.n), kThreads, 0, s>>>(p, a);
+  KILN_CUDA_LAUNCH_CHECK();
+  return Status::ok();
+}
 
 Status launch_rms_norm(const RmsNormParams& p, cudaStream_t s) {
   if (p.n == 0) return Status::ok();
+  if (fast_ok(p)) {
+    rms_norm_fast_kernel<false><<<static_cast<unsigned>(p.n), kThreads, 0, s>>>(p, ActQ{});
+    KILN_CUDA_LAUNCH_CHECK();
+    return Status::ok();
+  }
   rms_norm_kernel<<<static_cast<unsigned>(p.n), kThreads, 0, s>>>(p);
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();

@@ -52,12 +52,14 @@ __device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi)
   return i < bi;
 }
 
-__global__ void __launch_bounds__(kThreads) argmax_kernel(RowParams p) {
+constexpr int kArgThreads = 1024;  // a 128k-entry logits row: 125 loads per thread, all independent
+
+__global__ void __launch_bounds__(kArgThreads) argmax_kernel(RowParams p) {
   const int64_t r = blockIdx.x;
   const float* x = p.x + r * p.x_stride;
   float bv = NAN;
   int64_t bi = INT64_MAX;
-  for (int64_t i = threadIdx.x; i < p.d; i += kThreads)
+  for (int64_t i = threadIdx.x; i < p.d; i += kArgThreads)
     if (better(x[i], i, bv, bi)) bv = x[i], bi = i;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -65,12 +67,12 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(RowParams p) {
     const int64_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
     if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
   }
-  __shared__ float sv[kThreads / kWarp];
-  __shared__ int64_t si[kThreads / kWarp];
+  __shared__ float sv[kArgThreads / kWarp];
+  __shared__ int64_t si[kArgThreads / kWarp];
   if (threadIdx.x % kWarp == 0) sv[threadIdx.x / kWarp] = bv, si[threadIdx.x / kWarp] = bi;
   __syncthreads();
   if (threadIdx.x == 0) {
-    for (int k = 1; k < kThreads / kWarp; ++k)
+    for (int k = 1; k < kArgThreads / kWarp; ++k)
       if (better(sv[k], si[k], bv, bi)) bv = sv[k], bi = si[k];
     p.ids[r] = isnan(bv) || bi == INT64_MAX ? 0 : static_cast<int32_t>(bi);
   }
@@ -87,7 +89,7 @@ Status launch_softmax(const RowParams& p, cudaStream_t s) {
 
 Status launch_argmax(const RowParams& p, cudaStream_t s) {
   if (p.n == 0) return Status::ok();
-  argmax_kernel<<<static_cast<unsigned>(p.n), kThreads, 0, s>>>(p);
+  argmax_kernel<<<static_cast<unsigned>(p.n), kArgThreads, 0, s>>>(p);
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }

@@ -1,0 +1,219 @@
+// Decode GEMV for the k-quants of the q4_k_m mix (Q4_K, Q6_K): the bandwidth path of mmvq (mmvq.cuh keeps the
+// warp-per-row kernel for the other types).
+//   entries: launch_mmvq (one matmul), launch_mmvq_group (q/k/v or gate/up of one input in one launch, and the
+//   gate/up + SwiGLU fusion)  ->  mmvq_group_run<T> (instances/)  ->  mmvq_fast_kernel<T, NC, RR, SW>
+// Layout: a 128-thread block owns RR weight rows (4 at 1 token, 2 at 2, 1 above; SwiGLU: RR/2 gate rows and the
+// same up rows) and all 128 threads split the K dimension: thread c of the row takes "chunks" c, c + 128, ...;
+// a chunk is one 16-byte load of Q4_K quants (32 weights: 16 of sub-block 2j, 16 of 2j+1; 8 chunks per 256-value
+// super-block, consecutive threads on consecutive 16 bytes) or, for Q6_K (2-byte aligned 210-byte blocks), 4+4+4
+// bytes of ql/ql/qh (16 weights; 16 chunks per super-block). The activations of a chunk are loaded once and used
+// for all RR rows; partial sums are reduced by warp shuffles, then across the 4 warps in shared memory.
+// Numerics: unchanged (q8_1 int8 activations, exact integer dp4a sums per 16 weights, scaled in f32:
+// d_a * (d_w * sc) * sum(q_w q_a) - dmin * m * d_a * sum(q_a)); only the f32 summation order differs from the
+// warp-per-row kernel.
+#pragma once
+
+#include "backend/cuda/launch.h"
+#include "backend/cuda/quant.cuh"
+
+namespace kiln::cuda {
+
+constexpr int kMmvqFastThreads = 128;
+
+template <DType T> struct FastK;
+
+template <> struct FastK<DType::Q4_K> {
+  static constexpr int kCps = 8;  // chunks per super-block
+  struct W {
+    uint4 hdr, qs;
+  };
+  struct A {
+    int4 a0, a1;
+    float4 d0, d1;
+  };
+  static __device__ __forceinline__ W load(const uint8_t* sb, int u) {
+    W w;
+    w.hdr = __ldg(reinterpret_cast<const uint4*>(sb));
+    w.qs = __ldg(reinterpret_cast<const uint4*>(sb + 16 + 16 * u));
+    return w;
+  }
+  static __device__ __forceinline__ A load_act(const int8_t* qs, const float4* ds, int64_t sb, int u) {
+    const int j = u >> 1, h = u & 1;
+    const int8_t* q = qs + 256 * sb + 64 * j + 16 * h;
+    A a;
+    a.a0 = *reinterpret_cast<const int4*>(q);
+    a.a1 = *reinterpret_cast<const int4*>(q + 32);
+    a.d0 = ds[8 * sb + 2 * j];
+    a.d1 = ds[8 * sb + 2 * j + 1];
+    return a;
+  }
+  static __device__ __forceinline__ float dot(const W& w, const A& a, int u) {
+    const int j = u >> 1, h = u & 1;
+    int sc0, m0, sc1, m1;
+    kq_scale_min(2 * j, w.hdr.y, w.hdr.z, w.hdr.w, &sc0, &m0);
+    kq_scale_min(2 * j + 1, w.hdr.y, w.hdr.z, w.hdr.w, &sc1, &m1);
+    const float d = h2f(static_cast<uint16_t>(w.hdr.x)), dmin = h2f(static_cast<uint16_t>(w.hdr.x >> 16));
+    const uint32_t m = 0x0F0F0F0Fu;
+    int s0 = __dp4a(static_cast<int>(w.qs.x & m), a.a0.x, 0);
+    s0 = __dp4a(static_cast<int>(w.qs.y & m), a.a0.y, s0);
+    s0 = __dp4a(static_cast<int>(w.qs.z & m), a.a0.z, s0);
+    s0 = __dp4a(static_cast<int>(w.qs.w & m), a.a0.w, s0);
+    int s1 = __dp4a(static_cast<int>((w.qs.x >> 4) & m), a.a1.x, 0);
+    s1 = __dp4a(static_cast<int>((w.qs.y >> 4) & m), a.a1.y, s1);
+    s1 = __dp4a(static_cast<int>((w.qs.z >> 4) & m), a.a1.z, s1);
+    s1 = __dp4a(static_cast<int>((w.qs.w >> 4) & m), a.a1.w, s1);
+    const float S0 = h ? a.d0.z : a.d0.y, S1 = h ? a.d1.z : a.d1.y;
+    return a.d0.x * (d * static_cast<float>(sc0)) * static_cast<float>(s0) +
+           a.d1.x * (d * static_cast<float>(sc1)) * static_cast<float>(s1) -
+           dmin * (static_cast<float>(m0) * S0 + static_cast<float>(m1) * S1);
+  }
+};
+
+template <> struct FastK<DType::Q6_K> {
+  static constexpr int kCps = 16;
+  struct W {
+    uint32_t qla, qlb, qh, sc;  // sc: the 4 int8 scales of the chunk's 4 groups
+    float d;
+  };
+  struct A {
+    int q[4];
+    float d[4];
+  };
+  static __device__ __forceinline__ W load(const uint8_t* b, int u) {
+    const int h = u >> 3, l0 = 4 * (u & 7);
+    W w;
+    w.qla = ld_u32_a2(b + 64 * h + l0);
+    w.qlb = ld_u32_a2(b + 64 * h + 32 + l0);
+    w.qh = ld_u32_a2(b + 128 + 32 * h + l0);
+    const uint8_t* sp = b + 192 + 8 * h + (l0 >= 16);
+    w.sc = static_cast<uint32_t>(sp[0]) | static_cast<uint32_t>(sp[2]) << 8 | static_cast<uint32_t>(sp[4]) << 16 |
+           static_cast<uint32_t>(sp[6]) << 24;
+    w.d = h2f(ld_u16(b + 208));
+    return w;
+  }
+  static __device__ __forceinline__ A load_act(const int8_t* qs, const float4* ds, int64_t sb, int u) {
+    const int h = u >> 3, l0 = 4 * (u & 7);
+    const int8_t* q = qs + 256 * sb + 128 * h + l0;
+    const float* d = reinterpret_cast<const float*>(ds + 8 * sb + 4 * h);
+    A a;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      a.q[k] = *reinterpret_cast<const int*>(q + 32 * k);
+      a.d[k] = d[4 * k];
+    }
+    return a;
+  }
+  static __device__ __forceinline__ float dot(const W& w, const A& a, int) {
+    const uint32_t m = 0x0F0F0F0Fu, m2 = 0x03030303u;
+    const int q0 = static_cast<int>(__vsub4((w.qla & m) | ((w.qh & m2) << 4), 0x20202020u));
+    const int q1 = static_cast<int>(__vsub4((w.qlb & m) | (((w.qh >> 2) & m2) << 4), 0x20202020u));
+    const int q2 = static_cast<int>(__vsub4(((w.qla >> 4) & m) | (((w.qh >> 4) & m2) << 4), 0x20202020u));
+    const int q3 = static_cast<int>(__vsub4(((w.qlb >> 4) & m) | (((w.qh >> 6) & m2) << 4), 0x20202020u));
+    const float sc0 = static_cast<float>(static_cast<int8_t>(w.sc)), sc1 = static_cast<float>(static_cast<int8_t>(w.sc >> 8));
+    const float sc2 = static_cast<float>(static_cast<int8_t>(w.sc >> 16)), sc3 = static_cast<float>(static_cast<int8_t>(w.sc >> 24));
+    return w.d * (a.d[0] * sc0 * static_cast<float>(__dp4a(q0, a.q[0], 0)) +
+                  a.d[1] * sc1 * static_cast<float>(__dp4a(q1, a.q[1], 0)) +
+                  a.d[2] * sc2 * static_cast<float>(__dp4a(q2, a.q[2], 0)) +
+                  a.d[3] * sc3 * static_cast<float>(__dp4a(q3, a.q[3], 0)));
+  }
+};
+
+template <DType T, int NC, int RR, bool SW>
+__global__ void __launch_bounds__(kMmvqFastThreads) mmvq_fast_kernel(MmvqGroup g, ActQ a) {
+  using K = FastK<T>;
+  constexpr int RH = SW ? RR / 2 : RR, kW = kMmvqFastThreads / kWarp;
+  static_assert(!SW || RR % 2 == 0, "SwiGLU pairs gate and up rows");
+  int s = 0;
+  if (!SW)
+    while (s + 1 < g.n_seg && blockIdx.x >= g.blk_end[s]) ++s;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x - (s ? g.blk_end[s - 1] : 0)) * RH;
+  const uint8_t* wr[RR];
+#pragma unroll
+  for (int i = 0; i < RR; ++i) {  // rows past the end read row 0 (in bounds) and are not written
+    const MmvqSeg& sg = g.seg[SW ? (i < RH ? 0 : 1) : s];
+    const int64_t r = row0 + (SW ? i % RH : i);
+    wr[i] = sg.w + static_cast<size_t>(r < sg.n_out ? r : 0) * sg.w_row_bytes;
+  }
+  const int n_sb = static_cast<int>(g.n_in / 256), n_chunk = n_sb * K::kCps;
+  float acc[RR][NC];
+#pragma unroll
+  for (int i = 0; i < RR; ++i)
+#pragma unroll
+    for (int c = 0; c < NC; ++c) acc[i][c] = 0.0f;
+#pragma unroll 2
+  for (int ch = threadIdx.x; ch < n_chunk; ch += kMmvqFastThreads) {
+    const int sb = ch / K::kCps, u = ch % K::kCps;
+    typename K::W w[RR];
+#pragma unroll
+    for (int i = 0; i < RR; ++i) w[i] = K::load(wr[i] + static_cast<size_t>(sb) * QTraits<T>::kBytes, u);
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      if (NC > 1 && c >= g.n_tok) break;
+      const typename K::A x = K::load_act(a.qs + c * a.qs_stride, a.ds + c * a.ds_stride, sb, u);
+#pragma unroll
+      for (int i = 0; i < RR; ++i) acc[i][c] += K::dot(w[i], x, u);
+    }
+  }
+  __shared__ float red[kW][RR * NC];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+#pragma unroll
+  for (int i = 0; i < RR; ++i)
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      const float v = warp_sum(acc[i][c]);
+      if (lane == 0) red[warp][i * NC + c] = v;
+    }
+  __syncthreads();
+  const int t = threadIdx.x;
+  if (t >= RH * NC) return;
+  const int i = t / NC, c = t % NC;
+  const int64_t r = row0 + i;
+  if (c >= g.n_tok || r >= g.seg[SW ? 0 : s].n_out) return;
+  float v = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kW; ++k) v += red[k][t];
+  if constexpr (SW) {
+    float u = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kW; ++k) u += red[k][(i + RH) * NC + c];
+    g.seg[0].y[c * g.seg[0].y_stride + r] = v / (1.0f + expf(-v)) * u;
+  } else {
+    const MmvqSeg& sg = g.seg[s];
+    float* y = sg.y + c * sg.y_stride + r;
+    *y = (sg.accumulate ? *y : 0.0f) + v + (sg.bias ? sg.bias[r] : 0.0f);
+  }
+}
+
+template <DType T, int NC, bool SW>
+Status mmvq_fast_launch(MmvqGroup g, const ActQ& a, cudaStream_t s) {
+  constexpr int RR = SW ? (NC <= 2 ? 4 : 2) : (NC == 1 ? 4 : NC == 2 ? 2 : 1);
+  constexpr int RH = SW ? RR / 2 : RR;
+  unsigned blocks = 0;
+  for (int i = 0; i < (SW ? 1 : g.n_seg); ++i) {
+    blocks += static_cast<unsigned>((g.seg[i].n_out + RH - 1) / RH);
+    g.blk_end[i] = blocks;
+  }
+  if (blocks == 0) return Status::ok();
+  mmvq_fast_kernel<T, NC, RR, SW><<<blocks, kMmvqFastThreads, 0, s>>>(g, a);
+  KILN_CUDA_LAUNCH_CHECK();
+  return Status::ok();
+}
+
+template <DType T, bool SW>
+Status mmvq_fast_nc(const MmvqGroup& g, const ActQ& a, cudaStream_t s) {
+  if (g.n_tok <= 1) return mmvq_fast_launch<T, 1, SW>(g, a, s);
+  if (g.n_tok <= 2) return mmvq_fast_launch<T, 2, SW>(g, a, s);
+  if (g.n_tok <= 4) return mmvq_fast_launch<T, 4, SW>(g, a, s);
+  if (g.n_tok <= 8) return mmvq_fast_launch<T, 8, SW>(g, a, s);
+  return mmvq_fast_launch<T, 16, SW>(g, a, s);
+}
+
+template <DType T>
+Status mmvq_group_run(const MmvqGroup& g, const ActQ& a, cudaStream_t s) {
+  return g.swiglu ? mmvq_fast_nc<T, true>(g, a, s) : mmvq_fast_nc<T, false>(g, a, s);
+}
+
+extern template Status mmvq_group_run<DType::Q4_K>(const MmvqGroup&, const ActQ&, cudaStream_t);
+extern template Status mmvq_group_run<DType::Q6_K>(const MmvqGroup&, const ActQ&, cudaStream_t);
+
+}  // namespace kiln::cuda

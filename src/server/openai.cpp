@@ -352,8 +352,9 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
       if (auto e = check_tool_calls(m["tool_calls"], p + ".tool_calls")) return e;
     ojson om = oms.at(i);
     om["role"] = role;
-    if (c && !c->is_null()) om["content"] = content;
-    else om["content"] = nullptr;
+    // null content (an assistant turn of tool calls) is "": real templates concatenate it (Qwen3's
+    // `'\n' + message.content`, `'</think>' in message.content`) and fail on None, as llama-server found too.
+    om["content"] = content;
     if (has_calls)
       for (auto& call : om["tool_calls"]) {
         ojson& f = call["function"];

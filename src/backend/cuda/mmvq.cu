@@ -1,4 +1,6 @@
 // launch_mmvq: type dispatch of the decode GEMV (kernel and numerics: mmvq.cuh; instances: instances/).
+#include <cstdlib>
+
 #include "backend/cuda/mmvq.cuh"
 #include "backend/cuda/mmvq_fast.cuh"
 
@@ -12,7 +14,14 @@ bool mmvq_supports(DType t) {
   }
 }
 
-bool mmvq_fast_supports(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
+// KILN_CUDA_MMVQ_FAST=0: Q4_K / Q6_K on the warp-per-row kernel (A/B measurements only).
+bool mmvq_fast_supports(DType t) {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_CUDA_MMVQ_FAST");
+    return !(e && e[0] == '0');
+  }();
+  return on && (t == DType::Q4_K || t == DType::Q6_K);
+}
 
 Status launch_mmvq_group(DType t, const MmvqGroup& g, const ActQ& a, cudaStream_t s) {
   if (g.n_tok == 0) return Status::ok();

@@ -11,6 +11,10 @@
 // Numerics: unchanged (q8_1 int8 activations, exact integer dp4a sums per 16 weights, scaled in f32:
 // d_a * (d_w * sc) * sum(q_w q_a) - dmin * m * d_a * sum(q_a)); only the f32 summation order differs from the
 // warp-per-row kernel.
+// -Xptxas -v (sm_90, no spills, no stack; registers by NC,RR): Q4_K 1,4: 80  2,2: 76  4,1: 48  8,1: 52  16,1: 60;
+// SwiGLU 1,4: 88  2,4: 122  4,2: 85  8,2: 94  16,2: 120. Q6_K 1,4: 56  2,2: 56  4,1: 38  8,1: 48  16,1: 56; SwiGLU
+// 1,4: 40  2,4: 88  4,2: 54  8,2: 64  16,2: 80. Shared memory 64-512 bytes. H200, 8B q4_k_m: gate/up+SwiGLU
+// 2629 GB/s, output Q6_K 2656 GB/s, 4096-row Q4_K 1679 GB/s (docs/BENCHMARKS.md).
 #pragma once
 
 #include "backend/cuda/launch.h"

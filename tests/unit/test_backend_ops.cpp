@@ -242,6 +242,9 @@ TEST_P(BackendOps, RmsNorm) {
 struct ActModel {
   DType act;    // F32: none; F16 / BF16: rounded; Q8_0 / Q8_1 / Q8_K: quantized with the spec quantizer
   double nmse;  // the threshold vs the model
+  // Q8_1 with the scale and the block sum kept in f32 (the CUDA GEMV: backend/cuda/quantize.cu): d = amax / 127,
+  // q = round(x * (1/d)) clamped to +-127, s = d * sum(q) exactly; no f16 rounding anywhere.
+  bool f32_scales = false;
 };
 std::optional<ActModel> act_model(const std::string& backend, DType w) {
   const bool quantized = dtype_traits(w).is_quantized;
@@ -253,16 +256,30 @@ std::optional<ActModel> act_model(const std::string& backend, DType w) {
       default: return ActModel{DType::Q8_K, 1e-10};
     }
   }
-  if (backend.rfind("cuda", 0) == 0 && quantized) return ActModel{DType::Q8_1, 1e-6};
+  // CUDA: q8_1 blocks of 32 with f32 scales and sums, integer dot products, f32 scaling (quantize.cu, mmvq.cu).
+  // Modelled exactly up to f32 summation order: 1e-10 as for the CPU.
+  if (backend.rfind("cuda", 0) == 0 && quantized) return ActModel{DType::Q8_1, 1e-10, true};
   return std::nullopt;
 }
 
 // x row (n values) as the model's activation type sees it; *corr gets, for Q8_1 with offset weights, the block
 // sums' f16 rounding that the kernel applies through s (per block b: s16_b - d16_b * sum q_b).
-std::vector<double> model_activation(DType act, const float* x, int64_t n, std::vector<double>* sum_err) {
+std::vector<double> model_activation(DType act, const float* x, int64_t n, std::vector<double>* sum_err,
+                                     bool f32_scales = false) {
   std::vector<double> a(static_cast<size_t>(n));
   sum_err->assign(static_cast<size_t>(n / 32), 0.0);
-  if (act == DType::F32) {
+  if (act == DType::Q8_1 && f32_scales) {
+    for (int64_t k = 0; k < n / 32; ++k) {
+      float amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[32 * k + j]));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      for (int j = 0; j < 32; ++j) {
+        const float q = std::fmin(std::fmax(std::round(x[32 * k + j] * id), -127.0f), 127.0f);
+        a[32 * k + j] = static_cast<double>(d) * q;  // s = d * sum(q) exactly: no sum error
+      }
+    }
+  } else if (act == DType::F32) {
     for (int64_t i = 0; i < n; ++i) a[i] = x[i];
   } else if (act == DType::F16) {
     for (int64_t i = 0; i < n; ++i) a[i] = round_f16(x[i]);
@@ -396,7 +413,7 @@ void check_matmul_model(const std::string& backend, const MatmulCase& c, const s
   const size_t rb = static_cast<size_t>(dtype_row_bytes(c.t, n).value());
   std::vector<double> want(static_cast<size_t>(c.n_out * c.n_tok)), sum_err;
   for (int64_t t = 0; t < c.n_tok; ++t) {
-    const std::vector<double> a = model_activation(m->act, c.x.data() + t * n, n, &sum_err);
+    const std::vector<double> a = model_activation(m->act, c.x.data() + t * n, n, &sum_err, m->f32_scales);
     for (int64_t o = 0; o < c.n_out; ++o) {
       double y = 0;
       for (int64_t i = 0; i < n; ++i) y += static_cast<double>(c.wdeq[o * n + i]) * a[i];

@@ -128,6 +128,13 @@ bool CudaBackend::supports(Op op, DType a, DType b) const {
     case Op::kMul:
     case Op::kScale:
     case Op::kSoftmax: return a == DType::F32;
+    // Not on the GPU yet (issue 18): sliding-window attention, GeGLU, the sigmoid gate and the Gated DeltaNet ops.
+    // create_state refuses such a layer on this backend with an error naming the op, instead of running it wrong.
+    case Op::kGeglu:
+    case Op::kSigmoidMul:
+    case Op::kAttentionWindow:
+    case Op::kConv1dSilu:
+    case Op::kDeltaNet: return false;
   }
   return false;
 }

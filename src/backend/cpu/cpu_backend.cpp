@@ -15,6 +15,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/registry.h"
 #include "backend/cpu/ops_attention.h"
+#include "backend/op_checks.h"
 #include "quant/reference.h"
 #include "util/fp16.h"
 
@@ -54,34 +55,11 @@ class HostBuffer final : public Buffer {
 inline char* row_ptr(const Tensor& t, int64_t r) { return static_cast<char*>(t.data) + static_cast<size_t>(r) * t.nb[1]; }
 inline float* frow(const Tensor& t, int64_t r) { return reinterpret_cast<float*>(row_ptr(t, r)); }
 
-// Tensor `t` (named `name` in op `op`) must be valid, of type `want`, and rows of ne[0] contiguous elements.
-Status check(const char* op, const char* name, const Tensor& t, DType want) {
-  if (!t.valid()) return make_error(ErrorCode::kInvalidArgument, "%s: %s is not set", op, name);
-  if (t.dtype != want)
-    return make_error(ErrorCode::kUnsupported, "%s: %s must be %s, got %s", op, name, dtype_name(want),
-                      dtype_name(t.dtype));
-  if (!t.rows_uniform())
-    return make_error(ErrorCode::kUnsupported, "%s: %s %s must have contiguous rows with one row stride", op, name,
-                      t.shape_string().c_str());
-  return Status::ok();
-}
-
-Status same_shape(const char* op, const char* an, const Tensor& a, const char* bn, const Tensor& b) {
-  if (a.ne[0] != b.ne[0] || a.n_rows() != b.n_rows())
-    return make_error(ErrorCode::kInvalidArgument, "%s: %s %s and %s %s differ in shape", op, an,
-                      a.shape_string().c_str(), bn, b.shape_string().c_str());
-  return Status::ok();
-}
-
-Status check_ids(const char* op, const char* name, const Tensor& ids, int64_t n) {
-  KILN_TRY(check(op, name, ids, DType::I32));
-  if (ids.ne[0] != n || ids.n_rows() != 1)
-    return make_error(ErrorCode::kInvalidArgument, "%s: %s %s must be [%lld]", op, name, ids.shape_string().c_str(),
-                      static_cast<long long>(n));
-  return Status::ok();
-}
-
-bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+using op_checks::check;
+using op_checks::check_ids;
+using op_checks::is_cache_type;
+using op_checks::is_float_type;
+using op_checks::same_shape;
 
 }  // namespace
 
@@ -675,7 +653,7 @@ Status CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 }
 
 bool CpuBackend::supports(Op op, DType a, DType b) const {
-  const bool cache_type = a == DType::F16 || a == DType::F32 || a == DType::Q8_0;
+  const bool cache_type = is_cache_type(a);
   switch (op) {
     case Op::kGetRows: return can_dequantize(a);
     case Op::kMatmul: return matmul_supports(a);

@@ -3,6 +3,7 @@
 // two counting backends (so the layer boundary copy is inside the measured region too); every allocation is
 // counted: Backend::alloc / alloc_host on either backend, and every global operator new of the process.
 #include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <new>
 
@@ -19,23 +20,44 @@ std::atomic<int64_t> g_news{0};
 // GCC pairs the replaced operator new with its own idea of it and warns on free() in operator delete; both sides
 // are malloc/free here.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-// Counting global allocation functions for this test binary (the plain and aligned forms; nothrow and array forms
-// forward to these by the standard library's defaults).
-void* operator new(size_t n) {
+// Counting global allocation functions for this test binary: every form is replaced (plain, array, nothrow,
+// aligned), all on malloc/free, so no allocation bypasses the count and no pair mixes two allocators (ASan checks
+// that new/delete pairs match).
+namespace {
+void* counted_alloc(size_t n, size_t align) {
   if (g_counting.load(std::memory_order_relaxed)) g_news.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
+  if (n == 0) n = 1;
+  return align <= alignof(std::max_align_t) ? std::malloc(n) : std::aligned_alloc(align, (n + align - 1) / align * align);
+}
+void* counted_or_throw(size_t n, size_t align) {
+  if (void* p = counted_alloc(n, align)) return p;
   throw std::bad_alloc();
 }
-void* operator new(size_t n, std::align_val_t a) {
-  if (g_counting.load(std::memory_order_relaxed)) g_news.fetch_add(1, std::memory_order_relaxed);
-  const size_t al = static_cast<size_t>(a);
-  if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
-  throw std::bad_alloc();
+}  // namespace
+void* operator new(size_t n) { return counted_or_throw(n, 0); }
+void* operator new[](size_t n) { return counted_or_throw(n, 0); }
+void* operator new(size_t n, std::align_val_t a) { return counted_or_throw(n, static_cast<size_t>(a)); }
+void* operator new[](size_t n, std::align_val_t a) { return counted_or_throw(n, static_cast<size_t>(a)); }
+void* operator new(size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
+void* operator new[](size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
+void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_alloc(n, static_cast<size_t>(a));
+}
+void* operator new[](size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_alloc(n, static_cast<size_t>(a));
 }
 void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
 void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace kiln {
 namespace {

@@ -207,26 +207,7 @@ Status CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const T
 }
 
 Status CpuBackend::matmul_operands(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst) {
-  if (!w.valid() || !w.rows_uniform())
-    return make_error(ErrorCode::kInvalidArgument, "matmul: w must be a tensor with contiguous rows");
-  if (!matmul_supports(w.dtype))
-    return make_error(ErrorCode::kUnsupported, "matmul: weight type %s is not supported", dtype_name(w.dtype));
-  KILN_TRY(check("matmul", "x", x, DType::F32));
-  KILN_TRY(check("matmul", "dst", dst, DType::F32));
-  if (x.ne[0] != w.ne[0])
-    return make_error(ErrorCode::kInvalidArgument, "matmul: x %s rows do not match w %s (n_in %lld)",
-                      x.shape_string().c_str(), w.shape_string().c_str(), static_cast<long long>(w.ne[0]));
-  if (dst.ne[0] != w.n_rows() || dst.n_rows() != x.n_rows())
-    return make_error(ErrorCode::kInvalidArgument, "matmul: dst %s must be [%lld, %lld]", dst.shape_string().c_str(),
-                      static_cast<long long>(w.n_rows()), static_cast<long long>(x.n_rows()));
-  if (x.data == dst.data) return make_error(ErrorCode::kInvalidArgument, "matmul: dst must not alias x");
-  if (bias.valid()) {
-    KILN_TRY(check("matmul", "bias", bias, DType::F32));
-    if (bias.ne[0] != dst.ne[0] || bias.n_rows() != 1)
-      return make_error(ErrorCode::kInvalidArgument, "matmul: bias %s must be [%lld]", bias.shape_string().c_str(),
-                        static_cast<long long>(dst.ne[0]));
-  }
-  return Status::ok();
+  return op_checks::matmul_operands(w, x, bias, dst, matmul_supports(w.dtype));
 }
 
 namespace {
@@ -347,20 +328,10 @@ Status CpuBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p)
 }
 
 Status CpuBackend::kv_store(const Tensor& k, const Tensor& v, const KvLayer& c, const Tensor& slots) {
-  KILN_TRY(check("kv_store", "k", k, DType::F32));
-  KILN_TRY(check("kv_store", "v", v, DType::F32));
+  KILN_TRY(op_checks::kv_store_operands(k, v, c, slots));
   const DType ct = c.k.dtype;
-  if (c.v.dtype != ct || (ct != DType::F16 && ct != DType::F32 && ct != DType::Q8_0))
-    return make_error(ErrorCode::kUnsupported, "kv_store: cache types k %s / v %s (supported: f16, f32, q8_0)",
-                      dtype_name(ct), dtype_name(c.v.dtype));
   const int64_t dk = static_cast<int64_t>(c.n_head_kv) * c.head_dim_k, dv = static_cast<int64_t>(c.n_head_kv) * c.head_dim_v;
-  if (k.ne[0] != dk || c.k.ne[0] != dk || v.ne[0] != dv || c.v.ne[0] != dv)
-    return make_error(ErrorCode::kInvalidArgument, "kv_store: k %s / v %s rows do not match the cache (%lld / %lld)",
-                      k.shape_string().c_str(), v.shape_string().c_str(), static_cast<long long>(dk),
-                      static_cast<long long>(dv));
   const int64_t n = k.n_rows();
-  if (v.n_rows() != n) return make_error(ErrorCode::kInvalidArgument, "kv_store: k and v hold different token counts");
-  KILN_TRY(check_ids("kv_store", "slots", slots, n));
   const int32_t* sl = static_cast<const int32_t*>(slots.data);
 #ifndef NDEBUG
   const int64_t n_slots = std::min(c.k.n_rows(), c.v.n_rows());
@@ -389,31 +360,9 @@ Status CpuBackend::kv_store(const Tensor& k, const Tensor& v, const KvLayer& c, 
 }
 
 Status CpuBackend::attention(const Tensor& q, const KvLayer& c, const AttnBatch& m, float scale, const Tensor& dst) {
-  if (!q.valid() || q.dtype != DType::F32 || q.nb[0] != sizeof(float))
-    return make_error(ErrorCode::kUnsupported, "attention: q must be f32 with contiguous heads");
+  KILN_TRY(op_checks::attention_operands(q, c, m, dst));
   const int64_t n_head = q.ne[1], n_tok = q.ne[2];
-  if (q.ne[0] != c.head_dim_k || q.ne[3] != 1)
-    return make_error(ErrorCode::kInvalidArgument, "attention: q %s must be [head_dim_k %d, n_head, n_tok]",
-                      q.shape_string().c_str(), c.head_dim_k);
-  if (c.n_head_kv <= 0 || n_head % c.n_head_kv != 0)
-    return make_error(ErrorCode::kInvalidArgument, "attention: n_head %lld is not a multiple of n_head_kv %d",
-                      static_cast<long long>(n_head), c.n_head_kv);
-  KILN_TRY(check("attention", "dst", dst, DType::F32));
-  if (!dst.is_contiguous() || dst.ne[0] != c.head_dim_v || dst.ne[1] != n_head || dst.ne[2] != n_tok)
-    return make_error(ErrorCode::kInvalidArgument, "attention: dst %s must be contiguous [%d, %lld, %lld]",
-                      dst.shape_string().c_str(), c.head_dim_v, static_cast<long long>(n_head),
-                      static_cast<long long>(n_tok));
   const DType ct = c.k.dtype;
-  if (c.v.dtype != ct || (ct != DType::F16 && ct != DType::F32 && ct != DType::Q8_0))
-    return make_error(ErrorCode::kUnsupported, "attention: cache types k %s / v %s (supported: f16, f32, q8_0)",
-                      dtype_name(ct), dtype_name(c.v.dtype));
-  if (c.block_size <= 0) return make_error(ErrorCode::kInvalidArgument, "attention: block_size must be > 0");
-  if (c.head_dim_k % dtype_block_size(ct) || c.head_dim_v % dtype_block_size(ct))
-    return make_error(ErrorCode::kUnsupported, "attention: head dims %d/%d are not multiples of %s blocks",
-                      c.head_dim_k, c.head_dim_v, dtype_name(ct));
-  KILN_TRY(check("attention", "block_tables", m.block_tables, DType::I32));
-  KILN_TRY(check_ids("attention", "tok_table", m.tok_table, n_tok));
-  KILN_TRY(check_ids("attention", "kv_len", m.kv_len, n_tok));
   const int32_t* tt = static_cast<const int32_t*>(m.tok_table.data);
   const int32_t* kl = static_cast<const int32_t*>(m.kv_len.data);
   const int64_t n_tables = m.block_tables.n_rows(), max_blocks = m.block_tables.ne[0];
@@ -526,14 +475,8 @@ Status CpuBackend::sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor
 }
 
 Status CpuBackend::binary(const char* op, const Tensor& a, const Tensor& b, const Tensor& dst, bool is_mul) {
-  KILN_TRY(check(op, "a", a, DType::F32));
-  KILN_TRY(check(op, "b", b, DType::F32));
-  KILN_TRY(check(op, "dst", dst, DType::F32));
-  KILN_TRY(same_shape(op, "a", a, "dst", dst));
-  const bool bcast = b.n_rows() == 1 && a.n_rows() != 1;
-  if (b.ne[0] != a.ne[0] || (!bcast && b.n_rows() != a.n_rows()))
-    return make_error(ErrorCode::kInvalidArgument, "%s: b %s must match a %s or be one row", op,
-                      b.shape_string().c_str(), a.shape_string().c_str());
+  bool bcast = false;
+  KILN_TRY(op_checks::binary_operands(op, a, b, dst, &bcast));
   const int64_t d = a.ne[0];
   for_rows(a.n_rows(), [&](int64_t s, int64_t e) {
     for (int64_t r = s; r < e; ++r) {

@@ -337,26 +337,7 @@ bool CudaBackend::take_pending(const Tensor& x, ActQ* a) {
 }
 
 Status CudaBackend::matmul_operands(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst) const {
-  if (!w.valid() || !w.rows_uniform())
-    return make_error(ErrorCode::kInvalidArgument, "matmul: w must be a tensor with contiguous rows");
-  if (!supports(Op::kMatmul, w.dtype))
-    return make_error(ErrorCode::kUnsupported, "matmul: weight type %s is not supported", dtype_name(w.dtype));
-  KILN_TRY(check("matmul", "x", x, DType::F32));
-  KILN_TRY(check("matmul", "dst", dst, DType::F32));
-  if (x.ne[0] != w.ne[0])
-    return make_error(ErrorCode::kInvalidArgument, "matmul: x %s rows do not match w %s (n_in %lld)",
-                      x.shape_string().c_str(), w.shape_string().c_str(), static_cast<long long>(w.ne[0]));
-  if (dst.ne[0] != w.n_rows() || dst.n_rows() != x.n_rows())
-    return make_error(ErrorCode::kInvalidArgument, "matmul: dst %s must be [%lld, %lld]", dst.shape_string().c_str(),
-                      static_cast<long long>(w.n_rows()), static_cast<long long>(x.n_rows()));
-  if (x.data == dst.data) return make_error(ErrorCode::kInvalidArgument, "matmul: dst must not alias x");
-  if (bias.valid()) {
-    KILN_TRY(check("matmul", "bias", bias, DType::F32));
-    if (bias.ne[0] != dst.ne[0] || bias.n_rows() != 1)
-      return make_error(ErrorCode::kInvalidArgument, "matmul: bias %s must be [%lld]", bias.shape_string().c_str(),
-                        static_cast<long long>(dst.ne[0]));
-  }
-  return Status::ok();
+  return op_checks::matmul_operands(w, x, bias, dst, supports(Op::kMatmul, w.dtype));
 }
 
 Result<ActQ> CudaBackend::quantize_act(const Tensor& x) {
@@ -516,21 +497,11 @@ Status CudaBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p
 }
 
 Status CudaBackend::kv_store(const Tensor& k, const Tensor& v, const KvLayer& c, const Tensor& slots) {
-  KILN_TRY(check("kv_store", "k", k, DType::F32));
-  KILN_TRY(check("kv_store", "v", v, DType::F32));
+  KILN_TRY(op_checks::kv_store_operands(k, v, c, slots));
   const DType ct = c.k.dtype;
-  if (c.v.dtype != ct || !is_cache_type(ct))
-    return make_error(ErrorCode::kUnsupported, "kv_store: cache types k %s / v %s (supported: f16, f32, q8_0)",
-                      dtype_name(ct), dtype_name(c.v.dtype));
   const int64_t dk = static_cast<int64_t>(c.n_head_kv) * c.head_dim_k;
   const int64_t dv = static_cast<int64_t>(c.n_head_kv) * c.head_dim_v;
-  if (k.ne[0] != dk || c.k.ne[0] != dk || v.ne[0] != dv || c.v.ne[0] != dv)
-    return make_error(ErrorCode::kInvalidArgument, "kv_store: k %s / v %s rows do not match the cache (%lld / %lld)",
-                      k.shape_string().c_str(), v.shape_string().c_str(), static_cast<long long>(dk),
-                      static_cast<long long>(dv));
   const int64_t n = k.n_rows();
-  if (v.n_rows() != n) return make_error(ErrorCode::kInvalidArgument, "kv_store: k and v hold different token counts");
-  KILN_TRY(check_ids("kv_store", "slots", slots, n));
   KILN_TRY(use());
   KvStoreParams p{ct, static_cast<const float*>(k.data), fstride(k), static_cast<const float*>(v.data), fstride(v),
                   static_cast<uint8_t*>(c.k.data), c.k.nb[1], static_cast<uint8_t*>(c.v.data), c.v.nb[1],
@@ -539,33 +510,11 @@ Status CudaBackend::kv_store(const Tensor& k, const Tensor& v, const KvLayer& c,
 }
 
 Status CudaBackend::attention(const Tensor& q, const KvLayer& c, const AttnBatch& m, float scale, const Tensor& dst) {
-  if (!q.valid() || q.dtype != DType::F32 || q.nb[0] != sizeof(float))
-    return make_error(ErrorCode::kUnsupported, "attention: q must be f32 with contiguous heads");
+  KILN_TRY(op_checks::attention_operands(q, c, m, dst));
   const int64_t n_head = q.ne[1], n_tok = q.ne[2];
-  if (q.ne[0] != c.head_dim_k || q.ne[3] != 1)
-    return make_error(ErrorCode::kInvalidArgument, "attention: q %s must be [head_dim_k %d, n_head, n_tok]",
-                      q.shape_string().c_str(), c.head_dim_k);
-  if (c.n_head_kv <= 0 || n_head % c.n_head_kv != 0)
-    return make_error(ErrorCode::kInvalidArgument, "attention: n_head %lld is not a multiple of n_head_kv %d",
-                      static_cast<long long>(n_head), c.n_head_kv);
-  KILN_TRY(check("attention", "dst", dst, DType::F32));
-  if (!dst.is_contiguous() || dst.ne[0] != c.head_dim_v || dst.ne[1] != n_head || dst.ne[2] != n_tok)
-    return make_error(ErrorCode::kInvalidArgument, "attention: dst %s must be contiguous [%d, %lld, %lld]",
-                      dst.shape_string().c_str(), c.head_dim_v, static_cast<long long>(n_head),
-                      static_cast<long long>(n_tok));
   const DType ct = c.k.dtype;
-  if (c.v.dtype != ct || !is_cache_type(ct))
-    return make_error(ErrorCode::kUnsupported, "attention: cache types k %s / v %s (supported: f16, f32, q8_0)",
-                      dtype_name(ct), dtype_name(c.v.dtype));
-  if (c.block_size <= 0) return make_error(ErrorCode::kInvalidArgument, "attention: block_size must be > 0");
-  if (c.head_dim_k % dtype_block_size(ct) || c.head_dim_v % dtype_block_size(ct))
-    return make_error(ErrorCode::kUnsupported, "attention: head dims %d/%d are not multiples of %s blocks",
-                      c.head_dim_k, c.head_dim_v, dtype_name(ct));
   if (q.nb[1] % sizeof(float) || q.nb[2] % sizeof(float))
     return make_error(ErrorCode::kUnsupported, "attention: q strides must be whole floats");
-  KILN_TRY(check("attention", "block_tables", m.block_tables, DType::I32));
-  KILN_TRY(check_ids("attention", "tok_table", m.tok_table, n_tok));
-  KILN_TRY(check_ids("attention", "kv_len", m.kv_len, n_tok));
   if (n_tok > INT32_MAX || n_head > 65535)
     return make_error(ErrorCode::kUnsupported, "attention: %lld tokens x %lld heads", static_cast<long long>(n_tok),
                       static_cast<long long>(n_head));
@@ -617,14 +566,8 @@ Status CudaBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& d
 }
 
 Status CudaBackend::binary(const char* op, const Tensor& a, const Tensor& b, const Tensor& dst, EwOp kind) {
-  KILN_TRY(check(op, "a", a, DType::F32));
-  KILN_TRY(check(op, "b", b, DType::F32));
-  KILN_TRY(check(op, "dst", dst, DType::F32));
-  KILN_TRY(same_shape(op, "a", a, "dst", dst));
-  const bool bcast = b.n_rows() == 1 && a.n_rows() != 1;
-  if (b.ne[0] != a.ne[0] || (!bcast && b.n_rows() != a.n_rows()))
-    return make_error(ErrorCode::kInvalidArgument, "%s: b %s must match a %s or be one row", op,
-                      b.shape_string().c_str(), a.shape_string().c_str());
+  bool bcast = false;
+  KILN_TRY(op_checks::binary_operands(op, a, b, dst, &bcast));
   KILN_TRY(use());
   EwParams p{kind, static_cast<const float*>(a.data), fstride(a), static_cast<const float*>(b.data),
              bcast ? 0 : fstride(b), static_cast<float*>(dst.data), fstride(dst), a.ne[0], a.n_rows(), 0.0f};

@@ -137,4 +137,27 @@ inline Status attention_operands(const Tensor& q, const KvLayer& c, const AttnBa
   return check_ids("attention", "kv_len", m.kv_len, n_tok);
 }
 
+// rope operands: x F32 [head_dim, n_head, n_tok] with contiguous heads and whole-float strides that do not overlap,
+// pos I32 [n_tok], n_rot even in (0, head_dim], freq_factors F32 with n_rot/2 values or unset.
+inline Status rope_operands(const Tensor& x, const Tensor& pos, const RopeParams& p) {
+  if (!x.valid() || x.dtype != DType::F32 || x.nb[0] != sizeof(float))
+    return make_error(ErrorCode::kUnsupported, "rope: x must be f32 with contiguous heads");
+  const int64_t hd = x.ne[0], n_head = x.ne[1], n_tok = x.ne[2];
+  if (x.ne[3] != 1 || x.nb[1] < hd * sizeof(float) || x.nb[2] < static_cast<size_t>(n_head) * x.nb[1] ||
+      x.nb[1] % sizeof(float) || x.nb[2] % sizeof(float))
+    return make_error(ErrorCode::kInvalidArgument, "rope: x %s must be [head_dim, n_head, n_tok] without overlap",
+                      x.shape_string().c_str());
+  KILN_TRY(check_ids("rope", "pos", pos, n_tok));
+  if (p.n_rot <= 0 || p.n_rot % 2 != 0 || p.n_rot > hd)
+    return make_error(ErrorCode::kInvalidArgument, "rope: n_rot %d must be even and in (0, head_dim %lld]", p.n_rot,
+                      static_cast<long long>(hd));
+  if (p.freq_factors.valid()) {
+    KILN_TRY(check("rope", "freq_factors", p.freq_factors, DType::F32));
+    if (p.freq_factors.ne[0] < p.n_rot / 2)
+      return make_error(ErrorCode::kInvalidArgument, "rope: freq_factors %s must hold n_rot/2 = %d values",
+                        p.freq_factors.shape_string().c_str(), p.n_rot / 2);
+  }
+  return Status::ok();
+}
+
 }  // namespace kiln::op_checks

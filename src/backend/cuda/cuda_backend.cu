@@ -470,25 +470,9 @@ Status CudaBackend::matmul_swiglu(const Tensor& w_gate, const Tensor& w_up, cons
 }
 
 Status CudaBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
-  if (!x.valid() || x.dtype != DType::F32 || x.nb[0] != sizeof(float))
-    return make_error(ErrorCode::kUnsupported, "rope: x must be f32 with contiguous heads");
+  KILN_TRY(op_checks::rope_operands(x, pos, p));
   const int64_t hd = x.ne[0], n_head = x.ne[1], n_tok = x.ne[2];
-  if (x.ne[3] != 1 || x.nb[1] < hd * sizeof(float) || x.nb[2] < static_cast<size_t>(n_head) * x.nb[1] ||
-      x.nb[1] % sizeof(float) || x.nb[2] % sizeof(float))
-    return make_error(ErrorCode::kInvalidArgument, "rope: x %s must be [head_dim, n_head, n_tok] without overlap",
-                      x.shape_string().c_str());
-  KILN_TRY(check_ids("rope", "pos", pos, n_tok));
-  if (p.n_rot <= 0 || p.n_rot % 2 != 0 || p.n_rot > hd)
-    return make_error(ErrorCode::kInvalidArgument, "rope: n_rot %d must be even and in (0, head_dim %lld]", p.n_rot,
-                      static_cast<long long>(hd));
-  const float* ff = nullptr;
-  if (p.freq_factors.valid()) {
-    KILN_TRY(check("rope", "freq_factors", p.freq_factors, DType::F32));
-    if (p.freq_factors.ne[0] < p.n_rot / 2)
-      return make_error(ErrorCode::kInvalidArgument, "rope: freq_factors %s must hold n_rot/2 = %d values",
-                        p.freq_factors.shape_string().c_str(), p.n_rot / 2);
-    ff = static_cast<const float*>(p.freq_factors.data);
-  }
+  const float* ff = p.freq_factors.valid() ? static_cast<const float*>(p.freq_factors.data) : nullptr;
   KILN_TRY(use());
   RopeLaunch r{static_cast<float*>(x.data), x.nb[1] / sizeof(float), x.nb[2] / sizeof(float), hd, n_head, n_tok,
                static_cast<const int32_t*>(pos.data), ff, p.n_rot, p.mode == RopeMode::kNeox,

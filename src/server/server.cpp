@@ -55,6 +55,9 @@ struct Server::Impl {
   HttpServer http;
   std::atomic<Scheduler*> sched{nullptr};
   std::atomic<bool> draining{false};
+  // run() returned. stop() must not run in the window before httplib marks its loop running (its stop() is a no-op
+  // then, and the listener would never return).
+  std::atomic<bool> run_done{false};
   std::atomic<int64_t> in_flight{0};
   std::atomic<uint64_t> next_id{1};
   int bound_port = -1;
@@ -663,7 +666,10 @@ Status Server::bind() {
 }
 
 int Server::port() const { return impl_->bound_port; }
-void Server::run() { impl_->http.listen_after_bind(); }
+void Server::run() {
+  impl_->http.listen_after_bind();
+  impl_->run_done.store(true);
+}
 
 Status Server::set_ready(Scheduler* s) {
   Impl& I = *impl_;
@@ -688,6 +694,13 @@ Status Server::set_ready(Scheduler* s) {
 
 void Server::begin_shutdown() { impl_->draining.store(true); }
 int64_t Server::in_flight() const { return impl_->in_flight.load(); }
-void Server::stop() { impl_->http.stop(); }
+void Server::stop() {
+  // Called right after run() was started (a model that fails to load), the listener may not be looping yet: wait
+  // for it (bounded: 10 s) so the stop is not lost.
+  Impl& I = *impl_;
+  for (int i = 0; i < 1000 && !I.run_done.load() && !I.http.is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  I.http.stop();
+}
 
 }  // namespace kiln::server

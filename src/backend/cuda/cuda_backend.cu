@@ -480,6 +480,34 @@ Status CudaBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p
   return launch_rope(r, stream_);
 }
 
+// RoPE of q and k and the K/V store in one launch (F16/F32 caches, q and k of one head dim); otherwise the
+// default decomposition.
+Status CudaBackend::rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
+                                  const RopeParams& p, const KvLayer& cache, const Tensor& slots) {
+  const DType ct = cache.k.dtype;
+  if ((ct != DType::F16 && ct != DType::F32) || !q.valid() || !k.valid() || q.ne[0] != k.ne[0] ||
+      q.ne[2] != k.ne[2] || k.nb[1] != k.ne[0] * sizeof(float))
+    return Backend::rope_kv_store(q, k, v, pos, p, cache, slots);
+  KILN_TRY(op_checks::rope_operands(q, pos, p));
+  KILN_TRY(op_checks::rope_operands(k, pos, p));
+  const Tensor k2 = k.reshape(k.ne[0] * k.ne[1], k.ne[2]);
+  KILN_TRY(op_checks::kv_store_operands(k2, v, cache, slots));
+  const float* ff = p.freq_factors.valid() ? static_cast<const float*>(p.freq_factors.data) : nullptr;
+  const float ts = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+  auto rl = [&](const Tensor& x) {
+    return RopeLaunch{static_cast<float*>(x.data), x.nb[1] / sizeof(float), x.nb[2] / sizeof(float), x.ne[0],
+                      x.ne[1], x.ne[2], static_cast<const int32_t*>(pos.data), ff, p.n_rot,
+                      p.mode == RopeMode::kNeox, ts, p.freq_scale};
+  };
+  const size_t es = ct == DType::F16 ? 2 : 4;
+  RopeKvStoreParams c{ct, static_cast<const float*>(v.data), fstride(v), cache.head_dim_v,
+                      static_cast<uint8_t*>(cache.k.data), cache.k.nb[1], es * cache.head_dim_k,
+                      static_cast<uint8_t*>(cache.v.data), cache.v.nb[1], es * cache.head_dim_v,
+                      static_cast<const int32_t*>(slots.data)};
+  KILN_TRY(use());
+  return launch_rope_kv_store(rl(q), rl(k), c, stream_);
+}
+
 Status CudaBackend::kv_store(const Tensor& k, const Tensor& v, const KvLayer& c, const Tensor& slots) {
   KILN_TRY(op_checks::kv_store_operands(k, v, c, slots));
   const DType ct = c.k.dtype;

@@ -39,6 +39,8 @@ class CudaBackend final : public Backend {
   Status matmul_group(const Tensor& x, const MatmulOut* outs, int n) override;
   Status rope(const Tensor& x, const Tensor& pos, const RopeParams& p) override;
   Status kv_store(const Tensor& k, const Tensor& v, const KvLayer& cache, const Tensor& slots) override;
+  Status rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos, const RopeParams& p,
+                       const KvLayer& cache, const Tensor& slots) override;
   Status attention(const Tensor& q, const KvLayer& cache, const AttnBatch& meta, float scale,
                    const Tensor& dst) override;
   Status swiglu(const Tensor& gate, const Tensor& up, const Tensor& dst) override;

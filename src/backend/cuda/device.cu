@@ -1,3 +1,8 @@
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device.h"
 
@@ -23,6 +28,25 @@ Status query(int i, DeviceInfo* d) {
 }
 
 }  // namespace
+
+bool pdl_enabled() {
+  constexpr int kMaxDev = 64;
+  static std::atomic<int> cache[kMaxDev];  // 0 unknown, 1 off, 2 on
+  static const bool env_off = [] {
+    const char* e = std::getenv("KILN_CUDA_PDL");
+    return e && std::strcmp(e, "0") == 0;
+  }();
+  if (env_off) return false;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDev) return false;
+  int v = cache[dev].load(std::memory_order_relaxed);
+  if (v == 0) {
+    int major = 0;
+    v = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 ? 2 : 1;
+    cache[dev].store(v, std::memory_order_relaxed);
+  }
+  return v == 2;
+}
 
 Result<std::vector<DeviceInfo>> list_devices() {
   int n = 0;

@@ -12,6 +12,7 @@ constexpr int kThreads = 128;
 
 template <DType T>
 __global__ void get_rows_q(GetRowsParams p) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   const int n_sub = static_cast<int>(p.d / 32);
   const int s = blockIdx.x * kThreads + threadIdx.x;
   const int64_t t = blockIdx.y;
@@ -26,6 +27,7 @@ __global__ void get_rows_q(GetRowsParams p) {
 
 template <DType T>
 __global__ void get_rows_f(GetRowsParams p) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t t = blockIdx.y;
   if (i >= p.d) return;
@@ -40,14 +42,14 @@ __global__ void get_rows_f(GetRowsParams p) {
 template <DType T>
 Status run_q(const GetRowsParams& p, cudaStream_t s) {
   const dim3 grid(ceil_div(static_cast<int>(p.d / 32), kThreads), static_cast<unsigned>(p.n));
-  get_rows_q<T><<<grid, kThreads, 0, s>>>(p);
+  KILN_TRY(launch_pdl(get_rows_q<T>, dim3(grid), dim3(kThreads), 0, s, p));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }
 template <DType T>
 Status run_f(const GetRowsParams& p, cudaStream_t s) {
   const dim3 grid(ceil_div(static_cast<int>(p.d), kThreads), static_cast<unsigned>(p.n));
-  get_rows_f<T><<<grid, kThreads, 0, s>>>(p);
+  KILN_TRY(launch_pdl(get_rows_f<T>, dim3(grid), dim3(kThreads), 0, s, p));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }

@@ -40,6 +40,7 @@ __device__ void store_row(const float* x, uint8_t* o, int64_t d) {
 
 template <DType T>
 __global__ void __launch_bounds__(kThreads) kv_store_kernel(KvStoreParams p) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   const int64_t t = blockIdx.x;
   const int32_t slot = p.slots[t];
   if (slot < 0) return;
@@ -51,7 +52,7 @@ __global__ void __launch_bounds__(kThreads) kv_store_kernel(KvStoreParams p) {
 
 template <DType T>
 Status run(const KvStoreParams& p, cudaStream_t s) {
-  kv_store_kernel<T><<<dim3(static_cast<unsigned>(p.n), 2), kThreads, 0, s>>>(p);
+  KILN_TRY(launch_pdl(kv_store_kernel<T>, dim3(static_cast<unsigned>(p.n), 2), dim3(kThreads), 0, s, p));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }

@@ -50,6 +50,20 @@ struct RopeLaunch {
   float theta_scale, freq_scale;
 };
 Status launch_rope(const RopeLaunch& p, cudaStream_t s);
+// The fused rope_kv_store (Backend::rope_kv_store): q and k roped as launch_rope does, then k (roped) and v into
+// their cache slots as kv_store does, in one launch. F16 / F32 caches.
+struct RopeKvStoreParams {
+  DType type;
+  const float* v;
+  size_t v_stride;     // floats per token
+  int64_t hd_v;        // v head dim (k's is RopeLaunch::head_dim)
+  uint8_t* ck;
+  size_t ck_row, k_head_bytes;  // bytes per slot, per head
+  uint8_t* cv;
+  size_t cv_row, v_head_bytes;
+  const int32_t* slots;
+};
+Status launch_rope_kv_store(const RopeLaunch& q, const RopeLaunch& k, const RopeKvStoreParams& c, cudaStream_t s);
 
 // ---- elementwise.cu --------------------------------------------------------------------------------------------
 enum class EwOp { kAdd, kMul, kSwiglu, kScale };

@@ -32,6 +32,7 @@ __device__ __forceinline__ void load8(const uint8_t* row, int64_t i, float (&w)[
 
 template <DType T, int NC>
 __global__ void __launch_bounds__(kWarps * kWarp) mmvf_kernel(MatmulParams p) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   if (row >= p.n_out) return;
@@ -66,7 +67,8 @@ __global__ void __launch_bounds__(kWarps * kWarp) mmvf_kernel(MatmulParams p) {
 
 template <DType T, int NC>
 Status run_nc(const MatmulParams& p, cudaStream_t s) {
-  mmvf_kernel<T, NC><<<static_cast<unsigned>((p.n_out + kWarps - 1) / kWarps), kWarps * kWarp, 0, s>>>(p);
+  auto* const kernel = mmvf_kernel<T, NC>;
+  KILN_TRY(launch_pdl(kernel, dim3(static_cast<unsigned>((p.n_out + kWarps - 1) / kWarps)), dim3(kWarps * kWarp), 0, s, p));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }

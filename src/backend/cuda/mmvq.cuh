@@ -20,6 +20,7 @@ constexpr int kMmvqWarps = 4;
 
 template <DType T, int NC>
 __global__ void __launch_bounds__(kMmvqWarps * kWarp) mmvq_kernel(MatmulParams p, ActQ a) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   constexpr int kSubs = QTraits<T>::kElems / 32, kBytes = QTraits<T>::kBytes;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kMmvqWarps + warp;
@@ -67,7 +68,8 @@ __global__ void __launch_bounds__(kMmvqWarps * kWarp) mmvq_kernel(MatmulParams p
 template <DType T, int NC>
 Status mmvq_launch_nc(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
   const unsigned grid = static_cast<unsigned>((p.n_out + kMmvqWarps - 1) / kMmvqWarps);
-  mmvq_kernel<T, NC><<<grid, kMmvqWarps * kWarp, 0, s>>>(p, a);
+  auto* const kernel = mmvq_kernel<T, NC>;
+  KILN_TRY(launch_pdl(kernel, dim3(grid), dim3(kMmvqWarps * kWarp), 0, s, p, a));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }

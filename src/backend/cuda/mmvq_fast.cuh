@@ -124,6 +124,7 @@ template <> struct FastK<DType::Q6_K> {
 
 template <DType T, int NC, int RR, bool SW>
 __global__ void __launch_bounds__(kMmvqFastThreads) mmvq_fast_kernel(MmvqGroup g, ActQ a) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   using K = FastK<T>;
   constexpr int RH = SW ? RR / 2 : RR, kW = kMmvqFastThreads / kWarp;
   static_assert(!SW || RR % 2 == 0, "SwiGLU pairs gate and up rows");
@@ -198,7 +199,8 @@ Status mmvq_fast_launch(MmvqGroup g, const ActQ& a, cudaStream_t s) {
     g.blk_end[i] = blocks;
   }
   if (blocks == 0) return Status::ok();
-  mmvq_fast_kernel<T, NC, RR, SW><<<blocks, kMmvqFastThreads, 0, s>>>(g, a);
+  auto* const kernel = mmvq_fast_kernel<T, NC, RR, SW>;
+  KILN_TRY(launch_pdl(kernel, dim3(blocks), dim3(kMmvqFastThreads), 0, s, g, a));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }

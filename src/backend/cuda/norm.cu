@@ -14,6 +14,7 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   const int64_t r = blockIdx.x;
   const float* x = p.x + r * p.x_stride;
   float* y = p.dst + r * p.dst_stride;
@@ -36,6 +37,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
 
 template <bool Q>
 __global__ void __launch_bounds__(kThreads) rms_norm_fast_kernel(RmsNormParams p, ActQ a) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   const int64_t r = blockIdx.x;
   const float4* x = reinterpret_cast<const float4*>(p.x + r * p.x_stride);
   float4* y = reinterpret_cast<float4*>(p.dst + r * p.dst_stride);
@@ -112,7 +114,7 @@ bool rms_norm_quant_usable(const RmsNormParams& p) { return fast_ok(p); }
 Status launch_rms_norm_quant(const RmsNormParams& p, const ActQ& a, cudaStream_t s) {
   if (p.n == 0) return Status::ok();
   if (!fast_ok(p)) return make_error(ErrorCode::kInternal, "rms_norm_quant: unaligned rows");
-  rms_norm_fast_kernel<true><<<static_cast<unsigned>(p.n), kThreads, 0, s>>>(p, a);
+  KILN_TRY(launch_pdl(rms_norm_fast_kernel<true>, dim3(static_cast<unsigned>(p.n)), dim3(kThreads), 0, s, p, a));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }
@@ -120,11 +122,11 @@ Status launch_rms_norm_quant(const RmsNormParams& p, const ActQ& a, cudaStream_t
 Status launch_rms_norm(const RmsNormParams& p, cudaStream_t s) {
   if (p.n == 0) return Status::ok();
   if (fast_ok(p)) {
-    rms_norm_fast_kernel<false><<<static_cast<unsigned>(p.n), kThreads, 0, s>>>(p, ActQ{});
+    KILN_TRY(launch_pdl(rms_norm_fast_kernel<false>, dim3(static_cast<unsigned>(p.n)), dim3(kThreads), 0, s, p, ActQ{}));
     KILN_CUDA_LAUNCH_CHECK();
     return Status::ok();
   }
-  rms_norm_kernel<<<static_cast<unsigned>(p.n), kThreads, 0, s>>>(p);
+  KILN_TRY(launch_pdl(rms_norm_kernel, dim3(static_cast<unsigned>(p.n)), dim3(kThreads), 0, s, p));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }

@@ -12,6 +12,7 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) quantize_act_kernel(const float* x, size_t x_stride, ActQ a) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   const int64_t t = blockIdx.y;
   const int64_t b = static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
@@ -34,7 +35,7 @@ __global__ void __launch_bounds__(kThreads) quantize_act_kernel(const float* x, 
 Status launch_quantize_act(const float* x, size_t x_stride, const ActQ& a, cudaStream_t s) {
   if (a.n_tok == 0) return Status::ok();
   const dim3 grid(ceil_div(static_cast<int>(a.n_in / 32), kThreads / kWarp), static_cast<unsigned>(a.n_tok));
-  quantize_act_kernel<<<grid, kThreads, 0, s>>>(x, x_stride, a);
+  KILN_TRY(launch_pdl(quantize_act_kernel, dim3(grid), dim3(kThreads), 0, s, x, x_stride, a));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }

@@ -14,6 +14,7 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) softmax_kernel(RowParams p) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   const int64_t r = blockIdx.x;
   const float* x = p.x + r * p.x_stride;
   float* y = p.dst + r * p.dst_stride;
@@ -55,6 +56,7 @@ __device__ __forceinline__ bool better(float v, int64_t i, float bv, int64_t bi)
 constexpr int kArgThreads = 1024;  // a 128k-entry logits row: 125 loads per thread, all independent
 
 __global__ void __launch_bounds__(kArgThreads) argmax_kernel(RowParams p) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   const int64_t r = blockIdx.x;
   const float* x = p.x + r * p.x_stride;
   float bv = NAN;
@@ -82,14 +84,14 @@ __global__ void __launch_bounds__(kArgThreads) argmax_kernel(RowParams p) {
 
 Status launch_softmax(const RowParams& p, cudaStream_t s) {
   if (p.n == 0) return Status::ok();
-  softmax_kernel<<<static_cast<unsigned>(p.n), kThreads, 0, s>>>(p);
+  KILN_TRY(launch_pdl(softmax_kernel, dim3(static_cast<unsigned>(p.n)), dim3(kThreads), 0, s, p));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }
 
 Status launch_argmax(const RowParams& p, cudaStream_t s) {
   if (p.n == 0) return Status::ok();
-  argmax_kernel<<<static_cast<unsigned>(p.n), kArgThreads, 0, s>>>(p);
+  KILN_TRY(launch_pdl(argmax_kernel, dim3(static_cast<unsigned>(p.n)), dim3(kArgThreads), 0, s, p));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }

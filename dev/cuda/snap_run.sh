@@ -16,7 +16,7 @@ FX=$ROOT/.carry/fixtures-small; [ -d "$FX" ] || FX=/nonexistent
 B=/tmp/kb
 cmake -S "$SRC" -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DKILN_FIXTURES_DIR="$FX" -DCMAKE_PREFIX_PATH="$DEPS/usr" >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
-TARGETS=${TARGETS:-"kiln_cli test_backend_cuda_ops test_backend_ops test_model_parity"}
+TARGETS=${TARGETS:-"all"}
 cmake --build $B -j"$(nproc)" --target $TARGETS >"$OUT/build.log" 2>&1 \
   || { grep -A12 -E "error|FAILED" "$OUT/build.log" | head -60; exit 1; }
 echo "== build $(el) s"
@@ -32,8 +32,8 @@ if [[ " $STAGES " == *" test "* ]]; then
 fi
 if [ -n "${EXTRA:-}" ]; then bash "$SRC/$EXTRA" $B 2>&1 | tee "$OUT/extra.log" | tail -40; echo "== extra $(el) s"; fi
 if [[ " $STAGES " == *" ab "* ]]; then
-  for r in 1 2; do for pdl in 0 1; do
-    echo "pdl=$pdl round $r: $(KILN_CUDA_PDL=$pdl KILN_CUDA_GRAPH_STATS=1 $K bench -m $M -p 512 -n 128 -r 3 2>&1 | grep -E 'pp512|tg128|graphs' | tr -s ' ' | tr '\n' ' ')"
+  for r in ${AB_ROUNDS:-1 2}; do for pdl in ${AB_PDL:-0 1}; do
+    echo "pdl=$pdl round $r: $(KILN_CUDA_PDL=$pdl KILN_CUDA_GRAPH_STATS=1 $K bench -m $M -p 512 -n 128 -r 3 2>&1 | grep -E 'pp512|tg128|graph' | tr -s ' ' | tr '\n' ' ')"
   done; done | tee "$OUT/ab.txt"
   echo "== ab $(el) s"
 fi

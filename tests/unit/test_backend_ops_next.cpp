@@ -1,20 +1,29 @@
 // The ops Qwen3.5 and Gemma 3 added to backend.h (geglu, sigmoid_mul, sliding-window attention, conv1d_silu,
 // gated_delta_net) on every backend of the build, each against an independent scalar computation in double
 // precision written from the op contract (not from the CPU code). A backend whose supports() says no for an op
-// skips that case, naming it (the CUDA kernels of these ops are not written yet). Plus: the multi-section RoPE of
-// qwen35 reduces to NeoX RoPE of the leading dims for text positions.
+// skips that case, naming it. Plus: the multi-section RoPE of qwen35 reduces to NeoX RoPE of the leading dims for
+// text positions.
 //
 // Bounds, argued per op: u = 2^-24 (f32 unit roundoff).
 //   geglu / sigmoid_mul: a handful of f32 operations and one libm tanh/exp (<= 2 ulp) per element: relative error
 //     <= ~8u, plus the cancellation in 1 + tanh(.) for negative inputs (absolute error ~u |x| |up|): the bound is
-//     16u (|ref| + |x up|). A wrong formula (erf GELU, sigmoid vs silu) is off by 1e-3 and more.
+//     16u (|ref| + |x up|). A wrong formula (erf GELU, sigmoid vs silu) is off by 1e-3 and more. The same bound
+//     holds on CUDA: its tanhf / expf are documented at <= 2 ulp (the build uses no fast-math), the same budget as
+//     glibc's, and FMA contraction of the polynomial only removes roundings.
 //   attention with a window: F32 cache, so the only error is f32 summation order: NMSE <= 1e-10 vs the double
 //     oracle; K/V outside the window are NaN in the cache, so reading them (masking instead of skipping) poisons
 //     the output.
-//   conv1d_silu: 4-term f32 dot and silu: |err| <= 16u (1 + sum |w x|).
+//   conv1d_silu: 4-term f32 dot and silu: |err| <= 16u (1 + sum |w x|) (CUDA: the same dot in the same order,
+//     possibly FMA-contracted, and expf <= 2 ulp: inside the same bound).
 //   gated_delta_net: f32 recurrence over up to 150 tokens with 128-long dots; the state decays (g < 0), so errors
 //     do not grow without bound; measured NMSE vs the double recurrence ~1e-13; bound 1e-9, while a wrong head
-//     mapping, a dropped chunk boundary or a state not carried gives NMSE > 1e-2.
+//     mapping, a dropped chunk boundary or a state not carried gives NMSE > 1e-2. The bound holds for any f32
+//     evaluation order: the CUDA kernel sums the dots as a warp tree (error ~u log2(S_k) per dot, smaller than a
+//     sequential sum's ~u S_k worst case), normalizes q/k with f32 sums, and regroups o_t = scale (e S^T q + d k.q)
+//     from the pre-update state; each is an O(u)-relative change per token, i.e. NMSE ~1e-13 like the CPU paths,
+//     four orders below the bound, so the bound is the same on every backend.
+//   Tokens of no sequence must not be written: outputs start as a sentinel, checked after the op (conv1d_silu,
+//     gated_delta_net), and a padded sequence entry (q_len 0) leaves its state row as it was.
 #include <algorithm>
 #include <cmath>
 
@@ -201,6 +210,8 @@ TEST_P(BackendOpsNext, Conv1dSiluCarriesTheStatePerSequence) {
   (void)b_past;
 }
 
+constexpr float kSentinel = 12345.0f;  // outputs of tokens of no sequence keep it
+
 // The double-precision oracle of the gated delta rule, straight from the contract (backend.h).
 struct DeltaOracle {
   int64_t Sk, Sv, Hk, Hv;
@@ -265,7 +276,7 @@ struct DeltaCase {
   Status run(Backend& be, const std::vector<float>& x, const std::vector<float>& al, const std::vector<float>& bt,
              int64_t n, const AttnBatch& m, std::vector<float>* out) {
     const DevTensor X = dev_f32(be, x, C(), n), AL = dev_f32(be, al, Hv, n), BE = dev_f32(be, bt, Hv, n);
-    const DevTensor O = dev_alloc(be, DType::F32, Sv, Hv, n);
+    const DevTensor O = dev_f32(be, std::vector<float>(static_cast<size_t>(Sv * Hv * n), kSentinel), Sv, Hv, n);
     Backend::DeltaNetArgs a;
     auto view = [&](int64_t off, int64_t d, int64_t h) {
       Tensor t = Tensor::make(DType::F32, static_cast<float*>(X.t.data) + off, &be, d, h, n);
@@ -352,6 +363,130 @@ TEST_P(BackendOpsNext, ChunkedPrefillMatchesOneStepRecurrence) {
   EXPECT_LE(e, 1e-9);
   const std::vector<float> s1 = dev_read<float>(be(), one.state), s2 = dev_read<float>(be(), many.state);
   EXPECT_LE(test::nmse_d(s1, std::vector<double>(s2.begin(), s2.end())), 1e-9);
+}
+
+// CUDA-relevant shapes of conv1d_silu: qwen35's width (C = 2 * 16 * 128 + 32 * 128 = 8192 channels, K = 4), seven
+// sequence entries in one step: lengths 1 and 2 (shorter than K - 1: the new state row mixes the old row and the
+// inputs), 63 / 64 / 65 / 130 (around the token tiles of a parallel kernel and the 64-token chunks), and a padded
+// entry (q_len 0: its state row must stay as it was); resets mixed; 3 trailing batch tokens belong to no sequence
+// (their outputs must stay unwritten). Then a decode step of every sequence (the state rows carried).
+TEST_P(BackendOpsNext, Conv1dSiluManySequencesAtQwenWidth) {
+  KILN_SKIP_UNLESS(Op::kConv1dSilu);
+  const int64_t C = 8192, K = 4, slots = 8;
+  const std::vector<float> w = randn(K * C, 60, 0.5f);
+  const std::vector<float> st0 = randn((K - 1) * C * slots, 61);
+  const DevTensor W = dev_f32(be(), w, K, C), ST = dev_f32(be(), st0, (K - 1) * C, slots);
+  const std::vector<int32_t> rows = {3, 0, 5, 1, 6, 2, 7};  // entry 6 is the padded one (row 7)
+  const std::vector<int32_t> reset = {1, 0, 0, 1, 0, 1, 0};
+  // Per entry, its inputs oldest first, starting with the K-1 values in(-K+1..-1) (the state row, or zeros).
+  std::vector<std::vector<float>> hist(rows.size());
+  for (size_t e = 0; e < rows.size(); ++e)
+    for (int64_t j = 0; j < K - 1; ++j)
+      for (int64_t c = 0; c < C; ++c) hist[e].push_back(reset[e] ? 0.0f : st0[(rows[e] * (K - 1) + j) * C + c]);
+  const std::vector<std::vector<int32_t>> lens = {{1, 2, 63, 64, 65, 130, 0}, {1, 1, 1, 1, 1, 1, 0}};
+  uint32_t seed = 62;
+  for (size_t step = 0; step < lens.size(); ++step) {
+    std::vector<int32_t> start(rows.size(), 0);
+    int32_t n_seq_tok = 0;
+    for (size_t e = 0; e < rows.size(); ++e) {
+      start[e] = lens[step][e] > 0 ? n_seq_tok : 0;  // the padded entry points at token 0 with q_len 0
+      n_seq_tok += lens[step][e];
+    }
+    const int64_t n = n_seq_tok + 3;
+    const std::vector<float> x = randn(C * n, seed++);
+    const DevTensor X = dev_f32(be(), x, C, n), Y = dev_f32(be(), std::vector<float>(C * n, kSentinel), C, n);
+    Seqs q(be(), rows, start, lens[step], step == 0 ? reset : std::vector<int32_t>(rows.size(), 0));
+    KILN_ASSERT_OK(be().conv1d_silu(X.t, W.t, ST.t, q.m, Y.t));
+    const std::vector<float> y = dev_read<float>(be(), Y);
+    int bad = 0;
+    for (size_t e = 0; e < rows.size(); ++e) {
+      const int64_t t0 = start[e], cnt = lens[step][e];
+      for (int64_t t = 0; t < cnt; ++t)
+        hist[e].insert(hist[e].end(), x.begin() + (t0 + t) * C, x.begin() + (t0 + t + 1) * C);
+      const int64_t H = static_cast<int64_t>(hist[e].size() / C);
+      for (int64_t t = 0; t < cnt; ++t) {
+        const int64_t p = H - cnt + t;
+        for (int64_t c = 0; c < C; ++c) {
+          double acc = 0, mag = 0;
+          for (int64_t j = 0; j < K; ++j) {
+            const double in = hist[e][(p - (K - 1) + j) * C + c];
+            acc += static_cast<double>(w[c * K + j]) * in;
+            mag += std::fabs(w[c * K + j] * in);
+          }
+          const double ref = acc / (1.0 + std::exp(-acc));
+          const bool ok = std::fabs(y[(t0 + t) * C + c] - ref) <= 16 * kU * (1 + mag);
+          if (!ok && ++bad < 10) ADD_FAILURE() << "step " << step << " entry " << e << " t " << t << " c " << c;
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    for (int64_t i = n_seq_tok * C; i < n * C; ++i)
+      ASSERT_EQ(y[i], kSentinel) << "a token of no sequence was written (element " << i << ")";
+  }
+  // State rows: each entry's last K-1 inputs; the padded entry's row and the unused row 4 as they were.
+  const std::vector<float> st = dev_read<float>(be(), ST);
+  for (size_t e = 0; e + 1 < rows.size(); ++e) {
+    const size_t H = hist[e].size() / C;
+    for (int64_t j = 0; j < K - 1; ++j)
+      for (int64_t c = 0; c < C; ++c)
+        ASSERT_EQ(st[(rows[e] * (K - 1) + j) * C + c], hist[e][(H - (K - 1) + j) * C + c]) << e << "," << j << "," << c;
+  }
+  for (int64_t r : {4, 7})
+    for (int64_t i = 0; i < (K - 1) * C; ++i) ASSERT_EQ(st[r * (K - 1) * C + i], st0[r * (K - 1) * C + i]) << r;
+}
+
+// gated_delta_net at qwen35's real head shapes (S_k = S_v = 128, 16 key heads tiled over 32 value heads), six
+// sequence entries in one step: 1 token (the decode path inside a prefill step), 63 / 64 / 65 / 130 (chunk
+// boundaries of a chunked evaluation), a padded entry (q_len 0: its state row unchanged); resets mixed (entries 0,
+// 2, 4 start from zero, 1 and 3 continue pre-set rows); 2 trailing tokens of no sequence (outputs unwritten). Then
+// one decode token per sequence. Outputs of both steps and the final state rows against the double oracle.
+TEST_P(BackendOpsNext, GatedDeltaNetQwenShapesManySequences) {
+  KILN_SKIP_UNLESS(Op::kDeltaNet);
+  const int64_t Sk = 128, Sv = 128, Hk = 16, Hv = 32, slots = 7, W = Hv * Sv * Sk;
+  DeltaCase dc(be(), Sk, Sv, Hk, Hv, slots, 70);
+  const std::vector<float> st0 = dev_read<float>(be(), dc.state);
+  const std::vector<int32_t> rows = {3, 0, 5, 1, 6, 2};  // entry 5 is the padded one (row 2); row 4 unused
+  const std::vector<int32_t> reset = {1, 0, 1, 0, 1, 0};
+  std::vector<DeltaOracle> orc(rows.size(), DeltaOracle(Sk, Sv, Hk, Hv));
+  for (size_t e = 0; e < rows.size(); ++e)
+    if (!reset[e]) orc[e].load(st0.data() + rows[e] * W);
+  const std::vector<std::vector<int32_t>> lens = {{1, 63, 64, 65, 130, 0}, {1, 1, 1, 1, 1, 0}};
+  uint32_t seed = 71;
+  for (size_t step = 0; step < lens.size(); ++step) {
+    std::vector<int32_t> start(rows.size(), 0);
+    int32_t n_seq_tok = 0;
+    for (size_t e = 0; e < rows.size(); ++e) {
+      start[e] = lens[step][e] > 0 ? n_seq_tok : 0;
+      n_seq_tok += lens[step][e];
+    }
+    const int64_t n = n_seq_tok + 2, C = dc.C();
+    const std::vector<float> x = randn(C * n, seed++), al = randn(Hv * n, seed++), bt = randn(Hv * n, seed++);
+    Seqs q(be(), rows, start, lens[step], step == 0 ? reset : std::vector<int32_t>(rows.size(), 0));
+    std::vector<float> out;
+    KILN_ASSERT_OK(dc.run(be(), x, al, bt, n, q.m, &out));
+    std::vector<double> ref(static_cast<size_t>(n_seq_tok * Hv * Sv));
+    for (size_t e = 0; e < rows.size(); ++e)
+      for (int64_t t = start[e]; t < start[e] + lens[step][e]; ++t) {
+        const float* xt = x.data() + t * C;
+        orc[e].step(xt, xt + Sk * Hk, xt + 2 * Sk * Hk, al.data() + t * Hv, bt.data() + t * Hv, dc.A.data(),
+                    dc.dt.data(), 1.0 / std::sqrt(static_cast<double>(Sk)), 1e-6, ref.data() + t * Hv * Sv);
+      }
+    const double err = test::nmse_d(std::vector<float>(out.begin(), out.begin() + n_seq_tok * Hv * Sv), ref);
+    std::printf("[delta-net] %s qwen35 shapes, step %zu: NMSE %.3e\n", GetParam().c_str(), step, err);
+    EXPECT_LE(err, 1e-9) << "step " << step;
+    for (size_t i = static_cast<size_t>(n_seq_tok * Hv * Sv); i < out.size(); ++i)
+      ASSERT_EQ(out[i], kSentinel) << "a token of no sequence was written (element " << i << ")";
+  }
+  const std::vector<float> st = dev_read<float>(be(), dc.state);
+  for (size_t e = 0; e + 1 < rows.size(); ++e) {
+    std::vector<double> r;
+    orc[e].store(r);
+    EXPECT_LE(test::nmse_d(std::vector<float>(st.begin() + rows[e] * W, st.begin() + (rows[e] + 1) * W), r), 1e-9)
+        << "state of entry " << e;
+  }
+  for (int64_t r : {2, 4})
+    EXPECT_TRUE(std::equal(st.begin() + r * W, st.begin() + (r + 1) * W, st0.begin() + r * W))
+        << "state row " << r << " (padded / unused) changed";
 }
 
 // qwen35's RoPE is llama.cpp's interleaved multi-section form (rope.dimension_sections [11, 11, 10, 0], 64 of

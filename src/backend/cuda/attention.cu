@@ -6,7 +6,10 @@
 // never from tensor values, so a step stays capturable); each split runs an online softmax over tiles of 32
 // positions: K tile -> shared (f32) -> scores q.k (thread per (head, position)) -> running max / sum per head ->
 // V tile -> shared -> acc += p V (thread per (head, dim)). Splits write (acc, max, sum) and attn_combine merges
-// them with the usual rescaling. kv_len 0 (padding) gives a zero row.
+// them with the usual rescaling. kv_len 0 (padding) gives a zero row. Sliding window (KvLayer::window): a token
+// reads [max(0, L - window), L) only, and the splits divide that range (sized from min(window, max_kv_len)), so
+// positions and tiles before the window are never read. Prefill of f16 caches at head dims 64/128/256 on sm_80+
+// runs fattn_mma.cu instead (fattn_mma_selected).
 // Numerics: f32 throughout; q is rounded to f16 first when the cache is f16 (as the CPU reference and llama.cpp's
 // f16 flash attention do); exp in f32.
 #include <algorithm>
@@ -29,13 +32,15 @@ Shape shape_of(const AttnParams& p) {
   s.n_rep = p.n_head / p.n_head_kv;
   s.dmax = std::max(p.hd_k, p.hd_v);
   s.n_split = 1;
-  if (p.max_kv_len > 0) {
+  // The longest range a token reads: its window when one is set (the splits divide [max(0, L - window), L)).
+  const int span = p.window > 0 ? std::min(p.window, p.max_kv_len) : p.max_kv_len;
+  if (span > 0) {
     const int items = std::max(1, p.n_tok * p.n_head_kv);
     const int want = ceil_div(2 * std::max(p.n_sm, 1), items);
-    const int by_len = std::max(1, p.max_kv_len / kMinSplitLen);
+    const int by_len = std::max(1, span / kMinSplitLen);
     s.n_split = std::clamp(std::min(want, by_len), 1, kMaxSplit);
   }
-  s.chunk = s.n_split == 1 ? INT_MAX : ceil_div(ceil_div(p.max_kv_len, s.n_split), kTile) * kTile;
+  s.chunk = s.n_split == 1 ? INT_MAX : ceil_div(ceil_div(span, s.n_split), kTile) * kTile;
   return s;
 }
 
@@ -64,7 +69,9 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(AttnParams p, Shape sh, 
   const int t = blockIdx.x, g = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
   const int warp = tid / kWarp, lane = tid % kWarp;
   const int len = p.kv_len[t];
-  const int start = sp == 0 ? 0 : sp * sh.chunk;
+  // Sliding window: positions before lo are skipped (never read); the splits cover [lo, len).
+  const int lo = (p.window > 0 && len > p.window) ? len - p.window : 0;
+  const int start = lo + sp * sh.chunk;  // chunk is INT_MAX only when n_split == 1 (sp == 0)
   const int end = sp == sh.n_split - 1 ? len : min(len, start + sh.chunk);
   const int32_t* table = p.tables + static_cast<int64_t>(p.tok_table[t]) * p.table_stride;
   const bool f16 = p.kv_type == DType::F16;
@@ -186,7 +193,7 @@ size_t attention_smem_bytes(const AttnParams& p) { return smem_floats(p, shape_o
 Status attention_init(size_t max_smem) {
   KILN_CUDA_TRY(cudaFuncSetAttribute(attn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(max_smem)));
-  return Status::ok();
+  return fattn_mma_init(max_smem);
 }
 
 Status launch_attention(const AttnParams& p, float* scratch, cudaStream_t s) {

@@ -2,6 +2,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -66,6 +67,10 @@ CudaBackend::~CudaBackend() {
     std::fprintf(stderr, "%s: graphs: %llu replays, %llu captures, %llu eager steps (graphs %s)\n", name_.c_str(),
                  static_cast<unsigned long long>(n_replay_), static_cast<unsigned long long>(n_capture_),
                  static_cast<unsigned long long>(n_eager_), graphs_enabled_ ? "on" : "off");
+  if (graph_stats_ && gs_n_ > 0 && gs_n_int_ > 0)
+    std::fprintf(stderr, "%s: graph replay: %.1f us GPU time per replay (%llu timed), %.1f us between replays\n",
+                 name_.c_str(), 1e3 * gs_gpu_ms_ / static_cast<double>(gs_n_), static_cast<unsigned long long>(gs_n_),
+                 1e3 * gs_interval_ms_ / static_cast<double>(gs_n_int_));
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
@@ -74,8 +79,10 @@ CudaBackend::~CudaBackend() {
     if (stage_ev_[i]) cudaEventDestroy(stage_ev_[i]);
     if (stage_[i]) cudaFreeHost(stage_[i]);
   }
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < 2; ++i) {
     if (ring_ev_[i]) cudaEventDestroy(ring_ev_[i]);
+    if (gs_ev_[i]) cudaEventDestroy(gs_ev_[i]);
+  }
   if (ring_) cudaFreeHost(ring_);
   if (act_buf_) cudaFree(act_buf_);
   if (attn_buf_) cudaFree(attn_buf_);
@@ -103,13 +110,14 @@ bool CudaBackend::supports(Op op, DType a, DType b) const {
     case Op::kMul:
     case Op::kScale:
     case Op::kSoftmax: return a == DType::F32;
-    // Not on the GPU yet (issue 18): sliding-window attention, GeGLU, the sigmoid gate and the Gated DeltaNet ops.
-    // create_state refuses such a layer on this backend with an error naming the op, instead of running it wrong.
+    // GeGLU, the sigmoid gate (elementwise.cu) and the Gated DeltaNet ops (ssm.cu): f32 operands. (gated_delta_net
+    // also refuses key head sizes its kernel is not built for, see delta_net_supports: no model kiln runs has one.)
     case Op::kGeglu:
     case Op::kSigmoidMul:
-    case Op::kAttentionWindow:
     case Op::kConv1dSilu:
-    case Op::kDeltaNet: return false;
+    case Op::kDeltaNet: return a == DType::F32;
+    // Sliding-window attention: both kernels (attention.cu, fattn_mma.cu) skip positions before the window.
+    case Op::kAttentionWindow: return is_cache_type(a);
   }
   return false;
 }
@@ -373,9 +381,11 @@ Status CudaBackend::matmul_run(const Tensor& w, const Tensor& x, const Tensor& b
     } else {
       KILN_ASSIGN_OR_RETURN(a, quantize_act(x));
     }
-    return p.n_tok <= kMmvqMaxTok ? launch_mmvq(p, a, stream_) : launch_gemm(p, a, stream_);
+    if (p.n_tok <= kMmvqMaxTok) return launch_mmvq(p, a, stream_);
+    return mmq_usable(p) ? launch_mmq(p, a, stream_) : launch_gemm(p, a, stream_);  // gemm: sm_75
   }
   if (mmvf_usable(p)) return launch_mmvf(p, stream_);
+  if (p.n_tok > kMmvqMaxTok && mmq_usable(p)) return launch_mmq(p, ActQ{}, stream_);  // F16 / BF16 tensor cores
   return launch_gemm(p, ActQ{}, stream_);
 }
 
@@ -555,6 +565,23 @@ Status CudaBackend::attention(const Tensor& q, const KvLayer& c, const AttnBatch
   p.scale = scale;
   p.max_kv_len = m.max_kv_len;
   p.n_sm = n_sm_;
+  p.window = std::max(c.window, 0);
+  if (m.n_seq > 0 && m.seq_row.valid() && m.seq_q_start.valid() && m.seq_q_len.valid()) {
+    p.seq_row = static_cast<const int32_t*>(m.seq_row.data);
+    p.seq_q_start = static_cast<const int32_t*>(m.seq_q_start.data);
+    p.seq_q_len = static_cast<const int32_t*>(m.seq_q_len.data);
+    p.n_seq = m.n_seq;
+    p.max_q_len = m.max_q_len;
+  }
+  // The one selector (fattn_mma.cu): f16 cache, head dim 64/128/256, sm_80+, max_q_len >= kFattnMinQ -> the
+  // tensor-core prefill kernel; everything else (decode, other caches / dims, sm_75) -> attention.cu.
+  int cc_major = 0, cc_minor = 0;
+  KILN_CUDA_TRY(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device_));
+  KILN_CUDA_TRY(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, device_));
+  if (fattn_mma_selected(p, cc_major * 10 + cc_minor, smem_optin_)) {
+    KILN_TRY(use());
+    return launch_fattn_mma(p, stream_);
+  }
   if (attention_smem_bytes(p) > smem_optin_)
     return make_error(ErrorCode::kUnsupported, "attention: %lld heads per KV head with head dims %d/%d need %zu bytes "
                       "of shared memory (the GPU has %zu per block)", static_cast<long long>(n_head / c.n_head_kv),
@@ -639,6 +666,164 @@ Status CudaBackend::copy(const Tensor& src, const Tensor& dst) {
   return launch_convert(p, stream_);
 }
 
+// ---- ops of hybrid / sliding-window models (Qwen3.5, Gemma 3) ---------------------------------------------------
+
+Status CudaBackend::geglu(const Tensor& gate, const Tensor& up, const Tensor& dst) {
+  KILN_TRY(check("geglu", "gate", gate, DType::F32));
+  KILN_TRY(check("geglu", "up", up, DType::F32));
+  KILN_TRY(check("geglu", "dst", dst, DType::F32));
+  KILN_TRY(same_shape("geglu", "gate", gate, "up", up));
+  KILN_TRY(same_shape("geglu", "gate", gate, "dst", dst));
+  KILN_TRY(use());
+  EwParams p{EwOp::kGeglu, static_cast<const float*>(gate.data), fstride(gate), static_cast<const float*>(up.data),
+             fstride(up), static_cast<float*>(dst.data), fstride(dst), gate.ne[0], gate.n_rows(), 0.0f};
+  return launch_elementwise(p, stream_);
+}
+
+// gate may be a strided view (qwen35: the gate half of each query-projection head): any whole-float row stride.
+Status CudaBackend::sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& dst) {
+  KILN_TRY(check("sigmoid_mul", "x", x, DType::F32));
+  KILN_TRY(check("sigmoid_mul", "gate", gate, DType::F32));
+  KILN_TRY(check("sigmoid_mul", "dst", dst, DType::F32));
+  KILN_TRY(same_shape("sigmoid_mul", "x", x, "gate", gate));
+  KILN_TRY(same_shape("sigmoid_mul", "x", x, "dst", dst));
+  KILN_TRY(use());
+  EwParams p{EwOp::kSigmoidMul, static_cast<const float*>(x.data), fstride(x), static_cast<const float*>(gate.data),
+             fstride(gate), static_cast<float*>(dst.data), fstride(dst), x.ne[0], x.n_rows(), 0.0f};
+  return launch_elementwise(p, stream_);
+}
+
+namespace {
+
+// The per-sequence arrays of a step (I32, at least n_seq entries each), as device pointers.
+Status seq_arrays(const char* op, const AttnBatch& m, SeqArrays* out) {
+  if (m.n_seq < 0) return make_error(ErrorCode::kInvalidArgument, "%s: n_seq %d must be >= 0", op, m.n_seq);
+  const Tensor* ts[] = {&m.seq_row, &m.seq_q_start, &m.seq_q_len, &m.seq_reset};
+  const char* names[] = {"seq_row", "seq_q_start", "seq_q_len", "seq_reset"};
+  for (int i = 0; i < 4 && m.n_seq > 0; ++i)
+    if (!ts[i]->valid() || ts[i]->dtype != DType::I32 || ts[i]->n_elements() < m.n_seq)
+      return make_error(ErrorCode::kInvalidArgument, "%s: meta.%s must be I32 with at least n_seq = %d entries", op,
+                        names[i], m.n_seq);
+  *out = SeqArrays{static_cast<const int32_t*>(m.seq_row.data), static_cast<const int32_t*>(m.seq_q_start.data),
+                   static_cast<const int32_t*>(m.seq_q_len.data), static_cast<const int32_t*>(m.seq_reset.data),
+                   m.n_seq};
+  return Status::ok();
+}
+
+// A [d, h, n] f32 view with contiguous elements and whole-float head / token strides (q/k/v of gated_delta_net).
+Status f32_heads(const char* op, const char* name, const Tensor& t, int64_t d, int64_t h, int64_t n) {
+  if (!t.valid()) return make_error(ErrorCode::kInvalidArgument, "%s: %s is not set", op, name);
+  if (t.dtype != DType::F32 || t.nb[0] != sizeof(float) || t.nb[1] % sizeof(float) || t.nb[2] % sizeof(float))
+    return make_error(ErrorCode::kUnsupported, "%s: %s must be f32 with contiguous elements", op, name);
+  if (t.ne[0] != d || t.ne[1] != h || t.ne[2] != n || t.ne[3] != 1)
+    return make_error(ErrorCode::kInvalidArgument, "%s: %s %s must be [%lld, %lld, %lld]", op, name,
+                      t.shape_string().c_str(), static_cast<long long>(d), static_cast<long long>(h),
+                      static_cast<long long>(n));
+  return Status::ok();
+}
+
+}  // namespace
+
+// Shapes as backend.h (and CpuBackend::conv1d_silu, whose checks these mirror).
+Status CudaBackend::conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& state, const AttnBatch& m,
+                                const Tensor& dst) {
+  const char* op = "conv1d_silu";
+  KILN_TRY(check(op, "x", x, DType::F32));
+  KILN_TRY(check(op, "w", w, DType::F32));
+  KILN_TRY(check(op, "state", state, DType::F32));
+  KILN_TRY(check(op, "dst", dst, DType::F32));
+  const int64_t C = x.ne[0], n = x.n_rows(), K = w.ne[0];
+  if (K < 1 || w.n_rows() != C)
+    return make_error(ErrorCode::kInvalidArgument, "%s: w %s must be [K, %lld]", op, w.shape_string().c_str(),
+                      static_cast<long long>(C));
+  if (K > kConvMaxK)
+    return make_error(ErrorCode::kUnsupported, "%s: kernel size %lld (the CUDA kernels take 1..%d)", op,
+                      static_cast<long long>(K), kConvMaxK);
+  if (state.ne[0] != (K - 1) * C)
+    return make_error(ErrorCode::kInvalidArgument, "%s: state %s rows must hold (K-1) x C = %lld values", op,
+                      state.shape_string().c_str(), static_cast<long long>((K - 1) * C));
+  if (dst.ne[0] != C || dst.n_rows() != n)
+    return make_error(ErrorCode::kInvalidArgument, "%s: dst %s must be [%lld, %lld]", op, dst.shape_string().c_str(),
+                      static_cast<long long>(C), static_cast<long long>(n));
+  if (dst.data == x.data) return make_error(ErrorCode::kInvalidArgument, "%s: dst must not alias x", op);
+  Conv1dParams p{};
+  KILN_TRY(seq_arrays(op, m, &p.seq));
+  p.x = static_cast<const float*>(x.data);
+  p.x_stride = fstride(x);
+  p.w = static_cast<const float*>(w.data);
+  p.w_stride = fstride(w);
+  p.state = static_cast<float*>(state.data);
+  p.state_stride = fstride(state);
+  p.dst = static_cast<float*>(dst.data);
+  p.dst_stride = fstride(dst);
+  p.C = C;
+  p.K = static_cast<int>(K);
+  KILN_TRY(use());
+  return launch_conv1d_silu(p, m.max_q_len, stream_);
+}
+
+// Shapes as backend.h (and CpuBackend::gated_delta_net, whose checks these mirror).
+Status CudaBackend::gated_delta_net(const DeltaNetArgs& a, const AttnBatch& m, const Tensor& dst) {
+  const char* op = "gated_delta_net";
+  if (!a.q.valid() || !a.v.valid()) return make_error(ErrorCode::kInvalidArgument, "%s: q/v are not set", op);
+  const int64_t S_k = a.q.ne[0], S_v = a.v.ne[0], H_k = a.q.ne[1], H_v = a.v.ne[1], n = a.v.ne[2];
+  KILN_TRY(f32_heads(op, "q", a.q, S_k, H_k, n));
+  KILN_TRY(f32_heads(op, "k", a.k, S_k, H_k, n));
+  KILN_TRY(f32_heads(op, "v", a.v, S_v, H_v, n));
+  if (H_k <= 0 || H_v % H_k != 0)
+    return make_error(ErrorCode::kInvalidArgument, "%s: %lld value heads are not a multiple of %lld key heads", op,
+                      static_cast<long long>(H_v), static_cast<long long>(H_k));
+  for (const auto& [t, name] : {std::pair{&a.alpha, "alpha"}, std::pair{&a.beta, "beta"}}) {
+    KILN_TRY(check(op, name, *t, DType::F32));
+    if (t->ne[0] != H_v || t->n_rows() != n)
+      return make_error(ErrorCode::kInvalidArgument, "%s: %s %s must be [%lld, %lld]", op, name,
+                        t->shape_string().c_str(), static_cast<long long>(H_v), static_cast<long long>(n));
+  }
+  for (const auto& [t, name] : {std::pair{&a.A, "A"}, std::pair{&a.dt_bias, "dt_bias"}}) {
+    KILN_TRY(check(op, name, *t, DType::F32));
+    if (t->n_elements() != H_v || !t->is_contiguous())
+      return make_error(ErrorCode::kInvalidArgument, "%s: %s %s must be [%lld]", op, name, t->shape_string().c_str(),
+                        static_cast<long long>(H_v));
+  }
+  KILN_TRY(check(op, "state", a.state, DType::F32));
+  if (a.state.ne[0] != S_v * S_k * H_v)
+    return make_error(ErrorCode::kInvalidArgument, "%s: state %s rows must hold S_v x S_k x H_v = %lld values", op,
+                      a.state.shape_string().c_str(), static_cast<long long>(S_v * S_k * H_v));
+  KILN_TRY(check(op, "dst", dst, DType::F32));
+  if (!dst.is_contiguous() || dst.ne[0] != S_v || dst.ne[1] != H_v || dst.ne[2] != n)
+    return make_error(ErrorCode::kInvalidArgument, "%s: dst %s must be contiguous [%lld, %lld, %lld]", op,
+                      dst.shape_string().c_str(), static_cast<long long>(S_v), static_cast<long long>(H_v),
+                      static_cast<long long>(n));
+  if (!(a.l2_eps >= 0)) return make_error(ErrorCode::kInvalidArgument, "%s: l2_eps %g must be >= 0", op, a.l2_eps);
+  if (S_v > INT32_MAX / 2 || H_v > 65535 || !delta_net_supports(static_cast<int>(S_k), static_cast<int>(S_v)))
+    return make_error(ErrorCode::kUnsupported, "%s: head sizes S_k %lld / S_v %lld, %lld value heads (the CUDA "
+                      "kernel takes S_k 32, 64, 128 or 256 and at most 65535 heads)", op, static_cast<long long>(S_k),
+                      static_cast<long long>(S_v), static_cast<long long>(H_v));
+  DeltaNetParams p{};
+  KILN_TRY(seq_arrays(op, m, &p.seq));
+  auto f = [](size_t bytes) { return bytes / sizeof(float); };
+  p.q = static_cast<const float*>(a.q.data);
+  p.k = static_cast<const float*>(a.k.data);
+  p.v = static_cast<const float*>(a.v.data);
+  p.alpha = static_cast<const float*>(a.alpha.data);
+  p.beta = static_cast<const float*>(a.beta.data);
+  p.A = static_cast<const float*>(a.A.data);
+  p.dt_bias = static_cast<const float*>(a.dt_bias.data);
+  p.q_head = f(a.q.nb[1]), p.q_tok = f(a.q.nb[2]);
+  p.k_head = f(a.k.nb[1]), p.k_tok = f(a.k.nb[2]);
+  p.v_head = f(a.v.nb[1]), p.v_tok = f(a.v.nb[2]);
+  p.alpha_stride = fstride(a.alpha), p.beta_stride = fstride(a.beta);
+  p.state = static_cast<float*>(a.state.data);
+  p.state_stride = fstride(a.state);
+  p.dst = static_cast<float*>(dst.data);
+  p.S_k = static_cast<int>(S_k), p.S_v = static_cast<int>(S_v), p.H_k = static_cast<int>(H_k);
+  p.H_v = static_cast<int>(H_v);
+  p.scale = a.scale;
+  p.l2_eps = a.l2_eps;
+  KILN_TRY(use());
+  return launch_gated_delta_net(p, stream_);
+}
+
 // ---- CUDA graphs ------------------------------------------------------------------------------------------------
 // A step shape (key) runs eagerly the first time (which sizes the scratch buffers), is captured the second time
 // and replayed from then on. Kernel arguments are device pointers into buffers that live as long as the state and
@@ -650,7 +835,24 @@ bool CudaBackend::graph_replay(uint64_t key) {
   auto it = graphs_.find(key);
   if (it == graphs_.end()) return false;
   if (!use().is_ok()) return false;
+  if (graph_stats_) {  // GPU time of each replay (events around it) and the host interval between replays
+    if (!gs_ev_[0]) {
+      cudaEventCreate(&gs_ev_[0]);
+      cudaEventCreate(&gs_ev_[1]);
+    } else if (gs_pending_ && cudaEventQuery(gs_ev_[1]) == cudaSuccess) {
+      float ms = 0.0f;
+      if (cudaEventElapsedTime(&ms, gs_ev_[0], gs_ev_[1]) == cudaSuccess) gs_gpu_ms_ += ms, ++gs_n_;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (gs_pending_) gs_interval_ms_ += std::chrono::duration<double, std::milli>(now - gs_last_).count(), ++gs_n_int_;
+    gs_last_ = now;
+    cudaEventRecord(gs_ev_[0], stream_);
+  }
   const bool ok = cudaGraphLaunch(it->second, stream_) == cudaSuccess;
+  if (graph_stats_) {
+    cudaEventRecord(gs_ev_[1], stream_);
+    gs_pending_ = true;
+  }
   n_replay_ += ok;
   return ok;
 }

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -50,6 +51,11 @@ class CudaBackend final : public Backend {
   Status softmax(const Tensor& x, const Tensor& dst) override;
   Status argmax(const Tensor& x, const Tensor& dst) override;
   Status copy(const Tensor& src, const Tensor& dst) override;
+  Status geglu(const Tensor& gate, const Tensor& up, const Tensor& dst) override;
+  Status sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& dst) override;
+  Status conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& state, const AttnBatch& meta,
+                     const Tensor& dst) override;
+  Status gated_delta_net(const DeltaNetArgs& a, const AttnBatch& meta, const Tensor& dst) override;
 
   Status matmul_add(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& tmp,
                     const Tensor& acc) override;
@@ -121,6 +127,12 @@ class CudaBackend final : public Backend {
   // KILN_CUDA_GRAPH_STATS=1: replays / captures / steps run eagerly, printed to stderr at destruction.
   bool graph_stats_ = false;
   uint64_t n_replay_ = 0, n_capture_ = 0, n_eager_ = 0;
+  // KILN_CUDA_GRAPH_STATS: replay timing (graph_replay)
+  cudaEvent_t gs_ev_[2] = {nullptr, nullptr};
+  bool gs_pending_ = false;
+  double gs_gpu_ms_ = 0, gs_interval_ms_ = 0;
+  uint64_t gs_n_ = 0, gs_n_int_ = 0;
+  std::chrono::steady_clock::time_point gs_last_;
 };
 
 }  // namespace kiln::cuda

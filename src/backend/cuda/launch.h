@@ -66,7 +66,8 @@ struct RopeKvStoreParams {
 Status launch_rope_kv_store(const RopeLaunch& q, const RopeLaunch& k, const RopeKvStoreParams& c, cudaStream_t s);
 
 // ---- elementwise.cu --------------------------------------------------------------------------------------------
-enum class EwOp { kAdd, kMul, kSwiglu, kScale };
+// kGeglu: dst = gelu_tanh(a) * b (a = gate, b = up); kSigmoidMul: dst = a / (1 + e^-b) (a = x, b = gate).
+enum class EwOp { kAdd, kMul, kSwiglu, kScale, kGeglu, kSigmoidMul };
 struct EwParams {
   EwOp op;
   const float* a;
@@ -102,6 +103,47 @@ struct RowParams {
 Status launch_softmax(const RowParams& p, cudaStream_t s);
 Status launch_argmax(const RowParams& p, cudaStream_t s);
 
+// ---- ssm.cu: the Gated DeltaNet layer ops ------------------------------------------------------------------------
+// The per-sequence arrays of AttnBatch (device I32, n_seq entries): seq_row, seq_q_start, seq_q_len, seq_reset.
+struct SeqArrays {
+  const int32_t *row, *q_start, *q_len, *reset;
+  int n_seq;
+};
+// conv1d_silu (backend.h): x, dst [C, n_tok] (row strides in floats), w [K, C] (w_stride floats per channel),
+// state [(K-1) * C, n_slots] (state_stride floats per slot). K <= kConvMaxK.
+constexpr int kConvMaxK = 8;
+struct Conv1dParams {
+  const float* x;
+  size_t x_stride;
+  const float* w;
+  size_t w_stride;
+  float* state;
+  size_t state_stride;
+  float* dst;
+  size_t dst_stride;
+  int64_t C;
+  int K;
+  SeqArrays seq;
+};
+// max_q_len: host bound of seq_q_len (sizes the token-tile grid; 0 or too small is still correct, only slower).
+Status launch_conv1d_silu(const Conv1dParams& p, int max_q_len, cudaStream_t s);
+// gated_delta_net (backend.h). Strides in floats. q/k [S_k, H_k, n] (head strides q_head / k_head, token strides
+// q_tok / k_tok), v [S_v, H_v, n], alpha/beta [H_v, n] (row strides), A/dt_bias [H_v], state rows
+// [H_v * S_v * S_k] (transposed per head), dst [S_v, H_v, n] contiguous.
+struct DeltaNetParams {
+  const float *q, *k, *v, *alpha, *beta, *A, *dt_bias;
+  size_t q_head, q_tok, k_head, k_tok, v_head, v_tok, alpha_stride, beta_stride;
+  float* state;
+  size_t state_stride;
+  float* dst;
+  int S_k, S_v, H_k, H_v;
+  float scale, l2_eps;
+  SeqArrays seq;
+};
+// Head sizes the kernel is built for: S_k in {32, 64, 128, 256}, any S_v (qwen35: 128 / 128).
+bool delta_net_supports(int S_k, int S_v);
+Status launch_gated_delta_net(const DeltaNetParams& p, cudaStream_t s);
+
 // ---- kvstore.cu ------------------------------------------------------------------------------------------------
 struct KvStoreParams {
   DType type;  // F16 / F32 / Q8_0
@@ -118,7 +160,7 @@ struct KvStoreParams {
 };
 Status launch_kv_store(const KvStoreParams& p, cudaStream_t s);
 
-// ---- matmul: quantize.cu, mmvq.cu, mmvf.cu, gemm.cu ----------------------------------------------------------------
+// ---- matmul: quantize.cu, mmvq.cu, mmvf.cu, gemm.cu, mmq.cu -------------------------------------------------------
 // q8_1-style activations, kiln's own layout: per token, int8 qs[n_in] (16-byte aligned rows) and per 32-element
 // block a float4 {d, d*sum(q[0..16)), d*sum(q[16..32)), 0} (f32 scale: amax/127).
 struct ActQ {
@@ -180,6 +222,14 @@ Status launch_mmvf(const MatmulParams& p, cudaStream_t s);
 bool gemm_supports(DType t);
 Status launch_gemm(const MatmulParams& p, const ActQ& a, cudaStream_t s);
 
+// Tensor-core GEMM for prefill (mmq.cuh, mmq.cu): quantized weights (all 10 types) on int8 MMA with the ActQ
+// activations (the GEMV's numerics up to f32 summation order), F16 / BF16 on f16 / bf16 MMA (activations rounded to
+// the weight type, f32 accumulation). mmq_usable: the type, an sm_80+ device (else the f32 GEMM) and the alignment
+// the kernels need (F16/BF16: n_in % 8 == 0, 16-byte aligned w rows and x).
+bool mmq_supports(DType t);
+bool mmq_usable(const MatmulParams& p);
+Status launch_mmq(const MatmulParams& p, const ActQ& a, cudaStream_t s);
+
 // ---- attention.cu ----------------------------------------------------------------------------------------------
 struct AttnParams {
   const float* q;
@@ -197,12 +247,30 @@ struct AttnParams {
   float scale;
   int max_kv_len;  // host-known bound (0: unknown -> no split)
   int n_sm;
+  int window = 0;  // sliding window (KvLayer::window): token with kv_len L sees [max(0, L - window), L); 0: all
+  // Per-sequence metadata (AttnBatch; the prefill kernel fattn_mma.cu tiles queries per sequence). May be null
+  // for attention.cu, which works per token.
+  const int32_t* seq_row = nullptr;
+  const int32_t* seq_q_start = nullptr;
+  const int32_t* seq_q_len = nullptr;
+  int n_seq = 0, max_q_len = 0;
 };
 // Partial results of split-KV: floats needed for this launch (0 when it does not split).
 size_t attention_scratch_floats(const AttnParams& p);
 Status launch_attention(const AttnParams& p, float* scratch, cudaStream_t s);
 // Dynamic shared memory the attention kernel needs (checked against the device limit by the entry).
 size_t attention_smem_bytes(const AttnParams& p);
-Status attention_init(size_t max_smem);
+Status attention_init(size_t max_smem);  // also sets up fattn_mma.cu's kernels
+
+// ---- fattn_mma.cu: the tensor-core flash-attention prefill kernel (f16 cache, head dims 64/128/256, sm_80+) ----
+// The one selector (CudaBackend::attention dispatches with it): true when fattn_mma runs this launch, i.e. f16
+// cache, hd_k == hd_v in {64, 128, 256}, compute capability `cc` (major * 10 + minor) >= 80, the sequence metadata
+// present, max_q_len >= kFattnMinQ (decode and short steps stay on attention.cu's split-KV kernel), aligned K/V rows
+// and the kernel's shared memory within `smem_optin`.
+constexpr int kFattnMinQ = 16;
+bool fattn_mma_selected(const AttnParams& p, int cc, size_t smem_optin);
+size_t fattn_mma_smem_bytes(int head_dim);
+Status fattn_mma_init(size_t max_smem);
+Status launch_fattn_mma(const AttnParams& p, cudaStream_t s);
 
 }  // namespace kiln::cuda

@@ -1,10 +1,12 @@
 // rms_norm: dst[:, r] = x[:, r] / sqrt(mean(x^2) + eps) * w.
 //   entry: CudaBackend::rms_norm  ->  launch_rms_norm  ->  rms_norm_kernel (one block per row)
 // Numerics as the CPU backend (and ggml): squares in f32, summed in double; mean and scale in f32.
-// rms_norm_fast_kernel<Q> (rows of d % 32 == 0, 16-byte aligned): one 256-thread block per row, float4 loads, and
-// with Q the q8_1 activations of the result in the same pass (rms_norm_for_matmul: quantize.cu's numerics exactly,
-// one 32-element block per 8 lanes), so the matmuls that follow skip their quantize launch. -Xptxas -v: 32 / 38
-// (quantizing) registers, 64 bytes smem, no spills; 5.6 us per 4096-wide row on the H200 (one block: latency).
+// rms_norm_fast_kernel<Q> (rows of d % 32 == 0, 16-byte aligned): one block per row of one float4 per thread (up to
+// 1024 threads, the row kept in registers between the two passes), and with Q the q8_1 activations of the result
+// in the same pass (rms_norm_for_matmul: quantize.cu's numerics exactly, one 32-element block per 8 lanes), so the
+// matmuls that follow skip their quantize launch. The 256-thread version that re-read x took 5.6 us per 4096-wide
+// row on the H200 (one block per token: latency-bound). -Xptxas -v (sm_90): 56 (plain) / 58 (quantizing)
+// registers, 256 bytes smem, no stack, no spills.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/launch.h"
 
@@ -35,39 +37,61 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
     for (int64_t i = threadIdx.x; i < p.d; i += kThreads) y[i] = x[i] * sc;
 }
 
+// One block of kFastThreads per row; each thread keeps its (up to kFastV) float4 of the row in registers between
+// the sum of squares and the scaling, so x is read once (rows of d > 4 * kFastThreads * kFastV re-read the rest).
+constexpr int kFastThreads = 1024, kFastV = 4;
+
 template <bool Q>
-__global__ void __launch_bounds__(kThreads) rms_norm_fast_kernel(RmsNormParams p, ActQ a) {
+__global__ void __launch_bounds__(kFastThreads) rms_norm_fast_kernel(RmsNormParams p, ActQ a) {
   pdl_enter();  // launched with launch_pdl (common.cuh)
   const int64_t r = blockIdx.x;
   const float4* x = reinterpret_cast<const float4*>(p.x + r * p.x_stride);
   float4* y = reinterpret_cast<float4*>(p.dst + r * p.dst_stride);
   const float4* w = reinterpret_cast<const float4*>(p.w);
   const int64_t n4 = p.d / 4;
+  const int nt = blockDim.x;
+  float4 keep[kFastV];
   double s = 0;
-#pragma unroll 4
-  for (int64_t i = threadIdx.x; i < n4; i += kThreads) {
+#pragma unroll
+  for (int k = 0; k < kFastV; ++k) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(k) * nt;
+    keep[k] = i < n4 ? x[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  for (int64_t i = threadIdx.x + static_cast<int64_t>(kFastV) * nt; i < n4; i += nt) {
     const float4 v = x[i];
     s += static_cast<double>(v.x * v.x) + static_cast<double>(v.y * v.y) + static_cast<double>(v.z * v.z) +
          static_cast<double>(v.w * v.w);
   }
-  __shared__ double part[kThreads / kWarp];
+#pragma unroll
+  for (int k = 0; k < kFastV; ++k) {
+    const float4 v = keep[k];
+    s += static_cast<double>(v.x * v.x) + static_cast<double>(v.y * v.y) + static_cast<double>(v.z * v.z) +
+         static_cast<double>(v.w * v.w);
+  }
+  __shared__ double part[kFastThreads / kWarp];
   s = warp_sum(s);
   if ((threadIdx.x & 31) == 0) part[threadIdx.x / kWarp] = s;
   __syncthreads();
   double tot = 0;
-#pragma unroll
-  for (int k = 0; k < kThreads / kWarp; ++k) tot += part[k];
+  for (int k = 0; k < nt / kWarp; ++k) tot += part[k];
   const float mean = static_cast<float>(tot / static_cast<double>(p.d));
   const float sc = 1.0f / sqrtf(mean + p.eps);
   const int lane = threadIdx.x % kWarp;
   // A warp covers 128 consecutive elements per step: whole 32-element blocks (d % 32 == 0), so the 8-lane
   // shuffles below never mix in- and out-of-range lanes.
-  for (int64_t base = threadIdx.x - lane; base < n4; base += kThreads) {
+  int k = 0;
+  for (int64_t base = threadIdx.x - lane; base < n4; base += nt, ++k) {
     const int64_t i = base + lane;
     const bool in = i < n4;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (in) {
-      v = x[i];
+      if (k < kFastV) {
+#pragma unroll
+        for (int j = 0; j < kFastV; ++j)
+          if (j == k) v = keep[j];  // static register indexing
+      } else {
+        v = x[i];
+      }
       if (p.w) {
         const float4 g = w[i];
         v = make_float4(v.x * sc * g.x, v.y * sc * g.y, v.z * sc * g.z, v.w * sc * g.w);
@@ -102,6 +126,13 @@ __global__ void __launch_bounds__(kThreads) rms_norm_fast_kernel(RmsNormParams p
   }
 }
 
+// Threads for a row of n4 float4: one float4 per thread up to 1024 (whole warps), at least 128.
+unsigned fast_threads(int64_t d) {
+  const int64_t n4 = d / 4;
+  const int64_t t = (n4 + kWarp - 1) / kWarp * kWarp;
+  return static_cast<unsigned>(t < 128 ? 128 : t > kFastThreads ? kFastThreads : t);
+}
+
 bool fast_ok(const RmsNormParams& p) {
   auto al = [](const void* q) { return (reinterpret_cast<uintptr_t>(q) & 15) == 0; };
   return p.d % 32 == 0 && al(p.x) && al(p.dst) && (!p.w || al(p.w)) && p.x_stride % 4 == 0 && p.dst_stride % 4 == 0;
@@ -114,7 +145,7 @@ bool rms_norm_quant_usable(const RmsNormParams& p) { return fast_ok(p); }
 Status launch_rms_norm_quant(const RmsNormParams& p, const ActQ& a, cudaStream_t s) {
   if (p.n == 0) return Status::ok();
   if (!fast_ok(p)) return make_error(ErrorCode::kInternal, "rms_norm_quant: unaligned rows");
-  KILN_TRY(launch_pdl(rms_norm_fast_kernel<true>, dim3(static_cast<unsigned>(p.n)), dim3(kThreads), 0, s, p, a));
+  KILN_TRY(launch_pdl(rms_norm_fast_kernel<true>, dim3(static_cast<unsigned>(p.n)), dim3(fast_threads(p.d)), 0, s, p, a));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }
@@ -122,7 +153,7 @@ Status launch_rms_norm_quant(const RmsNormParams& p, const ActQ& a, cudaStream_t
 Status launch_rms_norm(const RmsNormParams& p, cudaStream_t s) {
   if (p.n == 0) return Status::ok();
   if (fast_ok(p)) {
-    KILN_TRY(launch_pdl(rms_norm_fast_kernel<false>, dim3(static_cast<unsigned>(p.n)), dim3(kThreads), 0, s, p, ActQ{}));
+    KILN_TRY(launch_pdl(rms_norm_fast_kernel<false>, dim3(static_cast<unsigned>(p.n)), dim3(fast_threads(p.d)), 0, s, p, ActQ{}));
     KILN_CUDA_LAUNCH_CHECK();
     return Status::ok();
   }

@@ -1,0 +1,284 @@
+// The tensor-core prefill GEMM (backend/cuda/mmq.cuh: n_tok > 16) through the backend's matmul entries, every type
+// it takes, on awkward shapes: token counts around the 64-token tile (17 .. 129, 512), row counts that are not tile
+// multiples (67, 200, 1000), n_in of one block / sub-stage tails (32, 96 for the 32-element types) and several
+// super-blocks (256, 512, 4096), bias, accumulate (matmul_add), strided x and y. Skipped (visibly) without a GPU.
+// Checks, per case:
+//   (a) the numerics model: quantized weights — the q8_1 activations of quantize.cu computed here on the host
+//       (d = amax/127 in f32, q = round(x * (1/d)) clamped to +-127), y = sum_i w_i * d_a * q_a,i in double, which
+//       equals the kernel's per-half d_w*d_a*isum + m_w*d_a*sum(q_a) exactly in real arithmetic: NMSE <= 1e-10 (f32
+//       rounding and summation order only). F16 / BF16 — x rounded to nearest f16 / bf16, exact products, double
+//       sums: NMSE <= 1e-10 (the tensor core's f32 accumulation, truncating, ~n * 2^-46 relative^2);
+//   (b) the exact product (f64 of the dequantized weights and f32 x): NMSE <= 1e-3 for q8_1 activations (test_backend_
+//       cuda_ops.cpp's argument); for F16/BF16 3x an upper bound of the mean squared relative rounding error of x
+//       ((2^-10)^2/3 = 3.3e-7 and (2^-7)^2/3 = 2e-5; the expected values are ~4e-8 and ~3e-6): 1e-6 and 6e-5;
+//   (c) quantized types: a token's GEMM output equals the GEMV's (the same matmul run with that token alone,
+//       n_tok = 1 -> mmvq) within f32 summation order: NMSE <= 1e-10. (F16/BF16 GEMV keeps f32 activations, so (c)
+//       does not hold for them by design: prefill rounds x to the weight type.)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/registry.h"
+#include "quant/reference.h"
+#include "util/fp16.h"
+
+namespace kiln {
+namespace {
+
+std::unique_ptr<Backend> make_cuda() {
+  auto d = list_devices();
+  if (!d) return nullptr;
+  for (const DeviceInfo& x : *d)
+    if (x.id == "cuda:0") {
+      auto b = create_backend("cuda:0", BackendOptions{});
+      EXPECT_TRUE(b.is_ok()) << b.status().to_string();
+      return b ? std::move(b).value() : nullptr;
+    }
+  return nullptr;
+}
+
+#define NEED_GPU()                                                   \
+  auto gpu_ = make_cuda();                                           \
+  if (!gpu_) GTEST_SKIP() << "skipped: no CUDA device (cuda:0) here"; \
+  Backend& gpu = *gpu_;
+
+struct Dev {
+  std::unique_ptr<Buffer> buf;
+  Tensor t;
+};
+
+// rows of ne0 f32 with a row pitch of `pitch` floats (>= ne0): a strided view.
+Dev dev_f32(Backend& be, const float* host, int64_t ne0, int64_t rows, int64_t pitch) {
+  Dev d;
+  const size_t bytes = static_cast<size_t>(pitch * rows) * 4;
+  auto b = be.alloc(std::max<size_t>(bytes, 64));
+  EXPECT_TRUE(b.is_ok());
+  d.buf = std::move(b).value();
+  d.t = Tensor::make(DType::F32, d.buf->data(), &be, ne0, rows);
+  d.t.nb[1] = static_cast<size_t>(pitch) * 4;
+  d.t.nb[2] = d.t.nb[3] = d.t.nb[1] * static_cast<size_t>(rows);
+  if (host) {
+    std::vector<float> full(static_cast<size_t>(pitch * rows), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(&full[r * pitch], host + r * ne0, ne0 * 4);
+    EXPECT_TRUE(be.write(d.t, 0, full.data(), bytes).is_ok());
+  }
+  return d;
+}
+
+std::vector<float> read_f32(Backend& be, const Dev& d, int64_t ne0, int64_t rows, int64_t pitch) {
+  std::vector<float> full(static_cast<size_t>(pitch * rows)), out(static_cast<size_t>(ne0 * rows));
+  EXPECT_TRUE(be.read(d.t, 0, full.data(), full.size() * 4).is_ok());
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(&out[r * ne0], &full[r * pitch], ne0 * 4);
+  return out;
+}
+
+double nmse(const std::vector<float>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+// Random weight bytes of type t with sane scales (the f16 scale fields small and positive).
+std::vector<uint8_t> random_weights(DType t, int64_t n_in, int64_t rows, std::mt19937& rng) {
+  const size_t rb = dtype_row_bytes(t, n_in).value();
+  std::vector<uint8_t> w(rb * rows);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  if (t == DType::F16 || t == DType::BF16) {
+    for (int64_t i = 0; i < n_in * rows; ++i) {
+      const uint16_t h = t == DType::F16 ? f32_to_fp16(u(rng)) : f32_to_bf16(u(rng));
+      std::memcpy(&w[2 * i], &h, 2);
+    }
+    return w;
+  }
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  const int64_t bs = dtype_type_size(t), nb = static_cast<int64_t>(w.size()) / bs;
+  std::uniform_real_distribution<float> sd(0.001f, 0.02f);
+  auto put = [&](int64_t blk, int off) {
+    const uint16_t h = f32_to_fp16(sd(rng));
+    std::memcpy(&w[blk * bs + off], &h, 2);
+  };
+  for (int64_t b = 0; b < nb; ++b) {
+    switch (t) {
+      case DType::Q4_1: case DType::Q5_1: put(b, 0); put(b, 2); break;
+      case DType::Q4_K: case DType::Q5_K: put(b, 0); put(b, 2); break;
+      case DType::Q2_K: put(b, 80); put(b, 82); break;
+      case DType::Q3_K: put(b, 108); break;
+      case DType::Q6_K: put(b, 208); break;
+      default: put(b, 0); break;  // Q4_0 Q5_0 Q8_0
+    }
+  }
+  return w;
+}
+
+bool is_float(DType t) { return t == DType::F16 || t == DType::BF16; }
+
+// x as the kernel sees it: q8_1 of quantize.cu (quantized types) or rounded to the weight type (F16 / BF16).
+std::vector<double> model_x(DType t, const float* x, int64_t n) {
+  std::vector<double> a(static_cast<size_t>(n));
+  // F16/BF16 rows of n % 8 != 0 take the f32 tiled GEMM (mmq_usable: 16-byte fragments), which keeps x exact.
+  if ((t == DType::F16 || t == DType::BF16) && n % 8 != 0) {
+    for (int64_t i = 0; i < n; ++i) a[i] = x[i];
+  } else if (t == DType::F16) {
+    for (int64_t i = 0; i < n; ++i) a[i] = fp16_to_f32(f32_to_fp16(x[i]));
+  } else if (t == DType::BF16) {
+    for (int64_t i = 0; i < n; ++i) a[i] = bf16_to_f32(f32_to_bf16(x[i]));
+  } else {
+    for (int64_t k = 0; k < n / 32; ++k) {
+      float amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[32 * k + j]));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      for (int j = 0; j < 32; ++j) {
+        const float q = std::fmin(std::fmax(std::round(x[32 * k + j] * id), -127.0f), 127.0f);
+        a[32 * k + j] = static_cast<double>(d) * q;
+      }
+    }
+  }
+  return a;
+}
+
+const DType kMmqTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K,
+                           DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16,  DType::BF16};
+
+struct Shape {
+  int64_t n_in, n_out, n_tok;
+};
+
+// Shapes per type: n_in in units of the type's block (1 block, a 64-element stage tail, several super-blocks).
+std::vector<Shape> shapes_for(DType t) {
+  const int64_t bs = dtype_block_size(t);
+  std::vector<Shape> s;
+  if (bs == 256) {
+    s = {{256, 67, 17}, {256, 1000, 512}, {512, 200, 31}, {512, 200, 32}, {512, 67, 33}, {512, 200, 100},
+         {512, 67, 127}, {512, 200, 128}, {512, 67, 129}, {4096, 200, 129}};
+  } else if (bs == 32) {
+    s = {{32, 67, 17}, {96, 200, 33}, {256, 1000, 512}, {512, 200, 31}, {512, 200, 32}, {512, 67, 100},
+         {512, 67, 127}, {512, 200, 128}, {512, 67, 129}, {4096, 200, 129}};
+  } else {  // F16 / BF16 (n_in 1 and 12: not a multiple of 8 -> the f32 GEMM fallback, still checked)
+    s = {{1, 67, 17}, {12, 67, 31}, {8, 67, 33}, {40, 200, 100}, {256, 1000, 512}, {512, 200, 31},
+         {512, 200, 32}, {512, 67, 127}, {512, 200, 128}, {512, 67, 129}, {4096, 200, 129}};
+  }
+  return s;
+}
+
+TEST(CudaMmq, EveryTypeMatchesModelExactAndGemv) {
+  NEED_GPU();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  int checked = 0;
+  for (DType t : kMmqTypes) {
+    if (!gpu.supports(Op::kMatmul, t)) continue;
+    for (const Shape& sh : shapes_for(t)) {
+      const int64_t n_in = sh.n_in, n_out = sh.n_out, nt = sh.n_tok;
+      const auto wb = random_weights(t, n_in, n_out, rng);
+      const size_t rb = dtype_row_bytes(t, n_in).value();
+      std::vector<float> wf(static_cast<size_t>(n_in * n_out));
+      for (int64_t r = 0; r < n_out; ++r)
+        ASSERT_TRUE(dequantize_row(t, wb.data() + r * rb, wf.data() + r * n_in, n_in).is_ok());
+      const int64_t ne[4] = {n_in, n_out, 1, 1};
+      auto w = gpu.import_weight(t, ne, wb.data(), wb.size());
+      ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+      std::vector<float> bias(static_cast<size_t>(n_out)), x(static_cast<size_t>(n_in * nt)),
+          y0(static_cast<size_t>(n_out * nt));
+      for (auto& b : bias) b = nd(rng);
+      for (auto& v : x) v = 1.5f * nd(rng);
+      for (auto& v : y0) v = nd(rng);
+      // the two references per (token, row): the numerics model and exact math (without bias / accumulator)
+      std::vector<double> mdl(y0.size()), ex(y0.size());
+      for (int64_t k = 0; k < nt; ++k) {
+        const std::vector<double> a = model_x(t, x.data() + k * n_in, n_in);
+        for (int64_t r = 0; r < n_out; ++r) {
+          double sm = 0, se = 0;
+          const float* wr = wf.data() + r * n_in;
+          for (int64_t i = 0; i < n_in; ++i) sm += static_cast<double>(wr[i]) * a[i], se += static_cast<double>(wr[i]) * x[k * n_in + i];
+          mdl[k * n_out + r] = sm;
+          ex[k * n_out + r] = se;
+        }
+      }
+      const double lim_ex = t == DType::F16 ? 1e-6 : t == DType::BF16 ? 6e-5 : 1e-3;
+      // mode 0: matmul + bias, contiguous; 1: matmul_add onto y0, x and y strided; 2: matmul, no bias, strided x
+      for (int mode = 0; mode < 3; ++mode) {
+        const int64_t xp = mode == 0 ? n_in : n_in + 24, yp = mode == 1 ? n_out + 5 : n_out;
+        Dev xd = dev_f32(gpu, x.data(), n_in, nt, xp);
+        Dev yd = dev_f32(gpu, y0.data(), n_out, nt, yp);
+        Dev bd = dev_f32(gpu, bias.data(), n_out, 1, n_out);
+        Dev tmp = dev_f32(gpu, nullptr, n_out, nt, n_out);
+        Status st = mode == 0   ? gpu.matmul(*w, xd.t, bd.t, yd.t)
+                    : mode == 1 ? gpu.matmul_add(*w, xd.t, Tensor{}, tmp.t, yd.t)
+                                : gpu.matmul(*w, xd.t, Tensor{}, yd.t);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+        const std::vector<float> got = read_f32(gpu, yd, n_out, nt, yp);
+        std::vector<double> rm(got.size()), re(got.size());
+        for (int64_t k = 0; k < nt; ++k)
+          for (int64_t r = 0; r < n_out; ++r) {
+            const size_t i = static_cast<size_t>(k * n_out + r);
+            const double add = mode == 0 ? bias[r] : mode == 1 ? y0[i] : 0.0;
+            rm[i] = mdl[i] + add;
+            re[i] = ex[i] + add;
+          }
+        std::ostringstream what;
+        what << dtype_name(t) << " n_in " << n_in << " n_out " << n_out << " n_tok " << nt << " mode " << mode;
+        EXPECT_LE(nmse(got, rm), 1e-10) << what.str() << " (vs the numerics model)";
+        EXPECT_LE(nmse(got, re), lim_ex) << what.str() << " (vs exact math)";
+        ++checked;
+        // (c) GEMM row == GEMV of that token alone (first, a middle one, last), quantized types, mode 0
+        if (mode == 0 && !is_float(t)) {
+          for (int64_t k : {int64_t{0}, nt / 2, nt - 1}) {
+            Dev x1 = dev_f32(gpu, x.data() + k * n_in, n_in, 1, n_in);
+            Dev y1 = dev_f32(gpu, nullptr, n_out, 1, n_out);
+            ASSERT_TRUE(gpu.matmul(*w, x1.t, bd.t, y1.t).is_ok());
+            const std::vector<float> gv = read_f32(gpu, y1, n_out, 1, n_out);
+            const std::vector<float> gm(got.begin() + k * n_out, got.begin() + (k + 1) * n_out);
+            std::vector<double> gvd(gv.begin(), gv.end());
+            EXPECT_LE(nmse(gm, gvd), 1e-10) << what.str() << " token " << k << " (GEMM vs GEMV)";
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 0) << "no matmul type supported on cuda:0";
+}
+
+// A batch that mixes the GEMM's tile boundaries with the row gaps of a strided dst: bytes between dst rows stay
+// untouched (the epilogue writes exactly n_out floats per token).
+TEST(CudaMmq, StridedDstGapsUntouched) {
+  NEED_GPU();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (DType t : {DType::Q4_K, DType::Q8_0, DType::F16}) {
+    const int64_t n_in = 512, n_out = 67, nt = 129, yp = 80;
+    const auto wb = random_weights(t, n_in, n_out, rng);
+    const int64_t ne[4] = {n_in, n_out, 1, 1};
+    auto w = gpu.import_weight(t, ne, wb.data(), wb.size());
+    ASSERT_TRUE(w.is_ok());
+    std::vector<float> x(static_cast<size_t>(n_in * nt));
+    for (auto& v : x) v = nd(rng);
+    Dev xd = dev_f32(gpu, x.data(), n_in, nt, n_in);
+    Dev yd = dev_f32(gpu, nullptr, n_out, nt, yp);
+    std::vector<float> sentinel(static_cast<size_t>(yp * nt), 12345.0f);
+    ASSERT_TRUE(gpu.write(yd.t, 0, sentinel.data(), sentinel.size() * 4).is_ok());
+    ASSERT_TRUE(gpu.matmul(*w, xd.t, Tensor{}, yd.t).is_ok());
+    std::vector<float> full(sentinel.size());
+    ASSERT_TRUE(gpu.read(yd.t, 0, full.data(), full.size() * 4).is_ok());
+    int touched = 0, written = 0;
+    for (int64_t k = 0; k < nt; ++k) {
+      for (int64_t r = n_out; r < yp; ++r) touched += full[k * yp + r] != 12345.0f;
+      for (int64_t r = 0; r < n_out; ++r) written += full[k * yp + r] != 12345.0f;
+    }
+    EXPECT_EQ(touched, 0) << dtype_name(t) << ": floats between dst rows were written";
+    EXPECT_EQ(written, n_out * nt) << dtype_name(t) << ": outputs not written";
+  }
+}
+
+}  // namespace
+}  // namespace kiln

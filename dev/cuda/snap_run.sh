@@ -12,7 +12,7 @@ T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 DEPS=/tmp/kiln-deps; mkdir -p $DEPS && for f in .carry/debs/*.deb; do dpkg -x "$f" $DEPS; done
 export LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu" LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu"
 [ -e "$SRC/tests/data" ] || ln -s "$ROOT/tests/data" "$SRC/tests/data"
-FX=$ROOT/.carry/fixtures-small; [ -d "$FX" ] || FX=/nonexistent
+FX=${FX:-$ROOT/.carry/fixtures-small}; [ -d "$FX" ] || FX=/nonexistent
 B=/tmp/kb
 cmake -S "$SRC" -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DKILN_FIXTURES_DIR="$FX" -DCMAKE_PREFIX_PATH="$DEPS/usr" >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
@@ -32,17 +32,19 @@ if [[ " $STAGES " == *" test "* ]]; then
 fi
 if [ -n "${EXTRA:-}" ]; then bash "$SRC/$EXTRA" $B 2>&1 | tee "$OUT/extra.log" | tail -40; echo "== extra $(el) s"; fi
 if [[ " $STAGES " == *" ab "* ]]; then
-  for r in ${AB_ROUNDS:-1 2}; do for pdl in ${AB_PDL:-0 1}; do
-    echo "pdl=$pdl round $r: $(KILN_CUDA_PDL=$pdl KILN_CUDA_GRAPH_STATS=1 $K bench -m $M -p 512 -n 128 -r 3 2>&1 | grep -E 'pp512|tg128|graph' | tr -s ' ' | tr '\n' ' ')"
-  done; done | tee "$OUT/ab.txt"
+  for r in ${AB_ROUNDS:-1 2}; do for pdl in ${AB_PDL:-0 1}; do for rr in ${AB_RR:-4}; do
+    echo "pdl=$pdl rr=$rr round $r: $(KILN_CUDA_MMVQ_RR=$rr KILN_CUDA_PDL=$pdl KILN_CUDA_GRAPH_STATS=1 $K bench -m $M -p 512 -n 128 -r 3 2>&1 | grep -E 'pp512|tg128|graph' | tr -s ' ' | tr '\n' ' ')"
+  done; done; done | tee "$OUT/ab.txt"
   echo "== ab $(el) s"
 fi
 if [[ " $STAGES " == *" bench "* ]]; then
   nvcc -O2 -o /tmp/copy_bw "$SRC/bench/cuda_copy_bw.cu" && /tmp/copy_bw | tee "$OUT/copy.txt"
-  L=$ROOT/.carry/peer-bin/llama-bench
+  L=/tmp/llama-bench  # llama.cpp built elsewhere for sm_90 (same source, de3ff81), carried xz-compressed
+  [ -x $L ] || { [ -f $ROOT/.carry/peer-bin/llama-bench.xz ] && xz -dc $ROOT/.carry/peer-bin/llama-bench.xz > $L && chmod +x $L; }
+  [ -x $L ] && { ldd $L | grep -E "not found" ; $L --help >/dev/null 2>&1 || echo "llama-bench does not start"; }
   for r in 1 2 3; do
     echo "kiln round $r: $($K bench -m $M -p 512 -n 128 -r 3 2>&1 | grep -E 'pp512|tg128' | tr -s ' ' | tr '\n' ' ')"
-    [ -x $L ] && echo "llama.cpp round $r: $($L -m $M -p 512 -n 128 -r 3 -ngl 99 -fa 1 2>&1 | grep -E 'pp512|tg128' | tr -s ' ' | tr '\n' ' ')"
+    [ -x $L ] && echo "llama.cpp round $r: $($L -m $M -p 512 -n 128 -r 3 -ngl 99 2>&1 | grep -E 'pp512|tg128' | tr -s ' ' | tr '\n' ' ')"
   done | tee "$OUT/bench.txt"
   echo "== bench $(el) s"
 fi

@@ -524,5 +524,50 @@ TEST(ModelPlacement, LayersSplitAcrossTwoBackendsMatchOne) {
   EXPECT_GE(n_models, 4);  // the tests/data subset alone has four
 }
 
+// The layer split of several GPUs (issue 17, --split-mode layer) as one GPU can run it: two CUDA backend instances
+// on cuda:0 (each with its own stream, memory, scratch and graphs; a split step runs without graphs), activations
+// crossing through copy_between. Same kernels on the same rows as the one-backend model (which replays graphs
+// for decode steps: same kernels, same launch parameters), so the logits are equal bit for bit; bound 0.
+// Skipped without a GPU.
+TEST(ModelPlacement, LayersSplitAcrossTwoCudaBackendsOnOneGpuMatchOne) {
+  const std::vector<std::string> dev = devices();
+  if (std::find(dev.begin(), dev.end(), "cuda:0") == dev.end()) GTEST_SKIP() << "skipped: no CUDA device (cuda:0)";
+  int n_models = 0;
+  for (const std::string& stem : all_stems()) {
+    if (model_dir(stem).empty()) continue;
+    Fixture* fx = load_fixture(stem, "cuda:0");
+    ASSERT_NE(fx, nullptr);
+    if (!fx->model) continue;  // a model this GPU cannot run (reported by the parity cases)
+    const int64_t n_layer = fx->model->hparams().n_layer;
+    auto a = create_backend("cuda:0", BackendOptions{});
+    auto b = create_backend("cuda:0", BackendOptions{});
+    ASSERT_TRUE(a.is_ok() && b.is_ok());
+    LoadOptions lo;
+    std::shared_ptr<Backend> first(std::move(a).value()), second(std::move(b).value());
+    for (int64_t il = 0; il < n_layer; ++il) lo.placement.layers.push_back(il < n_layer / 2 ? first : second);
+    lo.placement.input = first;
+    lo.placement.output = second;
+    auto split = Model::load(model_dir(stem) + "/" + stem + ".gguf", lo);
+    ASSERT_TRUE(split.is_ok()) << split.status().to_string();
+    const int64_t nv = fx->model->hparams().n_vocab;
+    std::vector<int32_t> ids = fx->prompt;
+    ids.insert(ids.end(), fx->greedy.begin(), fx->greedy.end());
+    for (int nb : {64, 7, 1}) {
+      std::vector<float> one, two;
+      auto e1 = make_engine(*fx->model, 64), e2 = make_engine(*split.value(), 64);
+      ASSERT_TRUE(run_all(*e1, ids, nb, &one).is_ok());
+      Status st = run_all(*e2, ids, nb, &two);
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+      ASSERT_EQ(one.size(), two.size());
+      double mx = 0;
+      for (size_t r = 0; r < ids.size(); ++r) mx = std::max(mx, test::nmse(two.data() + r * nv, one.data() + r * nv, nv));
+      EXPECT_EQ(mx, 0.0) << stem << " b=" << nb;
+    }
+    ++n_models;
+  }
+  std::printf("[placement] %d fixture models split across two CUDA backends on cuda:0\n", n_models);
+  EXPECT_GE(n_models, 4);
+}
+
 }  // namespace
 }  // namespace kiln

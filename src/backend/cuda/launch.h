@@ -213,6 +213,8 @@ struct MmvqGroup {
   bool swiglu;
 };
 Status launch_mmvq_group(DType t, const MmvqGroup& g, const ActQ& a, cudaStream_t s);
+// Rows per block of the bandwidth GEMV at one token (2; KILN_CUDA_MMVQ_RR=1|2|4 overrides it for A/B runs).
+int mmvq_fast_rows_1tok();
 // Float-weight GEMV (F32/F16/BF16) for n_tok <= kMmvqMaxTok; needs n_in % 8 == 0 and 16-byte aligned rows.
 bool mmvf_supports(DType t);
 bool mmvf_usable(const MatmulParams& p);

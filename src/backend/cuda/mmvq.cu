@@ -23,6 +23,17 @@ bool mmvq_fast_supports(DType t) {
   return on && (t == DType::Q4_K || t == DType::Q6_K);
 }
 
+// H200, llama3-8b q4_k_m tg128 (2 rounds each): RR 4 226.8/226.3, RR 2 228.6/228.4, RR 1 213.5/211.9 t/s; RR 2 at
+// 56 registers (SwiGLU 64) keeps 8-9 blocks per SM resident against 6 at RR 4 (80 / 88).
+int mmvq_fast_rows_1tok() {
+  static const int rr = [] {
+    const char* e = std::getenv("KILN_CUDA_MMVQ_RR");
+    const int v = e ? std::atoi(e) : 0;
+    return v == 1 || v == 2 || v == 4 ? v : 2;
+  }();
+  return rr;
+}
+
 Status launch_mmvq_group(DType t, const MmvqGroup& g, const ActQ& a, cudaStream_t s) {
   if (g.n_tok == 0) return Status::ok();
   if (g.n_tok > kMmvqMaxTok || g.n_seg < 1 || g.n_seg > 3 || (g.swiglu && (g.n_seg != 2 || g.seg[0].n_out != g.seg[1].n_out)))

@@ -2,7 +2,7 @@
 // warp-per-row kernel for the other types).
 //   entries: launch_mmvq (one matmul), launch_mmvq_group (q/k/v or gate/up of one input in one launch, and the
 //   gate/up + SwiGLU fusion)  ->  mmvq_group_run<T> (instances/)  ->  mmvq_fast_kernel<T, NC, RR, SW>
-// Layout: a 128-thread block owns RR weight rows (4 at 1 token, 2 at 2, 1 above; SwiGLU: RR/2 gate rows and the
+// Layout: a 128-thread block owns RR weight rows (2 at 1 token, 2 at 2, 1 above; SwiGLU: RR/2 gate rows and the
 // same up rows) and all 128 threads split the K dimension: thread c of the row takes "chunks" c, c + 128, ...;
 // a chunk is one 16-byte load of Q4_K quants (32 weights: 16 of sub-block 2j, 16 of 2j+1; 8 chunks per 256-value
 // super-block, consecutive threads on consecutive 16 bytes) or, for Q6_K (2-byte aligned 210-byte blocks), 4+4+4
@@ -189,9 +189,8 @@ __global__ void __launch_bounds__(kMmvqFastThreads) mmvq_fast_kernel(MmvqGroup g
   }
 }
 
-template <DType T, int NC, bool SW>
+template <DType T, int NC, bool SW, int RR>
 Status mmvq_fast_launch(MmvqGroup g, const ActQ& a, cudaStream_t s) {
-  constexpr int RR = SW ? (NC <= 2 ? 4 : 2) : (NC == 1 ? 4 : NC == 2 ? 2 : 1);
   constexpr int RH = SW ? RR / 2 : RR;
   unsigned blocks = 0;
   for (int i = 0; i < (SW ? 1 : g.n_seg); ++i) {
@@ -205,13 +204,21 @@ Status mmvq_fast_launch(MmvqGroup g, const ActQ& a, cudaStream_t s) {
   return Status::ok();
 }
 
+// Rows per block (RR) by token count: at 1 token mmvq_fast_rows_1tok() (mmvq.cu: 2, or KILN_CUDA_MMVQ_RR for A/B
+// runs; with SwiGLU at least 2: a gate and an up row); 2 tokens: 2 (SwiGLU 4); more: 1 (SwiGLU 2).
 template <DType T, bool SW>
 Status mmvq_fast_nc(const MmvqGroup& g, const ActQ& a, cudaStream_t s) {
-  if (g.n_tok <= 1) return mmvq_fast_launch<T, 1, SW>(g, a, s);
-  if (g.n_tok <= 2) return mmvq_fast_launch<T, 2, SW>(g, a, s);
-  if (g.n_tok <= 4) return mmvq_fast_launch<T, 4, SW>(g, a, s);
-  if (g.n_tok <= 8) return mmvq_fast_launch<T, 8, SW>(g, a, s);
-  return mmvq_fast_launch<T, 16, SW>(g, a, s);
+  if (g.n_tok <= 1) {
+    const int rr = mmvq_fast_rows_1tok();
+    if constexpr (!SW)
+      if (rr == 1) return mmvq_fast_launch<T, 1, SW, 1>(g, a, s);
+    if (rr <= 2) return mmvq_fast_launch<T, 1, SW, 2>(g, a, s);
+    return mmvq_fast_launch<T, 1, SW, 4>(g, a, s);
+  }
+  if (g.n_tok <= 2) return mmvq_fast_launch<T, 2, SW, SW ? 4 : 2>(g, a, s);
+  if (g.n_tok <= 4) return mmvq_fast_launch<T, 4, SW, SW ? 2 : 1>(g, a, s);
+  if (g.n_tok <= 8) return mmvq_fast_launch<T, 8, SW, SW ? 2 : 1>(g, a, s);
+  return mmvq_fast_launch<T, 16, SW, SW ? 2 : 1>(g, a, s);
 }
 
 template <DType T>

@@ -1,12 +1,15 @@
 // Causal paged attention over the KV cache (f16, f32 or q8_0 storage), decode and prefill, any head dims.
-//   entry: CudaBackend::attention  ->  launch_attention  ->  attn_kernel (+ attn_combine when split)
+//   entry: CudaBackend::attention  ->  launch_attention  ->  attn_vec_kernel or attn_kernel (+ attn_combine when split)
+// attn_vec_kernel (f16 cache, head dims 64/128/256, n_rep 1/2/4/8: vec_kernel() selects) is the decode kernel:
+// 16-byte K/V row loads, lane-per-position scores, lane-per-dims P.V; attn_kernel (below) covers everything else.
 // Work item = (token, KV head, split): one 128-thread block serves all n_head/n_head_kv query heads of its GQA
 // group, so each KV tile is loaded once per group. The positions [0, kv_len) of the token are cut into n_split
 // contiguous ranges (flash-decoding: the split count comes from the host-known bound max_kv_len and the SM count,
 // never from tensor values, so a step stays capturable); each split runs an online softmax over tiles of 32
 // positions: K tile -> shared (f32) -> scores q.k (thread per (head, position)) -> running max / sum per head ->
 // V tile -> shared -> acc += p V (thread per (head, dim)). Splits write (acc, max, sum) and attn_combine merges
-// them with the usual rescaling. kv_len 0 (padding) gives a zero row. Sliding window (KvLayer::window): a token
+// them with the usual rescaling. kv_len 0 (padding) gives a zero row (sum exactly 0); a NaN read from the cache
+// propagates to the output (the sum is NaN, not > 0), as on the CPU. Sliding window (KvLayer::window): a token
 // reads [max(0, L - window), L) only, and the splits divide that range (sized from min(window, max_kv_len)), so
 // positions and tiles before the window are never read. Prefill of f16 caches at head dims 64/128/256 on sm_80+
 // runs fattn_mma.cu instead (fattn_mma_selected).
@@ -14,6 +17,7 @@
 // f16 flash attention do); exp in f32.
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/launch.h"
@@ -141,7 +145,7 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(AttnParams p, Shape sh, 
     for (int i = tid; i < n_rep * Dv; i += kThreads) {
       const int r = i / Dv, d = i % Dv;
       const float l = lrow[r];
-      p.dst[(static_cast<size_t>(t) * p.n_head + g * n_rep + r) * Dv + d] = l > 0.0f ? acc[i] / l : 0.0f;
+      p.dst[(static_cast<size_t>(t) * p.n_head + g * n_rep + r) * Dv + d] = l != 0.0f ? acc[i] / l : 0.0f;
     }
   } else {
     for (int i = tid; i < n_rep * Dv; i += kThreads) {
@@ -158,25 +162,202 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(AttnParams p, Shape sh, 
   }
 }
 
+// attn_vec_kernel<HD, NR>: the decode path of f16 caches at head dims 64/128/256 with NR = n_rep in {1, 2, 4, 8}
+// (same work item, splits, partial layout and combine as attn_kernel; that kernel takes the rest).
+// Q.K^T: lane = position: each lane reads its position's whole K row of the KV head (HD halves, 16-byte loads; the
+// slot through the block table) and dots it with the NR query rows (f16-rounded, f32, broadcast from shared
+// memory). Online softmax per head across the warp's 32 positions (warp max / sum). P.V: lane = HD/32 dims: for each
+// of the 32 positions the warp reads one V row coalesced (HD * 2 bytes) and accumulates p * v for the NR heads (p
+// from shared memory). The 4 warps take interleaved 32-position tiles of the split's range, each with its own
+// running max / sum / accumulator, merged at the end. K and V bytes are read once per GQA group.
+// Numerics: f32 dot products and probabilities (q rounded to f16 as attn_kernel), exp in f32; only the summation
+// order differs from attn_kernel.
+// Ledger (per thread): acc NR * HD/32 floats, q.k partials NR, the K row in 16-byte pieces; shared: q NR*HD,
+// p 4*NR*32, the merge NR*(4*HD + 8) floats (NR 8, HD 256: 45 KB static). -Xptxas -v (sm_90, no spills, no stack),
+// registers / static smem: HD 64: NR 1 44/1.8K, 2 54/3.6K, 4 62/7.3K, 8 92/14.6K; HD 128: 52/3.1K, 56/6.2K, 80/12.4K,
+// 128/24.8K; HD 256: 56/5.7K, 68/11.3K, 106/22.7K, 144/45.3K.
+template <int HD, int NR>
+__global__ void __launch_bounds__(kThreads) attn_vec_kernel(AttnParams p, Shape sh, float* part) {
+  constexpr int kW = kThreads / kWarp, DL = HD / kWarp;
+  __shared__ __align__(16) float qs[NR][HD];
+  __shared__ float ps[kW][NR][kWarp];
+  __shared__ float wm[kW][NR], wl[kW][NR];
+  __shared__ float wacc[kW][NR][HD];
+  const int t = blockIdx.x, g = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+  const int warp = tid / kWarp, lane = tid % kWarp;
+  const int len = p.kv_len[t];
+  const int lo = (p.window > 0 && len > p.window) ? len - p.window : 0;
+  const int start = lo + sp * sh.chunk;
+  const int end = sp == sh.n_split - 1 ? len : min(len, start + sh.chunk);
+  const int32_t* table = p.tables + static_cast<int64_t>(p.tok_table[t]) * p.table_stride;
+  for (int i = tid; i < NR * HD; i += kThreads) {
+    const int r = i / HD, d = i % HD;
+    qs[r][d] = __half2float(__float2half_rn(p.q[t * p.q_tok_stride + (g * NR + r) * p.q_head_stride + d]));
+  }
+  __syncthreads();
+  float m[NR], l[NR], acc[NR][DL];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    m[r] = -INFINITY, l[r] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DL; ++i) acc[r][i] = 0.0f;
+  }
+  const uint8_t* kbase = p.k + g * p.k_head_bytes;
+  const uint8_t* vbase = p.v + g * p.v_head_bytes;
+  for (int j0 = start + warp * kWarp; j0 < end; j0 += kThreads) {
+    const int pos = j0 + lane;
+    const bool valid = pos < end;
+    const int64_t slot = valid ? static_cast<int64_t>(table[pos / p.block_size]) * p.block_size + pos % p.block_size : 0;
+    float sc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; ++r) sc[r] = 0.0f;
+    if (valid) {
+      const uint4* kr = reinterpret_cast<const uint4*>(kbase + slot * p.k_slot_bytes);
+#pragma unroll
+      for (int c = 0; c < HD / 8; ++c) {
+        const uint4 w = kr[c];
+        const __half2* h = reinterpret_cast<const __half2*>(&w);
+        float kf[8];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 f = __half22float2(h[e]);
+          kf[2 * e] = f.x, kf[2 * e + 1] = f.y;
+        }
+#pragma unroll
+        for (int r = 0; r < NR; ++r) {
+          const float4 q0 = *reinterpret_cast<const float4*>(&qs[r][8 * c]);
+          const float4 q1 = *reinterpret_cast<const float4*>(&qs[r][8 * c + 4]);
+          float a = sc[r];
+          a = fmaf(q0.x, kf[0], a), a = fmaf(q0.y, kf[1], a), a = fmaf(q0.z, kf[2], a), a = fmaf(q0.w, kf[3], a);
+          a = fmaf(q1.x, kf[4], a), a = fmaf(q1.y, kf[5], a), a = fmaf(q1.z, kf[6], a), a = fmaf(q1.w, kf[7], a);
+          sc[r] = a;
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < NR; ++r) {
+      const float s = valid ? sc[r] * p.scale : -INFINITY;
+      const float m_new = fmaxf(m[r], warp_max(s));  // finite: position j0 (lane 0) is always valid
+      const float e = valid ? expf(s - m_new) : 0.0f;
+      const float c = expf(m[r] - m_new);  // m = -inf: 0
+      l[r] = l[r] * c + warp_sum(e);
+      m[r] = m_new;
+#pragma unroll
+      for (int i = 0; i < DL; ++i) acc[r][i] *= c;
+      ps[warp][r][lane] = e;
+    }
+    __syncwarp();
+    const int nj = min(kWarp, end - j0);
+    for (int jj = 0; jj < nj; ++jj) {
+      const int64_t sj = __shfl_sync(0xffffffffu, slot, jj);
+      const uint8_t* vr = vbase + sj * p.v_slot_bytes + lane * DL * 2;
+      float vf[DL];
+      if constexpr (DL == 2) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(vr));
+        vf[0] = f.x, vf[1] = f.y;
+      } else {
+#pragma unroll
+        for (int c = 0; c < DL / 4; ++c) {
+          const uint2 w = reinterpret_cast<const uint2*>(vr)[c];
+          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&w.x));
+          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&w.y));
+          vf[4 * c] = a.x, vf[4 * c + 1] = a.y, vf[4 * c + 2] = b.x, vf[4 * c + 3] = b.y;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < NR; ++r) {
+        const float pj = ps[warp][r][jj];
+#pragma unroll
+        for (int i = 0; i < DL; ++i) acc[r][i] = fmaf(pj, vf[i], acc[r][i]);
+      }
+    }
+    __syncwarp();
+  }
+  // Merge the warps: each warp's (m, l, acc) is relative to its own max.
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    if (lane == 0) wm[warp][r] = m[r], wl[warp][r] = l[r];
+#pragma unroll
+    for (int i = 0; i < DL; ++i) wacc[warp][r][lane * DL + i] = acc[r][i];
+  }
+  __syncthreads();
+  for (int i = tid; i < NR * HD; i += kThreads) {
+    const int r = i / HD, d = i % HD;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kW; ++w) M = fmaxf(M, wm[w][r]);
+    float L = 0.0f, o = 0.0f;
+    if (M != -INFINITY) {
+#pragma unroll
+      for (int w = 0; w < kW; ++w) {
+        const float f = wm[w][r] == -INFINITY ? 0.0f : expf(wm[w][r] - M);
+        L += wl[w][r] * f;
+        o += wacc[w][r][d] * f;
+      }
+    }
+    const size_t th = static_cast<size_t>(t) * p.n_head + g * NR + r;
+    if (sh.n_split == 1) {
+      p.dst[th * HD + d] = L != 0.0f ? o / L : 0.0f;
+    } else {
+      float* pr = part + (th * sh.n_split + sp) * (HD + 2);
+      pr[d] = o;
+      if (d == 0) pr[HD] = M, pr[HD + 1] = L;
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) attn_combine(AttnParams p, Shape sh, const float* part) {
   const size_t th = blockIdx.x;  // token * n_head + head
   const int Dv = p.hd_v;
   const float* base = part + th * sh.n_split * (Dv + 2);
   float M = -INFINITY;
   for (int s = 0; s < sh.n_split; ++s)
-    if (base[s * (Dv + 2) + Dv + 1] > 0.0f) M = fmaxf(M, base[s * (Dv + 2) + Dv]);
+    if (base[s * (Dv + 2) + Dv + 1] != 0.0f) M = fmaxf(M, base[s * (Dv + 2) + Dv]);
   float L = 0.0f;
   for (int s = 0; s < sh.n_split; ++s) {
     const float l = base[s * (Dv + 2) + Dv + 1];
-    if (l > 0.0f) L += l * expf(base[s * (Dv + 2) + Dv] - M);
+    if (l != 0.0f) L += l * expf(base[s * (Dv + 2) + Dv] - M);
   }
   for (int d = threadIdx.x; d < Dv; d += kThreads) {
     float o = 0.0f;
     for (int s = 0; s < sh.n_split; ++s) {
       const float l = base[s * (Dv + 2) + Dv + 1];
-      if (l > 0.0f) o += base[s * (Dv + 2) + d] * expf(base[s * (Dv + 2) + Dv] - M);
+      if (l != 0.0f) o += base[s * (Dv + 2) + d] * expf(base[s * (Dv + 2) + Dv] - M);
     }
-    p.dst[th * Dv + d] = L > 0.0f ? o / L : 0.0f;
+    p.dst[th * Dv + d] = L != 0.0f ? o / L : 0.0f;
+  }
+}
+
+using VecKernel = void (*)(AttnParams, Shape, float*);
+
+template <int HD>
+VecKernel vec_kernel_nr(int n_rep) {
+  switch (n_rep) {
+    case 1: return attn_vec_kernel<HD, 1>;
+    case 2: return attn_vec_kernel<HD, 2>;
+    case 4: return attn_vec_kernel<HD, 4>;
+    case 8: return attn_vec_kernel<HD, 8>;
+    default: return nullptr;
+  }
+}
+
+// The selector of the decode kernel: f16 cache, hd_k == hd_v in {64, 128, 256}, n_rep in {1, 2, 4, 8}, 16-byte
+// aligned K/V rows; else attn_kernel. KILN_CUDA_ATTN_VEC=0 forces attn_kernel (A/B runs).
+VecKernel vec_kernel(const AttnParams& p) {
+  static const bool off = [] {
+    const char* e = std::getenv("KILN_CUDA_ATTN_VEC");
+    return e && e[0] == '0';
+  }();
+  if (off || p.kv_type != DType::F16 || p.hd_k != p.hd_v || p.n_head % p.n_head_kv != 0) return nullptr;
+  if ((p.k_slot_bytes | p.v_slot_bytes | p.k_head_bytes | p.v_head_bytes) % 16 != 0 ||
+      (reinterpret_cast<uintptr_t>(p.k) | reinterpret_cast<uintptr_t>(p.v)) % 16 != 0)
+    return nullptr;
+  const int n_rep = p.n_head / p.n_head_kv;
+  switch (p.hd_k) {
+    case 64: return vec_kernel_nr<64>(n_rep);
+    case 128: return vec_kernel_nr<128>(n_rep);
+    case 256: return vec_kernel_nr<256>(n_rep);
+    default: return nullptr;
   }
 }
 
@@ -201,7 +382,11 @@ Status launch_attention(const AttnParams& p, float* scratch, cudaStream_t s) {
   const Shape sh = shape_of(p);
   const size_t smem = smem_floats(p, sh) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.n_tok), static_cast<unsigned>(p.n_head_kv), static_cast<unsigned>(sh.n_split));
-  attn_kernel<<<grid, kThreads, smem, s>>>(p, sh, scratch);
+  if (auto* vec = vec_kernel(p)) {
+    vec<<<grid, kThreads, 0, s>>>(p, sh, scratch);
+  } else {
+    attn_kernel<<<grid, kThreads, smem, s>>>(p, sh, scratch);
+  }
   KILN_CUDA_LAUNCH_CHECK();
   if (sh.n_split > 1) {
     attn_combine<<<static_cast<unsigned>(p.n_tok * p.n_head), kThreads, 0, s>>>(p, sh, scratch);

@@ -46,5 +46,9 @@ if [[ " $STAGES " == *" bench "* ]]; then
     echo "kiln round $r: $($K bench -m $M -p 512 -n 128 -r 3 2>&1 | grep -E 'pp512|tg128' | tr -s ' ' | tr '\n' ' ')"
     [ -x $L ] && echo "llama.cpp round $r: $($L -m $M -p 512 -n 128 -r 3 -ngl 99 2>&1 | grep -E 'pp512|tg128' | tr -s ' ' | tr '\n' ' ')"
   done | tee "$OUT/bench.txt"
+  for d in ${DEPTHS:-8192 32768}; do
+    echo "kiln d$d: $($K bench -m $M -p 0 -n 128 -d $d -r 2 2>&1 | grep -E 'tg128' | tr -s ' ')"
+    [ -x $L ] && echo "llama.cpp d$d: $($L -m $M -p 0 -n 128 -d $d -r 2 -ngl 99 2>&1 | grep -E 'tg128' | tr -s ' ')"
+  done | tee -a "$OUT/bench.txt"
   echo "== bench $(el) s"
 fi

@@ -31,6 +31,16 @@ struct Shape {
   int n_rep, n_split, chunk, dmax;
 };
 
+// Upper bound of the split count (KILN_CUDA_ATTN_SPLITS=N overrides kMaxSplit for A/B runs, 1..128).
+int max_split() {
+  static const int n = [] {
+    const char* e = std::getenv("KILN_CUDA_ATTN_SPLITS");
+    const int v = e ? std::atoi(e) : 0;
+    return v >= 1 && v <= 128 ? v : kMaxSplit;
+  }();
+  return n;
+}
+
 Shape shape_of(const AttnParams& p) {
   Shape s;
   s.n_rep = p.n_head / p.n_head_kv;
@@ -42,7 +52,7 @@ Shape shape_of(const AttnParams& p) {
     const int items = std::max(1, p.n_tok * p.n_head_kv);
     const int want = ceil_div(2 * std::max(p.n_sm, 1), items);
     const int by_len = std::max(1, span / kMinSplitLen);
-    s.n_split = std::clamp(std::min(want, by_len), 1, kMaxSplit);
+    s.n_split = std::clamp(std::min(want, by_len), 1, max_split());
   }
   s.chunk = s.n_split == 1 ? INT_MAX : ceil_div(ceil_div(span, s.n_split), kTile) * kTile;
   return s;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Load test of kiln serve (issue 15): for each --parallel value, starts `kiln serve` on a free port of 127.0.0.1 and
 # runs tests/server/load.mjs with as many concurrent streams (each a prompt of PROMPT random token ids, GEN greedy
-# generated tokens, ignore_eos), REQ_PER_STREAM requests per stream; prints a markdown table (requests/s, aggregate
+# generated tokens, ignore_eos; tests/server/load.py where node is missing), REQ_PER_STREAM requests per stream; prints a markdown table (requests/s, aggregate
 # generated tokens/s, p50/p99 time to first token and inter-token latency).
 #   bench/serve_load.sh [KILN] [MODEL ("" = the embedded demo model)] ["1 4 16"] [PROMPT 256] [GEN 128]
 #   env: REQ_PER_STREAM (default 2), VOCAB (token ids drawn from [1, VOCAB); default 4096), EXTRA (more serve flags)
@@ -27,12 +27,14 @@ for np in $PARALLELS; do
   for _ in $(seq 1 600); do grep -q "kiln serve: ready" "$log" && break; sleep 0.1; done
   port=$(sed -n 's/.*listening on http:\/\/[^:]*:\([0-9]*\).*/\1/p' "$log" | head -1)
   [ -n "$port" ] || { cat "$log"; kill "$pid"; exit 1; }
-  out=$(node tests/server/load.mjs --port "$port" --concurrency "$np" --requests $(( np * REQ_PER_STREAM )) \
+  if command -v node >/dev/null; then loader=(node tests/server/load.mjs); else loader=(python3 tests/server/load.py); fi
+  out=$("${loader[@]}" --port "$port" --concurrency "$np" --requests $(( np * REQ_PER_STREAM )) \
           --prompt "$PROMPT" --gen "$GEN" --vocab "$VOCAB")
   kill -TERM "$pid"; wait "$pid" || true
   rm -f "$log"
-  node -e '
-    const r = JSON.parse(process.argv[1]);
-    console.log(`| ${process.argv[2]} | ${r.concurrency} | ${r.requests} | ${r.requests_per_s} | ${r.gen_tokens_per_s} | ` +
-                `${r.total_tokens_per_s} | ${r.ttft_ms_p50} | ${r.ttft_ms_p99} | ${r.itl_ms_p50} | ${r.itl_ms_p99} |`);' "$out" "$np"
+  python3 -c '
+import json, sys
+r = json.loads(sys.argv[1])
+print(f"| {sys.argv[2]} | {r["concurrency"]} | {r["requests"]} | {r["requests_per_s"]} | {r["gen_tokens_per_s"]} | "
+      f"{r["total_tokens_per_s"]} | {r["ttft_ms_p50"]} | {r["ttft_ms_p99"]} | {r["itl_ms_p50"]} | {r["itl_ms_p99"]} |")' "$out" "$np"
 done

@@ -1,5 +1,6 @@
 // Micro-benchmark of the tensor-core prefill GEMM (src/backend/cuda/mmq.cuh) on the llama3-8b projection shapes at
-// n_tok = 512: q/o 4096x4096, k/v 1024x4096, gate/up 14336x4096, down 4096x14336, in Q4_K, Q6_K, Q8_0 and F16.
+// n_tok = 512: q/o 4096x4096, k/v 1024x4096, gate/up 14336x4096, down 4096x14336, in Q4_K, Q6_K, Q8_0, Q4_0, Q5_K
+// and F16; for the quantized types also each tile of the kernel forced (mmq_set_tile_override), with its check.
 // Random weights (sane scales) and activations; per shape: a reference check (the old f32 GEMM of gemm.cu, which
 // computes the same q8_1 function for quantized weights: NMSE <= 1e-8; F16: f32 vs f16-rounded activations,
 // NMSE <= 1e-5; and a CPU spot check of 8 rows x 4 tokens against f64 math on the dequantized weights:
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "backend/cuda/launch.h"
+#include "backend/cuda/mmq.cuh"
 #include "quant/dtype.h"
 #include "quant/reference.h"
 #include "util/fp16.h"
@@ -60,9 +62,9 @@ static std::vector<uint8_t> random_weights(DType t, int64_t n_in, int64_t rows, 
     std::memcpy(&w[blk * bs + off], &h, 2);
   };
   for (int64_t b = 0; b < nb; ++b) {
-    if (t == DType::Q4_K) put(b, 0), put(b, 2);
+    if (t == DType::Q4_K || t == DType::Q5_K) put(b, 0), put(b, 2);
     else if (t == DType::Q6_K) put(b, 208);
-    else put(b, 0);  // Q8_0
+    else put(b, 0);  // Q8_0, Q4_0
   }
   return w;
 }
@@ -100,7 +102,7 @@ int main(int argc, char** argv) {
   const int64_t n_tok = argc > 1 ? std::atoll(argv[1]) : 512;
   struct Shape { const char* name; int64_t n_out, n_in; };
   const Shape shapes[] = {{"q/o", 4096, 4096}, {"k/v", 1024, 4096}, {"gate/up", 14336, 4096}, {"down", 4096, 14336}};
-  const DType types[] = {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::F16};
+  const DType types[] = {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::Q5_K, DType::F16};
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s (sm_%d%d, %d SMs), n_tok = %lld\n", prop.name, prop.major, prop.minor,
@@ -167,11 +169,34 @@ int main(int argc, char** argv) {
       const bool ok = e_ref <= lim_ref && e_cpu <= 1e-3;
       fails += !ok;
       const float ms = median_ms([&] { SK(launch_mmq(p, a, 0)); });
+      // the quantized kernel with each tile forced (mmq.cuh MmqTile; Q6_K has 64 x 64 and 128 x 128 only):
+      // its time and its reference check
+      char tiles[240] = "";
+      if (q) {
+        int pos = 0;
+        for (int tile = kMmqTileS; tile <= kMmqTileL; ++tile) {
+          if (t == DType::Q6_K && (tile == kMmqTileN || tile == kMmqTileM)) continue;
+          mmq_set_tile_override(tile);
+          SK(launch_mmq(p, a, 0));
+          CK(cudaDeviceSynchronize());
+          std::vector<float> yt(n_out * n_tok);
+          CK(cudaMemcpy(yt.data(), dy, yt.size() * 4, cudaMemcpyDeviceToHost));
+          const double e_t = nmse(yt, std::vector<double>(y2.begin(), y2.end()));
+          const bool ok_t = e_t <= lim_ref;
+          fails += !ok_t;
+          const float mt = median_ms([&] { SK(launch_mmq(p, a, 0)); });
+          pos += std::snprintf(tiles + pos, sizeof(tiles) - pos, "  %s %.4f ms %.1f%s", tile == kMmqTileS ? "64x64"
+                               : tile == kMmqTileN ? "64x128" : tile == kMmqTileM ? "128x64" : "128x128", mt, 2.0 * n_out * n_in * n_tok / mt * 1e-9,
+                               ok_t ? "" : " FAIL");
+        }
+        mmq_set_tile_override(0);
+      }
       const float ms2 = median_ms([&] { SK(launch_gemm(p2, a, 0)); }, 1, 5);
       const double fl = 2.0 * n_out * n_in * n_tok;
       std::printf("%-5s %-8s %6lld %6lld  %9.4f %8.1f  %9.4f %8.1f  %8.1fx %9.2e %9.2e%s\n", dtype_name(t), sh.name,
                   static_cast<long long>(n_out), static_cast<long long>(n_in), ms, fl / ms * 1e-9, ms2,
                   fl / ms2 * 1e-9, ms2 / ms, e_ref, e_cpu, ok ? "" : "  FAIL");
+      if (tiles[0]) std::printf("      tiles:%s\n", tiles);
       CK(cudaFree(dw));
       CK(cudaFree(dx));
       CK(cudaFree(dy));

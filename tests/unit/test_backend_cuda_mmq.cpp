@@ -1,7 +1,9 @@
 // The tensor-core prefill GEMM (backend/cuda/mmq.cuh: n_tok > 16) through the backend's matmul entries, every type
 // it takes, on awkward shapes: token counts around the 64-token tile (17 .. 129, 512), row counts that are not tile
-// multiples (67, 200, 1000), n_in of one block / sub-stage tails (32, 96 for the 32-element types) and several
-// super-blocks (256, 512, 4096), bias, accumulate (matmul_add), strided x and y. Skipped (visibly) without a GPU.
+// multiples (67, 200, 1000, 8400), n_in of one block / sub-stage tails (32, 96 for the 32-element types) and several
+// super-blocks (256, 512, 4096), bias, accumulate (matmul_add), strided x and y; quantized types with the kernel's
+// tile chosen by its rule and forced to each of the four tiles (mmq.cuh MmqTile; 8400 x 200 is a shape the rule
+// sends to a big tile on a 132-SM GPU). Skipped (visibly) without a GPU.
 // Checks, per case:
 //   (a) the numerics model: quantized weights — the q8_1 activations of quantize.cu computed here on the host
 //       (d = amax/127 in f32, q = round(x * (1/d)) clamped to +-127), y = sum_i w_i * d_a * q_a,i in double, which
@@ -27,6 +29,12 @@
 #include "backend/registry.h"
 #include "quant/reference.h"
 #include "util/fp16.h"
+
+#ifdef KILN_HAVE_CUDA
+namespace kiln::cuda {
+void mmq_set_tile_override(int tile);  // mmq.cu: 0 = the rule, else MmqTile (1 64x64, 2 64x128, 3 128x64, 4 128x128)
+}  // namespace kiln::cuda
+#endif
 
 namespace kiln {
 namespace {
@@ -160,10 +168,10 @@ std::vector<Shape> shapes_for(DType t) {
   std::vector<Shape> s;
   if (bs == 256) {
     s = {{256, 67, 17}, {256, 1000, 512}, {512, 200, 31}, {512, 200, 32}, {512, 67, 33}, {512, 200, 100},
-         {512, 67, 127}, {512, 200, 128}, {512, 67, 129}, {4096, 200, 129}};
+         {512, 67, 127}, {512, 200, 128}, {512, 67, 129}, {4096, 200, 129}, {256, 8400, 200}};
   } else if (bs == 32) {
     s = {{32, 67, 17}, {96, 200, 33}, {256, 1000, 512}, {512, 200, 31}, {512, 200, 32}, {512, 67, 100},
-         {512, 67, 127}, {512, 200, 128}, {512, 67, 129}, {4096, 200, 129}};
+         {512, 67, 127}, {512, 200, 128}, {512, 67, 129}, {4096, 200, 129}, {256, 8400, 200}};
   } else {  // F16 / BF16 (n_in 1 and 12: not a multiple of 8 -> the f32 GEMM fallback, still checked)
     s = {{1, 67, 17}, {12, 67, 31}, {8, 67, 33}, {40, 200, 100}, {256, 1000, 512}, {512, 200, 31},
          {512, 200, 32}, {512, 67, 127}, {512, 200, 128}, {512, 67, 129}, {4096, 200, 129}};
@@ -206,8 +214,18 @@ TEST(CudaMmq, EveryTypeMatchesModelExactAndGemv) {
         }
       }
       const double lim_ex = t == DType::F16 ? 1e-6 : t == DType::BF16 ? 6e-5 : 1e-3;
-      // mode 0: matmul + bias, contiguous; 1: matmul_add onto y0, x and y strided; 2: matmul, no bias, strided x
+      // mode 0: matmul + bias, contiguous; 1: matmul_add onto y0, x and y strided; 2: matmul, no bias, strided x;
+      // each with the quantized kernel's tile chosen by the rule (0) and forced to each of the three (mmq.cuh MmqTile)
+#ifdef KILN_HAVE_CUDA
+      const int n_tiles = is_float(t) ? 1 : 5;
+#else
+      const int n_tiles = 1;
+#endif
+      for (int tile = 0; tile < n_tiles; ++tile)
       for (int mode = 0; mode < 3; ++mode) {
+#ifdef KILN_HAVE_CUDA
+        cuda::mmq_set_tile_override(tile);
+#endif
         const int64_t xp = mode == 0 ? n_in : n_in + 24, yp = mode == 1 ? n_out + 5 : n_out;
         Dev xd = dev_f32(gpu, x.data(), n_in, nt, xp);
         Dev yd = dev_f32(gpu, y0.data(), n_out, nt, yp);
@@ -227,7 +245,8 @@ TEST(CudaMmq, EveryTypeMatchesModelExactAndGemv) {
             re[i] = ex[i] + add;
           }
         std::ostringstream what;
-        what << dtype_name(t) << " n_in " << n_in << " n_out " << n_out << " n_tok " << nt << " mode " << mode;
+        what << dtype_name(t) << " n_in " << n_in << " n_out " << n_out << " n_tok " << nt << " mode " << mode
+             << " tile " << tile;
         EXPECT_LE(nmse(got, rm), 1e-10) << what.str() << " (vs the numerics model)";
         EXPECT_LE(nmse(got, re), lim_ex) << what.str() << " (vs exact math)";
         ++checked;
@@ -244,6 +263,9 @@ TEST(CudaMmq, EveryTypeMatchesModelExactAndGemv) {
           }
         }
       }
+#ifdef KILN_HAVE_CUDA
+      cuda::mmq_set_tile_override(0);
+#endif
     }
   }
   EXPECT_GT(checked, 0) << "no matmul type supported on cuda:0";

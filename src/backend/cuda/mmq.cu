@@ -1,12 +1,24 @@
 // launch_mmq: the tensor-core prefill GEMM's type dispatch and usability rule (kernels, tile geometry and numerics:
 // mmq.cuh; instances: instances/mmq_<type>.cu).
 //
-// Measured -Xptxas -v (registers / thread; static smem: 28672 B quantized, 20480 B float; 0 spills everywhere;
-// min blocks from mmq.cuh's mmq_min_blocks):
-//            Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K  F16 BF16
-//   sm_80     116  128  116  128  116  168  161  128  128  161  128  128
-//   sm_86/89  110  128  110  128  110  162  118  128  128  120  128  128
-//   sm_90     112  128  112  128  112  164  117  128  128  123  126  126
+// Measured -Xptxas -v (registers / thread, 0 bytes spilled everywhere; min blocks from mmq.cuh's
+// mmq_q_min_blocks; quantized tiles S 64x64, N 64x128, M 128x64, L 128x128 — mmq.cuh MmqTile):
+//   sm_90      Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K  F16 BF16
+//     S         125  150  125  150  125  168  154  128  128  162  126  126
+//     N         228  254  228  254  228    -    -  254  255    -
+//     M         219  242  222  242  219    -    -  246  238    -
+//     L         212  240  205  240  212    -  254  242  232  255
+//   sm_89 / sm_86 (identical)
+//     S         126  148  126  148  126  168  158  128  128  155  128  128
+//     N         227  254  227  254  227    -    -  254  254    -
+//     M         220  242  220  242  220    -    -  246  246    -
+//     L         214  246  209  246  214    -  254  248  238  254
+//   sm_80
+//     S         125  146  125  146  125  164  158  128  128  155  128  128
+//     N         227  254  227  254  227    -    -  254  254    -
+//     M         220  244  220  244  220    -    -  248  248    -
+//     L         216  238  209  238  216    -  255  236  236  254
+//   static smem: float 20480 B; quantized (dynamic): S 28672, N / M 43008, L 57344 B.
 //   sm_75: empty bodies (4 registers), never launched (mmq_usable).
 // KILN_CUDA_MMQ=0 keeps the old f32 GEMM for n_tok > 16 (A/B measurements only).
 #include <cstdint>
@@ -48,6 +60,46 @@ bool device_ok() {
   return cache[dev] > 0;
 }
 }  // namespace
+
+namespace {
+int g_tile_override = 0;
+int sm_count() {
+  constexpr int kMaxDev = 64;
+  static int cache[kMaxDev] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDev) return 1;
+  if (cache[dev] == 0) {
+    int n = 0;
+    cache[dev] = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0 ? n : 1;
+  }
+  return cache[dev];
+}
+}  // namespace
+
+void mmq_set_tile_override(int tile) { g_tile_override = tile; }
+
+// The quantized kernel's tile (mmq.cuh MmqTile), per type group and grid size; measured on the H200 (132 SMs) at
+// n_tok = 512, every tile forced (mmq_bench): no tile is best everywhere, the differences are 5-30%:
+//   Q4_K / Q5_K: 128 x 64 for 1-4 waves of it (q/o, down: 256 blocks), else 64 x 64 (gate/up: 16 warps / SM win);
+//   Q3_K / Q6_K: 128 x 128 when its grid covers ~all SMs (q/o, gate/up, down: +12-30% over 64 x 64);
+//   the 32-element types (Q4_0 .. Q8_0): 64 x 128 when it gives >= 1 block per SM (+12-40%);
+//   n_tok < 128 or small grids (k/v 1024 rows: 64 x 64 has 2-4x the blocks): 64 x 64. Q2_K: 64 x 64 only (mmq.cuh).
+int mmq_pick_tile(const MatmulParams& p) {
+  if (g_tile_override != 0) return g_tile_override;
+  if (p.n_tok < 128) return kMmqTileS;
+  const int64_t n_sm = sm_count();
+  const auto grid = [&](int bm, int bn) { return (p.n_tok + bn - 1) / bn * ((p.n_out + bm - 1) / bm); };
+  switch (p.type) {
+    case DType::Q4_K: case DType::Q5_K: {
+      const int64_t g = grid(128, 64);
+      return g >= n_sm && g < 4 * n_sm ? kMmqTileM : kMmqTileS;
+    }
+    case DType::Q3_K: case DType::Q6_K: return 10 * grid(128, 128) >= 9 * n_sm ? kMmqTileL : kMmqTileS;
+    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
+      return grid(64, 128) >= n_sm ? kMmqTileN : kMmqTileS;
+    default: return kMmqTileS;
+  }
+}
 
 bool mmq_usable(const MatmulParams& p) {
   static const bool on = [] {

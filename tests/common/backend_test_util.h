@@ -87,6 +87,25 @@ inline Backend* shared_backend(const std::string& id, Status* why) {
 }
 
 // Throws (GoogleTest reports the exception as a failure of the test) when an op that must succeed fails.
+// The first GPU's backend, or null where this build or machine has none (the CUDA-only tests skip then).
+inline std::unique_ptr<Backend> make_cuda0() {
+  auto d = list_devices();
+  if (!d) return nullptr;
+  for (const DeviceInfo& x : *d)
+    if (x.id == "cuda:0") {
+      auto b = create_backend("cuda:0", BackendOptions{});
+      EXPECT_TRUE(b.is_ok()) << b.status().to_string();
+      return b ? std::move(b).value() : nullptr;
+    }
+  return nullptr;
+}
+
+// In a CUDA-only test: `gpu` is cuda:0's backend, or the test skips visibly.
+#define KILN_NEED_GPU()                                                       \
+  auto kiln_gpu_ = ::kiln::test::make_cuda0();                                \
+  if (!kiln_gpu_) GTEST_SKIP() << "skipped: no CUDA device (cuda:0) here";   \
+  ::kiln::Backend& gpu = *kiln_gpu_;
+
 inline void must(const Status& st, const std::string& what) {
   if (!st.is_ok()) throw std::runtime_error(what + ": " + st.to_string());
 }

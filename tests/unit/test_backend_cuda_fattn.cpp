@@ -40,22 +40,7 @@ using test::dev_read;
 using test::dev_upload;
 using test::randn;
 
-std::unique_ptr<Backend> make_cuda() {
-  auto d = list_devices();
-  if (!d) return nullptr;
-  for (const DeviceInfo& x : *d)
-    if (x.id == "cuda:0") {
-      auto b = create_backend("cuda:0", BackendOptions{});
-      EXPECT_TRUE(b.is_ok()) << b.status().to_string();
-      return b ? std::move(b).value() : nullptr;
-    }
-  return nullptr;
-}
-
-#define NEED_GPU()                                                    \
-  auto gpu_ = make_cuda();                                            \
-  if (!gpu_) GTEST_SKIP() << "skipped: no CUDA device (cuda:0) here"; \
-  Backend& gpu = *gpu_;
+#define NEED_GPU() KILN_NEED_GPU()
 
 float r16(float x) { return fp16_to_f32(f32_to_fp16(x)); }
 

@@ -16,28 +16,14 @@
 
 #include "backend/backend.h"
 #include "backend/registry.h"
+#include "common/backend_test_util.h"
 #include "quant/reference.h"
 #include "util/fp16.h"
 
 namespace kiln {
 namespace {
 
-std::unique_ptr<Backend> make_cuda() {
-  auto d = list_devices();
-  if (!d) return nullptr;
-  for (const DeviceInfo& x : *d)
-    if (x.id == "cuda:0") {
-      auto b = create_backend("cuda:0", BackendOptions{});
-      EXPECT_TRUE(b.is_ok()) << b.status().to_string();
-      return b ? std::move(b).value() : nullptr;
-    }
-  return nullptr;
-}
-
-#define NEED_GPU()                                                   \
-  auto gpu_ = make_cuda();                                           \
-  if (!gpu_) GTEST_SKIP() << "skipped: no CUDA device (cuda:0) here"; \
-  Backend& gpu = *gpu_;
+#define NEED_GPU() KILN_NEED_GPU()
 
 struct Dev {
   std::unique_ptr<Buffer> buf;

@@ -25,6 +25,7 @@
 #include "backend/backend.h"
 #include "backend/registry.h"
 #include "quant/reference.h"
+#include "util/fp16.h"
 
 namespace kiln::test {
 
@@ -105,6 +106,43 @@ inline std::unique_ptr<Backend> make_cuda0() {
   auto kiln_gpu_ = ::kiln::test::make_cuda0();                                \
   if (!kiln_gpu_) GTEST_SKIP() << "skipped: no CUDA device (cuda:0) here";   \
   ::kiln::Backend& gpu = *kiln_gpu_;
+
+// Random weight bytes of type t, `rows` rows of n_in, with sane scales (the f16 scale fields set to small positive
+// values; float types uniform in [-1, 1)).
+inline std::vector<uint8_t> random_weights(DType t, int64_t n_in, int64_t rows, std::mt19937& rng) {
+  const size_t rb = dtype_row_bytes(t, n_in).value();
+  std::vector<uint8_t> w(rb * rows);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  if (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
+    for (int64_t i = 0; i < n_in * rows; ++i) {
+      const float v = u(rng);
+      if (t == DType::F32) std::memcpy(&w[4 * i], &v, 4);
+      else {
+        const uint16_t h = t == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v);
+        std::memcpy(&w[2 * i], &h, 2);
+      }
+    }
+    return w;
+  }
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  const int64_t bs = dtype_type_size(t), nb = static_cast<int64_t>(w.size()) / bs;
+  std::uniform_real_distribution<float> sd(0.001f, 0.02f);
+  auto put = [&](int64_t blk, int off) {
+    const uint16_t h = f32_to_fp16(sd(rng));
+    std::memcpy(&w[blk * bs + off], &h, 2);
+  };
+  for (int64_t b = 0; b < nb; ++b) {
+    switch (t) {
+      case DType::Q4_1: case DType::Q5_1: put(b, 0); put(b, 2); break;
+      case DType::Q4_K: case DType::Q5_K: put(b, 0); put(b, 2); break;
+      case DType::Q2_K: put(b, 80); put(b, 82); break;
+      case DType::Q3_K: put(b, 108); break;
+      case DType::Q6_K: put(b, 208); break;
+      default: put(b, 0); break;  // Q4_0 Q5_0 Q8_0
+    }
+  }
+  return w;
+}
 
 inline void must(const Status& st, const std::string& what) {
   if (!st.is_ok()) throw std::runtime_error(what + ": " + st.to_string());

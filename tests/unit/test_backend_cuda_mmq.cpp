@@ -40,6 +40,8 @@ void mmq_set_tile_override(int tile);  // mmq.cu: 0 = the rule, else MmqTile (1 
 namespace kiln {
 namespace {
 
+using test::random_weights;
+
 #define NEED_GPU() KILN_NEED_GPU()
 
 struct Dev {
@@ -82,37 +84,6 @@ double nmse(const std::vector<float>& a, const std::vector<double>& ref) {
   return den > 0 ? num / den : num;
 }
 
-// Random weight bytes of type t with sane scales (the f16 scale fields small and positive).
-std::vector<uint8_t> random_weights(DType t, int64_t n_in, int64_t rows, std::mt19937& rng) {
-  const size_t rb = dtype_row_bytes(t, n_in).value();
-  std::vector<uint8_t> w(rb * rows);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  if (t == DType::F16 || t == DType::BF16) {
-    for (int64_t i = 0; i < n_in * rows; ++i) {
-      const uint16_t h = t == DType::F16 ? f32_to_fp16(u(rng)) : f32_to_bf16(u(rng));
-      std::memcpy(&w[2 * i], &h, 2);
-    }
-    return w;
-  }
-  for (auto& b : w) b = static_cast<uint8_t>(rng());
-  const int64_t bs = dtype_type_size(t), nb = static_cast<int64_t>(w.size()) / bs;
-  std::uniform_real_distribution<float> sd(0.001f, 0.02f);
-  auto put = [&](int64_t blk, int off) {
-    const uint16_t h = f32_to_fp16(sd(rng));
-    std::memcpy(&w[blk * bs + off], &h, 2);
-  };
-  for (int64_t b = 0; b < nb; ++b) {
-    switch (t) {
-      case DType::Q4_1: case DType::Q5_1: put(b, 0); put(b, 2); break;
-      case DType::Q4_K: case DType::Q5_K: put(b, 0); put(b, 2); break;
-      case DType::Q2_K: put(b, 80); put(b, 82); break;
-      case DType::Q3_K: put(b, 108); break;
-      case DType::Q6_K: put(b, 208); break;
-      default: put(b, 0); break;  // Q4_0 Q5_0 Q8_0
-    }
-  }
-  return w;
-}
 
 bool is_float(DType t) { return t == DType::F16 || t == DType::BF16; }
 

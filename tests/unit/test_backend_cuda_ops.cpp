@@ -23,6 +23,8 @@
 namespace kiln {
 namespace {
 
+using test::random_weights;
+
 #define NEED_GPU() KILN_NEED_GPU()
 
 struct Dev {
@@ -59,41 +61,6 @@ double nmse(const std::vector<float>& a, const std::vector<double>& ref) {
   return den > 0 ? num / den : num;
 }
 
-// Random weight bytes of type t with sane scales (the f16 fields set to small positive values).
-std::vector<uint8_t> random_weights(DType t, int64_t n_in, int64_t rows, std::mt19937& rng) {
-  const size_t rb = dtype_row_bytes(t, n_in).value();
-  std::vector<uint8_t> w(rb * rows);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  if (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
-    for (int64_t i = 0; i < n_in * rows; ++i) {
-      const float v = u(rng);
-      if (t == DType::F32) std::memcpy(&w[4 * i], &v, 4);
-      else {
-        const uint16_t h = t == DType::F16 ? f32_to_fp16(v) : f32_to_bf16(v);
-        std::memcpy(&w[2 * i], &h, 2);
-      }
-    }
-    return w;
-  }
-  for (auto& b : w) b = static_cast<uint8_t>(rng());
-  const int64_t bs = dtype_type_size(t), nb = static_cast<int64_t>(w.size()) / bs;
-  std::uniform_real_distribution<float> sd(0.001f, 0.02f);
-  auto put = [&](int64_t blk, int off) {
-    const uint16_t h = f32_to_fp16(sd(rng));
-    std::memcpy(&w[blk * bs + off], &h, 2);
-  };
-  for (int64_t b = 0; b < nb; ++b) {
-    switch (t) {
-      case DType::Q4_1: case DType::Q5_1: put(b, 0); put(b, 2); break;
-      case DType::Q4_K: case DType::Q5_K: put(b, 0); put(b, 2); break;
-      case DType::Q2_K: put(b, 80); put(b, 82); break;
-      case DType::Q3_K: put(b, 108); break;
-      case DType::Q6_K: put(b, 208); break;
-      default: put(b, 0); break;  // Q4_0 Q5_0 Q8_0
-    }
-  }
-  return w;
-}
 
 const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
                         DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};

@@ -592,16 +592,21 @@ Status CudaBackend::attention(const Tensor& q, const KvLayer& c, const AttnBatch
   return launch_attention(p, static_cast<float*>(attn_buf_), stream_);
 }
 
-Status CudaBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& dst) {
-  KILN_TRY(check("swiglu", "gate", gate, DType::F32));
-  KILN_TRY(check("swiglu", "up", up, DType::F32));
-  KILN_TRY(check("swiglu", "dst", dst, DType::F32));
-  KILN_TRY(same_shape("swiglu", "gate", gate, "up", up));
-  KILN_TRY(same_shape("swiglu", "gate", gate, "dst", dst));
+// swiglu and geglu: dst = act(gate) * up, all F32 of one shape.
+Status CudaBackend::glu(const char* op, EwOp kind, const Tensor& gate, const Tensor& up, const Tensor& dst) {
+  KILN_TRY(check(op, "gate", gate, DType::F32));
+  KILN_TRY(check(op, "up", up, DType::F32));
+  KILN_TRY(check(op, "dst", dst, DType::F32));
+  KILN_TRY(same_shape(op, "gate", gate, "up", up));
+  KILN_TRY(same_shape(op, "gate", gate, "dst", dst));
   KILN_TRY(use());
-  EwParams p{EwOp::kSwiglu, static_cast<const float*>(gate.data), fstride(gate), static_cast<const float*>(up.data),
+  EwParams p{kind, static_cast<const float*>(gate.data), fstride(gate), static_cast<const float*>(up.data),
              fstride(up), static_cast<float*>(dst.data), fstride(dst), gate.ne[0], gate.n_rows(), 0.0f};
   return launch_elementwise(p, stream_);
+}
+
+Status CudaBackend::swiglu(const Tensor& gate, const Tensor& up, const Tensor& dst) {
+  return glu("swiglu", EwOp::kSwiglu, gate, up, dst);
 }
 
 Status CudaBackend::binary(const char* op, const Tensor& a, const Tensor& b, const Tensor& dst, EwOp kind) {
@@ -669,15 +674,7 @@ Status CudaBackend::copy(const Tensor& src, const Tensor& dst) {
 // ---- ops of hybrid / sliding-window models (Qwen3.5, Gemma 3) ---------------------------------------------------
 
 Status CudaBackend::geglu(const Tensor& gate, const Tensor& up, const Tensor& dst) {
-  KILN_TRY(check("geglu", "gate", gate, DType::F32));
-  KILN_TRY(check("geglu", "up", up, DType::F32));
-  KILN_TRY(check("geglu", "dst", dst, DType::F32));
-  KILN_TRY(same_shape("geglu", "gate", gate, "up", up));
-  KILN_TRY(same_shape("geglu", "gate", gate, "dst", dst));
-  KILN_TRY(use());
-  EwParams p{EwOp::kGeglu, static_cast<const float*>(gate.data), fstride(gate), static_cast<const float*>(up.data),
-             fstride(up), static_cast<float*>(dst.data), fstride(dst), gate.ne[0], gate.n_rows(), 0.0f};
-  return launch_elementwise(p, stream_);
+  return glu("geglu", EwOp::kGeglu, gate, up, dst);
 }
 
 // gate may be a strided view (qwen35: the gate half of each query-projection head): any whole-float row stride.

@@ -87,6 +87,7 @@ class CudaBackend final : public Backend {
   Status matmul_outs_q(const Tensor& x, const MatmulOut* outs, int n, const ActQ& a);
   Status ensure_scratch(void** buf, size_t* have, size_t need, const char* what);
   Status binary(const char* op, const Tensor& a, const Tensor& b, const Tensor& dst, EwOp kind);
+  Status glu(const char* op, EwOp kind, const Tensor& gate, const Tensor& up, const Tensor& dst);
 
   int device_;
   std::string name_;

@@ -24,6 +24,9 @@ class CudaBackend final : public Backend {
 
   const char* name() const override { return name_.c_str(); }
   bool host_memory() const override { return false; }
+  // The stream every op of this backend is ordered on, and its device (collectives: cuda/comm_nccl.cu).
+  cudaStream_t stream() const { return stream_; }
+  int device() const { return device_; }
   bool supports(Op op, DType a, DType b = DType::F32) const override;
 
   uint64_t memory_available() const override;

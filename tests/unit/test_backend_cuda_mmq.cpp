@@ -74,16 +74,6 @@ std::vector<float> read_f32(Backend& be, const Dev& d, int64_t ne0, int64_t rows
   return out;
 }
 
-double nmse(const std::vector<float>& a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return den > 0 ? num / den : num;
-}
-
 
 bool is_float(DType t) { return t == DType::F16 || t == DType::BF16; }
 
@@ -204,8 +194,8 @@ TEST(CudaMmq, EveryTypeMatchesModelExactAndGemv) {
         std::ostringstream what;
         what << dtype_name(t) << " n_in " << n_in << " n_out " << n_out << " n_tok " << nt << " mode " << mode
              << " tile " << tile;
-        EXPECT_LE(nmse(got, rm), 1e-10) << what.str() << " (vs the numerics model)";
-        EXPECT_LE(nmse(got, re), lim_ex) << what.str() << " (vs exact math)";
+        EXPECT_LE(test::nmse_d(got, rm), 1e-10) << what.str() << " (vs the numerics model)";
+        EXPECT_LE(test::nmse_d(got, re), lim_ex) << what.str() << " (vs exact math)";
         ++checked;
         // (c) GEMM row == GEMV of that token alone (first, a middle one, last), quantized types, mode 0
         if (mode == 0 && !is_float(t)) {
@@ -216,7 +206,7 @@ TEST(CudaMmq, EveryTypeMatchesModelExactAndGemv) {
             const std::vector<float> gv = read_f32(gpu, y1, n_out, 1, n_out);
             const std::vector<float> gm(got.begin() + k * n_out, got.begin() + (k + 1) * n_out);
             std::vector<double> gvd(gv.begin(), gv.end());
-            EXPECT_LE(nmse(gm, gvd), 1e-10) << what.str() << " token " << k << " (GEMM vs GEMV)";
+            EXPECT_LE(test::nmse_d(gm, gvd), 1e-10) << what.str() << " token " << k << " (GEMM vs GEMV)";
           }
         }
       }

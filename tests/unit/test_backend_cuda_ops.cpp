@@ -51,16 +51,6 @@ std::vector<T> download(Backend& be, const Tensor& t, size_t n) {
   return v;
 }
 
-double nmse(const std::vector<float>& a, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (!std::isfinite(a[i])) return INFINITY;
-    num += (a[i] - ref[i]) * (a[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return den > 0 ? num / den : num;
-}
-
 
 const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
                         DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
@@ -111,7 +101,7 @@ TEST(CudaOps, MatmulEveryTypeAndTokenCount) {
         // (relative error <= 2^-11: NMSE of a dot product ~ 2^-22 / 3 ~ 8e-8) or bf16 (2^-8: ~5e-6); the bounds are
         // those of test_backend_cuda_mmq.cpp. Below 17 tokens the float GEMV keeps f32 activations (1e-8).
         const double lim = q8act ? 1e-3 : nt > 16 && t == DType::F16 ? 1e-6 : nt > 16 && t == DType::BF16 ? 6e-5 : 1e-8;
-        const double e = nmse(got, ref);
+        const double e = test::nmse_d(got, ref);
         EXPECT_LE(e, lim) << dtype_name(t) << " n_tok " << nt << " mode " << mode;
       }
     }
@@ -204,7 +194,7 @@ TEST(CudaOps, AttentionMatchesCpuReference) {
       }
     }
     std::vector<double> ref(outs[0].begin(), outs[0].end());
-    EXPECT_LE(nmse(outs[1], ref), 1e-9) << "hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv << " n_tok "
+    EXPECT_LE(test::nmse_d(outs[1], ref), 1e-9) << "hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv << " n_tok "
                                         << c.n_tok << " ctx " << c.ctx << " " << dtype_name(c.kt);
     if (c.n_tok > 2) {
       for (int i = 0; i < c.hd * c.n_head; ++i) ASSERT_EQ(outs[1][c.hd * c.n_head + i], 0.0f);

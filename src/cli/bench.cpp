@@ -6,6 +6,9 @@
 //
 // pp N: N random (seeded) token ids in forward passes of n_batch tokens, logits for the last token of each pass.
 // tg N: N forward passes of one random token each. Depth d: the cache first holds d random tokens (not timed).
+// -np P (tg only; llama-batched-bench's -npl): P sequences decode together, each forward pass one token of each
+// (P rows of logits back, as llama-batched-bench's outputs), each sequence at depth d; t/s counts all P x N tokens
+// ("tg128 np8"). This is the step the server runs with P streams in flight.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -100,16 +103,17 @@ std::string gpu_info(const Model& m) {
 }
 
 struct Test {
-  int n_prompt = 0, n_gen = 0, n_depth = 0, n_threads = 0;
+  int n_prompt = 0, n_gen = 0, n_depth = 0, n_threads = 0, n_par = 1;
   std::vector<uint64_t> samples_ns;
   std::string name() const {
     std::string s = n_prompt > 0 ? strprintf("pp%d", n_prompt) : strprintf("tg%d", n_gen);
+    if (n_par > 1) s += strprintf(" np%d", n_par);
     if (n_depth > 0) s += strprintf(" @ d%d", n_depth);
     return s;
   }
   std::vector<double> samples_ts() const {
     std::vector<double> ts;
-    for (uint64_t ns : samples_ns) ts.push_back(1e9 * (n_prompt + n_gen) / static_cast<double>(ns));
+    for (uint64_t ns : samples_ns) ts.push_back(1e9 * (n_prompt + n_gen * n_par) / static_cast<double>(ns));
     return ts;
   }
 };
@@ -135,21 +139,22 @@ class Runner {
 
   int32_t random_token() { return static_cast<int32_t>(rng_() % static_cast<uint32_t>(m_.hparams().n_vocab)); }
 
-  // n tokens from position `pos`, in forward passes of n_batch.
-  Status prompt(int n, int64_t pos) {
+  // n tokens of sequence `seq` from position `pos`, in forward passes of n_batch.
+  Status prompt(int n, int64_t pos, int32_t seq = 0) {
     for (int done = 0; done < n;) {
       const int k = std::min(n_batch_, n - done);
       batch_.clear();
-      for (int i = 0; i < k; ++i) batch_.add(random_token(), static_cast<int32_t>(pos + done + i), 0, i == k - 1);
+      for (int i = 0; i < k; ++i) batch_.add(random_token(), static_cast<int32_t>(pos + done + i), seq, i == k - 1);
       KILN_TRY(e_.forward(batch_, &logits_));
       done += k;
     }
     return Status::ok();
   }
-  Status gen(int n, int64_t pos) {
+  // n forward passes of one token for each of sequences 0..n_par-1.
+  Status gen(int n, int64_t pos, int n_par = 1) {
     for (int i = 0; i < n; ++i) {
       batch_.clear();
-      batch_.add(random_token(), static_cast<int32_t>(pos + i), 0, true);
+      for (int s = 0; s < n_par; ++s) batch_.add(random_token(), static_cast<int32_t>(pos + i), s, true);
       // As llama-bench: the full logits row of every generated token comes back to the host.
       KILN_TRY(e_.forward(batch_, &logits_));
     }
@@ -158,10 +163,10 @@ class Runner {
   // One timed repetition (the depth prefill before it is not timed).
   Result<uint64_t> run(const Test& t) {
     c_.clear();
-    KILN_TRY(prompt(t.n_depth, 0));
+    for (int s = 0; s < t.n_par; ++s) KILN_TRY(prompt(t.n_depth, 0, s));
     const int64_t t0 = now_us();
     if (t.n_prompt > 0) KILN_TRY(prompt(t.n_prompt, t.n_depth));
-    if (t.n_gen > 0) KILN_TRY(gen(t.n_gen, t.n_depth));
+    if (t.n_gen > 0) KILN_TRY(gen(t.n_gen, t.n_depth, t.n_par));
     return static_cast<uint64_t>(now_us() - t0) * 1000;
   }
 
@@ -243,6 +248,7 @@ struct Printer {
       j["n_prompt"] = t.n_prompt;
       j["n_gen"] = t.n_gen;
       j["n_depth"] = t.n_depth;
+      j["n_parallel"] = t.n_par;
       j["test"] = t.name();
       j["test_time"] = when;
       j["avg_ns"] = static_cast<uint64_t>(mean(t.samples_ns));
@@ -272,7 +278,8 @@ struct Printer {
 
 int bench_main(int argc, char** argv) {
   ArgParser args("bench", "Benchmark prompt processing (pp) and generation (tg) like llama-bench.");
-  std::string model_path, p_list = "512", n_list = "128", d_list = "0", t_list, fmt = "md", kv_type = "f16";
+  std::string model_path, p_list = "512", n_list = "128", d_list = "0", np_list = "1", t_list, fmt = "md",
+              kv_type = "f16";
   std::string fa_list, type_k, type_v;
   int reps = 5, n_batch = defaults::kBatch;
   uint64_t seed = 1234;
@@ -282,6 +289,8 @@ int bench_main(int argc, char** argv) {
   args.option({"-p", "--n-prompt"}, &p_list, "N[,N..]", "prompt lengths (default 512; 0: none)");
   args.option({"-n", "--n-gen"}, &n_list, "N[,N..]", "generation lengths (default 128; 0: none)");
   args.option({"-d", "--n-depth"}, &d_list, "N[,N..]", "tokens already in the cache before each test (default 0)");
+  args.option({"-np", "--parallel"}, &np_list, "P[,P..]",
+              "tg only: P sequences decoding together, one token each per pass (default 1; at most 256)");
   args.option({"-t", "--threads"}, &t_list, "N[,N..]", "CPU threads (default: all cores)");
   args.option({"-r", "--repetitions"}, &reps, "N", "timed repetitions per test (default 5)");
   args.option({"-b", "--batch-size"}, &n_batch, "N",
@@ -334,6 +343,14 @@ int bench_main(int argc, char** argv) {
   if (!pl) return fail("bench", pl.status());
   if (!nl) return fail("bench", nl.status());
   if (!dl) return fail("bench", dl.status());
+  auto npl = parse_list("-np", np_list);
+  if (!npl) return fail("bench", npl.status());
+  int max_np = 1;
+  for (int np : *npl) {
+    if (np < 1 || np > 256)
+      return fail("bench", make_error(ErrorCode::kInvalidArgument, "-np: %d is not in 1..256", np));
+    max_np = std::max(max_np, np);
+  }
   std::vector<int> tl = {0};
   if (!t_list.empty()) {
     auto r = parse_list("-t", t_list);
@@ -358,9 +375,12 @@ int bench_main(int argc, char** argv) {
     Model& model = *loaded->model;
     const int shown_threads = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     CacheOptions co;
-    co.n_ctx = max_d + std::max(max_p, max_n);
+    // Whole blocks per sequence: each of the max_np sequences holds its own last, partial block.
+    const int per_seq = max_d + std::max(max_p, max_n);
+    co.n_ctx = (per_seq + defaults::kBlockSize - 1) / defaults::kBlockSize * defaults::kBlockSize;
     co.kv_type = kv_type;
-    auto engine = make_engine(model, co, 1, n_batch);
+    // max_np sequence slots of n_ctx each; a tg pass brings back max_np logits rows.
+    auto engine = make_engine(model, co, max_np, std::max(n_batch, max_np), std::max(max_np, 8));
     if (!engine) return fail("bench", engine.status());
     if (!printed_header) {  // after the first load: a failed load leaves no half table (or invalid JSON) on stdout
       out.header();
@@ -370,13 +390,14 @@ int bench_main(int argc, char** argv) {
     for (int d : *dl) {
       std::vector<Test> tests;
       for (int p : *pl)
-        if (p > 0) tests.push_back({p, 0, d, shown_threads, {}});
+        if (p > 0) tests.push_back({p, 0, d, shown_threads, 1, {}});
       for (int n : *nl)
-        if (n > 0) tests.push_back({0, n, d, shown_threads, {}});
+        if (n > 0)
+          for (int np : *npl) tests.push_back({0, n, d, shown_threads, np, {}});
       for (Test& t : tests) {
         // Warm-up (as llama-bench: the prompt once, or one generated token).
         (*engine)->cache().clear();
-        Status st = t.n_prompt > 0 ? runner.prompt(t.n_prompt, 0) : runner.gen(1, 0);
+        Status st = t.n_prompt > 0 ? runner.prompt(t.n_prompt, 0) : runner.gen(1, 0, t.n_par);
         if (!st) return fail("bench", st);
         for (int r = 0; r < reps; ++r) {
           auto ns = runner.run(t);

@@ -77,8 +77,28 @@ TEST(CliBench, MarkdownAndCsv) {
   EXPECT_EQ(std::count(header.begin(), header.end(), ','), std::count(row.begin(), row.end(), ',')) << row;
 }
 
+// -np P: P sequences decode together; the rate counts P tokens per pass, each sequence at the depth.
+TEST(CliBench, ParallelSequences) {
+  CmdResult r = kiln("bench -m '" + model() + "' -p 8 -n 3 -np 1,5 -d 0,20 -r 2 -t 1 -o json");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 6u);
+  const char* tests[] = {"pp8", "tg3", "tg3 np5", "pp8 @ d20", "tg3 @ d20", "tg3 np5 @ d20"};
+  const int par[] = {1, 1, 5, 1, 1, 5};
+  for (size_t i = 0; i < j.size(); ++i) {
+    auto& e = j[i];
+    SCOPED_TRACE(e.dump());
+    EXPECT_EQ(e["test"], tests[i]);
+    EXPECT_EQ(e["n_parallel"], par[i]);
+    for (size_t k = 0; k < 2; ++k)  // rate = tokens of all sequences / time
+      EXPECT_NEAR(e["samples_ts"][k].get<double>(),
+                  1e9 * (e["n_prompt"].get<double>() + par[i] * e["n_gen"].get<double>()) / e["samples_ns"][k].get<double>(),
+                  1e-6 * e["samples_ts"][k].get<double>());
+  }
+}
+
 TEST(CliBench, BadOptions) {
-  for (std::string a : {"-o xml", "-p 8,x", "-r 0", "-p 0 -n 0", "-b 0"}) {
+  for (std::string a : {"-o xml", "-p 8,x", "-r 0", "-p 0 -n 0", "-b 0", "-np 0", "-np 257", "-np 2,x"}) {
     CmdResult r = kiln("bench -m '" + model() + "' " + a);
     EXPECT_EQ(r.rc, 1) << a;
     EXPECT_NE(r.err.find("kiln bench: error"), std::string::npos) << a << ": " << r.err;

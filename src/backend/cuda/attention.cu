@@ -25,7 +25,9 @@
 namespace kiln::cuda {
 namespace {
 
-constexpr int kTile = 32, kThreads = 128, kMaxSplit = 32, kMinSplitLen = 64;
+// Split count: enough (token, KV head, split) blocks for kBlocksPerSm per SM (memory-bound: the loads in flight per
+// SM decide the bandwidth; 2 per SM left d32768 at ~1.2 TB/s), at most kMaxSplit, each at least kMinSplitLen long.
+constexpr int kTile = 32, kThreads = 128, kMaxSplit = 128, kMinSplitLen = 64, kBlocksPerSm = 4;
 
 struct Shape {
   int n_rep, n_split, chunk, dmax;
@@ -50,7 +52,7 @@ Shape shape_of(const AttnParams& p) {
   const int span = p.window > 0 ? std::min(p.window, p.max_kv_len) : p.max_kv_len;
   if (span > 0) {
     const int items = std::max(1, p.n_tok * p.n_head_kv);
-    const int want = ceil_div(2 * std::max(p.n_sm, 1), items);
+    const int want = ceil_div(kBlocksPerSm * std::max(p.n_sm, 1), items);
     const int by_len = std::max(1, span / kMinSplitLen);
     s.n_split = std::clamp(std::min(want, by_len), 1, max_split());
   }
@@ -186,8 +188,42 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(AttnParams p, Shape sh, 
 // p 4*NR*32, the merge NR*(4*HD + 8) floats (NR 8, HD 256: 45 KB static). -Xptxas -v (sm_90, no spills, no stack),
 // registers / static smem: HD 64: NR 1 44/1.8K, 2 54/3.6K, 4 62/7.3K, 8 92/14.6K; HD 128: 52/3.1K, 56/6.2K, 80/12.4K,
 // 128/24.8K; HD 256: 56/5.7K, 68/11.3K, 106/22.7K, 144/45.3K.
+// DL = HD / 32 halves of one V row per lane: 4 (HD 128), 8 or 16 bytes, one load.
+template <int DL> struct VRow;
+template <> struct VRow<2> {
+  uint32_t u;
+  __device__ __forceinline__ void load(const uint8_t* p) { u = *reinterpret_cast<const uint32_t*>(p); }
+  __device__ __forceinline__ void to_float(float (&f)[2]) const {
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u));
+    f[0] = a.x, f[1] = a.y;
+  }
+};
+template <> struct VRow<4> {
+  uint2 u;
+  __device__ __forceinline__ void load(const uint8_t* p) { u = *reinterpret_cast<const uint2*>(p); }
+  __device__ __forceinline__ void to_float(float (&f)[4]) const {
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+  }
+};
+template <> struct VRow<8> {
+  uint4 u;
+  __device__ __forceinline__ void load(const uint8_t* p) { u = *reinterpret_cast<const uint4*>(p); }
+  __device__ __forceinline__ void to_float(float (&f)[8]) const {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
+      f[2 * k] = a.x, f[2 * k + 1] = a.y;
+    }
+  }
+};
+constexpr int kVB = 8;  // V rows loaded together per lane in the P.V loop
+
 template <int HD, int NR>
 __global__ void __launch_bounds__(kThreads) attn_vec_kernel(AttnParams p, Shape sh, float* part) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   constexpr int kW = kThreads / kWarp, DL = HD / kWarp;
   __shared__ __align__(16) float qs[NR][HD];
   __shared__ float ps[kW][NR][kWarp];
@@ -257,29 +293,35 @@ __global__ void __launch_bounds__(kThreads) attn_vec_kernel(AttnParams p, Shape 
       ps[warp][r][lane] = e;
     }
     __syncwarp();
+    // P.V: the V rows of the warp's positions, kVB rows' loads issued together before their FMAs (a loop of one
+    // load and its use per row would leave one load in flight per lane: latency-bound at depth).
     const int nj = min(kWarp, end - j0);
-    for (int jj = 0; jj < nj; ++jj) {
-      const int64_t sj = __shfl_sync(0xffffffffu, slot, jj);
-      const uint8_t* vr = vbase + sj * p.v_slot_bytes + lane * DL * 2;
+    const auto pv = [&](const VRow<DL>& raw, int jj) {
       float vf[DL];
-      if constexpr (DL == 2) {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(vr));
-        vf[0] = f.x, vf[1] = f.y;
-      } else {
-#pragma unroll
-        for (int c = 0; c < DL / 4; ++c) {
-          const uint2 w = reinterpret_cast<const uint2*>(vr)[c];
-          const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&w.x));
-          const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&w.y));
-          vf[4 * c] = a.x, vf[4 * c + 1] = a.y, vf[4 * c + 2] = b.x, vf[4 * c + 3] = b.y;
-        }
-      }
+      raw.to_float(vf);
 #pragma unroll
       for (int r = 0; r < NR; ++r) {
         const float pj = ps[warp][r][jj];
 #pragma unroll
         for (int i = 0; i < DL; ++i) acc[r][i] = fmaf(pj, vf[i], acc[r][i]);
       }
+    };
+    int jj = 0;
+    for (; jj + kVB <= nj; jj += kVB) {
+      VRow<DL> raw[kVB];
+#pragma unroll
+      for (int u = 0; u < kVB; ++u) {
+        const int64_t sj = __shfl_sync(0xffffffffu, slot, jj + u);
+        raw[u].load(vbase + sj * p.v_slot_bytes + lane * DL * 2);
+      }
+#pragma unroll
+      for (int u = 0; u < kVB; ++u) pv(raw[u], jj + u);
+    }
+    for (; jj < nj; ++jj) {
+      const int64_t sj = __shfl_sync(0xffffffffu, slot, jj);
+      VRow<DL> raw;
+      raw.load(vbase + sj * p.v_slot_bytes + lane * DL * 2);
+      pv(raw, jj);
     }
     __syncwarp();
   }
@@ -317,6 +359,7 @@ __global__ void __launch_bounds__(kThreads) attn_vec_kernel(AttnParams p, Shape 
 }
 
 __global__ void __launch_bounds__(kThreads) attn_combine(AttnParams p, Shape sh, const float* part) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   const size_t th = blockIdx.x;  // token * n_head + head
   const int Dv = p.hd_v;
   const float* base = part + th * sh.n_split * (Dv + 2);
@@ -393,13 +436,14 @@ Status launch_attention(const AttnParams& p, float* scratch, cudaStream_t s) {
   const size_t smem = smem_floats(p, sh) * sizeof(float);
   const dim3 grid(static_cast<unsigned>(p.n_tok), static_cast<unsigned>(p.n_head_kv), static_cast<unsigned>(sh.n_split));
   if (auto* vec = vec_kernel(p)) {
-    vec<<<grid, kThreads, 0, s>>>(p, sh, scratch);
+    KILN_TRY(launch_pdl(vec, grid, dim3(kThreads), 0, s, p, sh, scratch));
   } else {
     attn_kernel<<<grid, kThreads, smem, s>>>(p, sh, scratch);
   }
   KILN_CUDA_LAUNCH_CHECK();
   if (sh.n_split > 1) {
-    attn_combine<<<static_cast<unsigned>(p.n_tok * p.n_head), kThreads, 0, s>>>(p, sh, scratch);
+    KILN_TRY(launch_pdl(attn_combine, dim3(static_cast<unsigned>(p.n_tok * p.n_head)), dim3(kThreads), 0, s, p, sh,
+                        static_cast<const float*>(scratch)));
     KILN_CUDA_LAUNCH_CHECK();
   }
   return Status::ok();

@@ -60,8 +60,11 @@ __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / 
 // blocks are scheduled as soon as every block of the previous kernel has called pdl_trigger() or exited), so the
 // launch latency and block ramp of kernel N+1 overlap the tail of kernel N: on a decode step of ~400 small kernels
 // that is the ~3 us gap between them. The invariant that keeps this exactly stream-ordered: a kernel launched with
-// launch_pdl() calls pdl_wait() before its first global memory access (read or write), and pdl_wait() returns only
-// once the previous kernel has completed and its writes are visible. pdl_trigger() right after pdl_wait() lets the
+// launch_pdl() calls pdl_wait() before its first global memory write and before any read of memory that a kernel
+// of the stream may write (activations, caches, outputs), and pdl_wait() returns only once the previous kernel has
+// completed and its writes are visible. The one exception on purpose: the GEMV kernels read their first weights
+// before pdl_wait (weights are written only by uploads, never during a step), so those loads overlap the previous
+// kernel's tail. pdl_trigger() right after pdl_wait() lets the
 // next kernel in at most one level deep. Below sm_90 both are no-ops and launch_pdl() is a plain launch.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -188,6 +188,8 @@ struct MatmulParams {
   float* y;
   size_t y_stride;
   bool accumulate;  // y += W x (+ bias)
+  // GEMV kernels: load the first weights before pdl_wait (set by the launchers from weight_prefetch()).
+  bool prefetch = true;
 };
 // Integer GEMV for n_tok <= kMmvqMaxTok tokens of quantized weights, activations from launch_quantize_act.
 constexpr int kMmvqMaxTok = 16;
@@ -211,8 +213,12 @@ struct MmvqGroup {
   unsigned blk_end[3];  // filled by the launcher
   int64_t n_in, n_tok;
   bool swiglu;
+  bool prefetch = true;  // as MatmulParams::prefetch
 };
 Status launch_mmvq_group(DType t, const MmvqGroup& g, const ActQ& a, cudaStream_t s);
+// Whether the GEMV kernels issue their first weight loads before pdl_wait (weights are never written during a
+// step, so they need not wait for the previous kernel). KILN_CUDA_PREFETCH=0 turns it off (A/B runs).
+bool weight_prefetch();
 // Rows per block of the bandwidth GEMV at one token (2; KILN_CUDA_MMVQ_RR=1|2|4 overrides it for A/B runs).
 int mmvq_fast_rows_1tok();
 // Float-weight GEMV (F32/F16/BF16) for n_tok <= kMmvqMaxTok; needs n_in % 8 == 0 and 16-byte aligned rows.

@@ -32,18 +32,22 @@ __device__ __forceinline__ void load8(const uint8_t* row, int64_t i, float (&w)[
 
 template <DType T, int NC>
 __global__ void __launch_bounds__(kWarps * kWarp) mmvf_kernel(MatmulParams p) {
-  pdl_enter();  // launched with launch_pdl (common.cuh)
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  if (row >= p.n_out) return;
+  if (row >= p.n_out) return;  // a warp that exits counts as triggered (common.cuh)
   const uint8_t* wr = p.w + static_cast<size_t>(row) * p.w_row_bytes;
   float acc[NC];
 #pragma unroll
   for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
-#pragma unroll 2
+  // Pipelined (the next 8 weights in flight while these are used); the first load before pdl_wait (weights are not
+  // written during a step: mmvq_fast.cuh).
+  float w[8];
+  if (p.prefetch && 8 * lane < p.n_in) load8<T>(wr, 8 * lane, w);
+  pdl_enter();  // launched with launch_pdl (common.cuh)
+  if (!p.prefetch && 8 * lane < p.n_in) load8<T>(wr, 8 * lane, w);
   for (int64_t i = 8 * lane; i < p.n_in; i += 8 * kWarp) {
-    float w[8];
-    load8<T>(wr, i, w);
+    float wn[8];
+    if (i + 8 * kWarp < p.n_in) load8<T>(wr, i + 8 * kWarp, wn);
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
       if (NC > 1 && c >= p.n_tok) break;
@@ -51,6 +55,8 @@ __global__ void __launch_bounds__(kWarps * kWarp) mmvf_kernel(MatmulParams p) {
       const float4 a = x[0], b = x[1];
       acc[c] += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z + w[7] * b.w;
     }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) w[k] = wn[k];
   }
 #pragma unroll
   for (int c = 0; c < NC; ++c) acc[c] = warp_sum(acc[c]);
@@ -68,7 +74,9 @@ __global__ void __launch_bounds__(kWarps * kWarp) mmvf_kernel(MatmulParams p) {
 template <DType T, int NC>
 Status run_nc(const MatmulParams& p, cudaStream_t s) {
   auto* const kernel = mmvf_kernel<T, NC>;
-  KILN_TRY(launch_pdl(kernel, dim3(static_cast<unsigned>((p.n_out + kWarps - 1) / kWarps)), dim3(kWarps * kWarp), 0, s, p));
+  MatmulParams q = p;
+  q.prefetch = weight_prefetch();
+  KILN_TRY(launch_pdl(kernel, dim3(static_cast<unsigned>((p.n_out + kWarps - 1) / kWarps)), dim3(kWarps * kWarp), 0, s, q));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }

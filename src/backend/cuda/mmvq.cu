@@ -23,6 +23,14 @@ bool mmvq_fast_supports(DType t) {
   return on && (t == DType::Q4_K || t == DType::Q6_K);
 }
 
+bool weight_prefetch() {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_CUDA_PREFETCH");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+
 // H200, llama3-8b q4_k_m tg128 (2 rounds each): RR 4 226.8/226.3, RR 2 228.6/228.4, RR 1 213.5/211.9 t/s; RR 2 at
 // 56 registers (SwiGLU 64) keeps 8-9 blocks per SM resident against 6 at RR 4 (80 / 88).
 int mmvq_fast_rows_1tok() {

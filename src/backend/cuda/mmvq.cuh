@@ -20,21 +20,29 @@ constexpr int kMmvqWarps = 4;
 
 template <DType T, int NC>
 __global__ void __launch_bounds__(kMmvqWarps * kWarp) mmvq_kernel(MatmulParams p, ActQ a) {
-  pdl_enter();  // launched with launch_pdl (common.cuh)
   constexpr int kSubs = QTraits<T>::kElems / 32, kBytes = QTraits<T>::kBytes;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kMmvqWarps + warp;
-  if (row >= p.n_out) return;
+  if (row >= p.n_out) return;  // a warp that exits counts as triggered (common.cuh)
   const uint8_t* wr = p.w + static_cast<size_t>(row) * p.w_row_bytes;
   const int n_sub = static_cast<int>(p.n_in / 32);
   float acc[NC];
 #pragma unroll
   for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
-#pragma unroll 2
+  // Pipelined over the lane's sub-blocks (sub-block s + 32 decoded while s is dotted); the first is decoded before
+  // pdl_wait (weights are not written during a step; mmvq_fast.cuh says why this pays).
+  int q[8];
+  float d[2], m[2];
+  const auto dec = [&](int s, int (&qq)[8], float (&dd)[2], float (&mm)[2]) {
+    decode32<T>(wr + static_cast<size_t>(s / kSubs) * kBytes, s % kSubs, qq, dd, mm);
+  };
+  if (p.prefetch && lane < n_sub) dec(lane, q, d, m);
+  pdl_enter();  // launched with launch_pdl (common.cuh)
+  if (!p.prefetch && lane < n_sub) dec(lane, q, d, m);
   for (int s = lane; s < n_sub; s += kWarp) {
-    int q[8];
-    float d[2], m[2];
-    decode32<T>(wr + static_cast<size_t>(s / kSubs) * kBytes, s % kSubs, q, d, m);
+    int qn[8];
+    float dn[2], mn[2];
+    if (s + kWarp < n_sub) dec(s + kWarp, qn, dn, mn);
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
       if (NC > 1 && c >= p.n_tok) break;
@@ -51,6 +59,9 @@ __global__ void __launch_bounds__(kMmvqWarps * kWarp) mmvq_kernel(MatmulParams p
       s1 = __dp4a(q[7], a1.w, s1);
       acc[c] += ds.x * (d[0] * static_cast<float>(s0) + d[1] * static_cast<float>(s1)) + m[0] * ds.y + m[1] * ds.z;
     }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) q[k] = qn[k];
+    d[0] = dn[0], d[1] = dn[1], m[0] = mn[0], m[1] = mn[1];
   }
 #pragma unroll
   for (int c = 0; c < NC; ++c) acc[c] = warp_sum(acc[c]);
@@ -69,7 +80,9 @@ template <DType T, int NC>
 Status mmvq_launch_nc(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
   const unsigned grid = static_cast<unsigned>((p.n_out + kMmvqWarps - 1) / kMmvqWarps);
   auto* const kernel = mmvq_kernel<T, NC>;
-  KILN_TRY(launch_pdl(kernel, dim3(grid), dim3(kMmvqWarps * kWarp), 0, s, p, a));
+  MatmulParams q = p;
+  q.prefetch = weight_prefetch();
+  KILN_TRY(launch_pdl(kernel, dim3(grid), dim3(kMmvqWarps * kWarp), 0, s, q, a));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }

@@ -124,7 +124,6 @@ template <> struct FastK<DType::Q6_K> {
 
 template <DType T, int NC, int RR, bool SW>
 __global__ void __launch_bounds__(kMmvqFastThreads) mmvq_fast_kernel(MmvqGroup g, ActQ a) {
-  pdl_enter();  // launched with launch_pdl (common.cuh)
   using K = FastK<T>;
   constexpr int RH = SW ? RR / 2 : RR, kW = kMmvqFastThreads / kWarp;
   static_assert(!SW || RR % 2 == 0, "SwiGLU pairs gate and up rows");
@@ -145,12 +144,24 @@ __global__ void __launch_bounds__(kMmvqFastThreads) mmvq_fast_kernel(MmvqGroup g
   for (int i = 0; i < RR; ++i)
 #pragma unroll
     for (int c = 0; c < NC; ++c) acc[i][c] = 0.0f;
-#pragma unroll 2
-  for (int ch = threadIdx.x; ch < n_chunk; ch += kMmvqFastThreads) {
+  // Software pipeline over the thread's chunks: the weights of chunk ch + 128 are in flight while chunk ch is
+  // dotted. The first chunk's weights are loaded BEFORE pdl_wait: weights are never written during a step, so
+  // under programmatic dependent launch a block that becomes resident while the previous kernel drains already has
+  // its first loads (at n_in 4096 all of its weight bytes: 128 chunks, one per thread) in flight. Activations (the
+  // previous kernel's output) are read only after pdl_wait.
+  const auto load_w = [&](typename K::W (&w)[RR], int ch) {
     const int sb = ch / K::kCps, u = ch % K::kCps;
-    typename K::W w[RR];
 #pragma unroll
     for (int i = 0; i < RR; ++i) w[i] = K::load(wr[i] + static_cast<size_t>(sb) * QTraits<T>::kBytes, u);
+  };
+  typename K::W w[RR];
+  if (g.prefetch && threadIdx.x < n_chunk) load_w(w, threadIdx.x);
+  pdl_enter();  // launched with launch_pdl (common.cuh)
+  if (!g.prefetch && threadIdx.x < n_chunk) load_w(w, threadIdx.x);
+  for (int ch = threadIdx.x; ch < n_chunk; ch += kMmvqFastThreads) {
+    const int sb = ch / K::kCps, u = ch % K::kCps;
+    typename K::W wn[RR];
+    if (ch + kMmvqFastThreads < n_chunk) load_w(wn, ch + kMmvqFastThreads);
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
       if (NC > 1 && c >= g.n_tok) break;
@@ -158,6 +169,8 @@ __global__ void __launch_bounds__(kMmvqFastThreads) mmvq_fast_kernel(MmvqGroup g
 #pragma unroll
       for (int i = 0; i < RR; ++i) acc[i][c] += K::dot(w[i], x, u);
     }
+#pragma unroll
+    for (int i = 0; i < RR; ++i) w[i] = wn[i];
   }
   __shared__ float red[kW][RR * NC];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -198,6 +211,7 @@ Status mmvq_fast_launch(MmvqGroup g, const ActQ& a, cudaStream_t s) {
     g.blk_end[i] = blocks;
   }
   if (blocks == 0) return Status::ok();
+  g.prefetch = weight_prefetch();
   auto* const kernel = mmvq_fast_kernel<T, NC, RR, SW>;
   KILN_TRY(launch_pdl(kernel, dim3(blocks), dim3(kMmvqFastThreads), 0, s, g, a));
   KILN_CUDA_LAUNCH_CHECK();

@@ -47,7 +47,6 @@ if [[ " $STAGES " == *" bench "* ]]; then
   done | tee "$OUT/bench.txt"
   for d in ${DEPTHS:-8192 32768}; do
     echo "kiln d$d: $($K bench -m $M -p 0 -n 128 -d $d -r 2 2>&1 | grep -E 'tg128' | tr -s ' ')"
-    [ "$d" = 32768 ] && echo "kiln d$d splits 64: $(KILN_CUDA_ATTN_SPLITS=64 $K bench -m $M -p 0 -n 128 -d $d -r 2 2>&1 | grep -E 'tg128' | tr -s ' ')"
     [ -x $L ] && echo "llama.cpp d$d: $($L -m $M -p 0 -n 128 -d $d -r 2 -ngl 99 2>&1 | grep -E 'tg128' | tr -s ' ')"
   done | tee -a "$OUT/bench.txt"
   echo "== bench $(el) s"

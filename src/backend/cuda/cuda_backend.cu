@@ -381,11 +381,11 @@ Status CudaBackend::matmul_run(const Tensor& w, const Tensor& x, const Tensor& b
     } else {
       KILN_ASSIGN_OR_RETURN(a, quantize_act(x));
     }
-    if (p.n_tok <= kMmvqMaxTok) return launch_mmvq(p, a, stream_);
+    if (p.n_tok <= gemv_max_tok()) return launch_mmvq(p, a, stream_);
     return mmq_usable(p) ? launch_mmq(p, a, stream_) : launch_gemm(p, a, stream_);  // gemm: sm_75
   }
   if (mmvf_usable(p)) return launch_mmvf(p, stream_);
-  if (p.n_tok > kMmvqMaxTok && mmq_usable(p)) return launch_mmq(p, ActQ{}, stream_);  // F16 / BF16 tensor cores
+  if (mmq_usable(p)) return launch_mmq(p, ActQ{}, stream_);  // F16 / BF16 tensor cores (n_tok > gemv_max_tok())
   return launch_gemm(p, ActQ{}, stream_);
 }
 
@@ -400,7 +400,7 @@ Status CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& bias,
 Status CudaBackend::matmul_outs_q(const Tensor& x, const MatmulOut* outs, int n, const ActQ& a) {
   for (int i = 0; i < n;) {
     const DType t = outs[i].w.dtype;
-    if (!mmvq_fast_supports(t) || x.n_rows() > kMmvqMaxTok) {
+    if (!mmvq_fast_supports(t) || x.n_rows() > gemv_max_tok()) {
       KILN_TRY(matmul_run(outs[i].w, x, outs[i].bias, outs[i].dst, false, &a));
       ++i;
       continue;
@@ -454,7 +454,7 @@ Status CudaBackend::matmul_add(const Tensor& w, const Tensor& x, const Tensor& b
 Status CudaBackend::matmul_swiglu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, const Tensor& g,
                                   const Tensor& u) {
   const DType t = w_gate.dtype;
-  if (!mmvq_fast_supports(t) || w_up.dtype != t || x.n_rows() > kMmvqMaxTok || !g.valid() || !w_up.valid() ||
+  if (!mmvq_fast_supports(t) || w_up.dtype != t || x.n_rows() > gemv_max_tok() || !g.valid() || !w_up.valid() ||
       w_gate.n_rows() != w_up.n_rows()) {
     const MatmulOut outs[] = {{w_gate, Tensor{}, g}, {w_up, Tensor{}, u}};
     KILN_TRY(matmul_group(x, outs, 2));

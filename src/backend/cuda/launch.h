@@ -191,8 +191,14 @@ struct MatmulParams {
   // GEMV kernels: load the first weights before pdl_wait (set by the launchers from weight_prefetch()).
   bool prefetch = true;
 };
-// Integer GEMV for n_tok <= kMmvqMaxTok tokens of quantized weights, activations from launch_quantize_act.
-constexpr int kMmvqMaxTok = 16;
+// Integer GEMV for n_tok <= kGemvMaxTok tokens of quantized weights, activations from launch_quantize_act: one
+// launch per kMmvqMaxTok tokens (the weights are read once per pass). The backend takes the GEMVs (mmvq, mmvq
+// group, mmvf) up to gemv_max_tok() tokens (kGemvMaxTok; KILN_CUDA_GEMV_TOK=16..64 for A/B runs) and the GEMM
+// (mmq) above: at 17..64 tokens the tile grid of the GEMM is 1 token tile wide and latency-bound.
+constexpr int kMmvqMaxTok = 16, kGemvMaxTok = 64;
+int gemv_max_tok();
+// Rows [t0, t0 + n) of quantized activations.
+ActQ act_rows(const ActQ& a, int64_t t0, int64_t n);
 bool mmvq_supports(DType t);
 Status launch_mmvq(const MatmulParams& p, const ActQ& a, cudaStream_t s);
 // The bandwidth GEMV (mmvq_fast.cuh) for Q4_K / Q6_K: up to 3 products of one input in one launch (q/k/v,
@@ -221,7 +227,10 @@ Status launch_mmvq_group(DType t, const MmvqGroup& g, const ActQ& a, cudaStream_
 bool weight_prefetch();
 // Rows per block of the bandwidth GEMV at one token (2; KILN_CUDA_MMVQ_RR=1|2|4 overrides it for A/B runs).
 int mmvq_fast_rows_1tok();
-// Float-weight GEMV (F32/F16/BF16) for n_tok <= kMmvqMaxTok; needs n_in % 8 == 0 and 16-byte aligned rows.
+// Rows per block at 4..16 tokens: 4 (KILN_CUDA_MMVQ_RRB=1: the former 1, SwiGLU 2, for A/B runs).
+int mmvq_fast_rows_batch();
+// Float-weight GEMV (F32/F16/BF16) for n_tok <= kGemvMaxTok (passes of kMmvqMaxTok); needs n_in % 8 == 0 and
+// 16-byte aligned rows.
 bool mmvf_supports(DType t);
 bool mmvf_usable(const MatmulParams& p);
 Status launch_mmvf(const MatmulParams& p, cudaStream_t s);

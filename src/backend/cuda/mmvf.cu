@@ -4,6 +4,8 @@
 //   F32), f32 activations (two float4 per token), f32 FMA, shuffle reduction.
 // Numerics: weights converted exactly to f32, activations kept in f32 (the CPU rounds them to the weight type
 // first: relative difference ~2^-9 per activation for BF16, 2^-11 for F16, far inside the 1e-4 NMSE limit).
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/launch.h"
 
@@ -95,20 +97,26 @@ Status run(const MatmulParams& p, cudaStream_t s) {
 bool mmvf_supports(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 bool mmvf_usable(const MatmulParams& p) {
-  return mmvf_supports(p.type) && p.n_tok <= kMmvqMaxTok && p.n_in % 8 == 0 && p.w_row_bytes % 16 == 0 &&
+  return mmvf_supports(p.type) && p.n_tok <= gemv_max_tok() && p.n_in % 8 == 0 && p.w_row_bytes % 16 == 0 &&
          reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
          p.x_stride % 4 == 0;
 }
 
 Status launch_mmvf(const MatmulParams& p, cudaStream_t s) {
   if (p.n_tok == 0 || p.n_out == 0) return Status::ok();
-  switch (p.type) {
-    case DType::F32: return run<DType::F32>(p, s);
-    case DType::F16: return run<DType::F16>(p, s);
-    case DType::BF16: return run<DType::BF16>(p, s);
-    default: break;
+  for (int64_t t0 = 0; t0 < p.n_tok; t0 += kMmvqMaxTok) {  // passes of 16 tokens (launch.h)
+    MatmulParams q = p;
+    q.n_tok = std::min<int64_t>(kMmvqMaxTok, p.n_tok - t0);
+    q.x = p.x + static_cast<size_t>(t0) * p.x_stride;
+    q.y = p.y + static_cast<size_t>(t0) * p.y_stride;
+    switch (p.type) {
+      case DType::F32: KILN_TRY(run<DType::F32>(q, s)); break;
+      case DType::F16: KILN_TRY(run<DType::F16>(q, s)); break;
+      case DType::BF16: KILN_TRY(run<DType::BF16>(q, s)); break;
+      default: return make_error(ErrorCode::kUnsupported, "mmvf: weight type %s", dtype_name(p.type));
+    }
   }
-  return make_error(ErrorCode::kUnsupported, "mmvf: weight type %s", dtype_name(p.type));
+  return Status::ok();
 }
 
 }  // namespace kiln::cuda

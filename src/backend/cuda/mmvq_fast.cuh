@@ -51,25 +51,39 @@ template <> struct FastK<DType::Q4_K> {
     a.d1 = ds[8 * sb + 2 * j + 1];
     return a;
   }
-  static __device__ __forceinline__ float dot(const W& w, const A& a, int u) {
-    const int j = u >> 1, h = u & 1;
+  // The weight side of a chunk decoded once for all tokens: nibbles of sub-blocks 2j (q0) and 2j+1 (q1), d * sc,
+  // dmin and the two mins.
+  struct P {
+    int q0[4], q1[4];
+    float dsc0, dsc1, dmin, m0, m1;
+  };
+  static __device__ __forceinline__ P prep(const W& w, int u) {
+    const int j = u >> 1;
     int sc0, m0, sc1, m1;
     kq_scale_min(2 * j, w.hdr.y, w.hdr.z, w.hdr.w, &sc0, &m0);
     kq_scale_min(2 * j + 1, w.hdr.y, w.hdr.z, w.hdr.w, &sc1, &m1);
-    const float d = h2f(static_cast<uint16_t>(w.hdr.x)), dmin = h2f(static_cast<uint16_t>(w.hdr.x >> 16));
-    const uint32_t m = 0x0F0F0F0Fu;
-    int s0 = __dp4a(static_cast<int>(w.qs.x & m), a.a0.x, 0);
-    s0 = __dp4a(static_cast<int>(w.qs.y & m), a.a0.y, s0);
-    s0 = __dp4a(static_cast<int>(w.qs.z & m), a.a0.z, s0);
-    s0 = __dp4a(static_cast<int>(w.qs.w & m), a.a0.w, s0);
-    int s1 = __dp4a(static_cast<int>((w.qs.x >> 4) & m), a.a1.x, 0);
-    s1 = __dp4a(static_cast<int>((w.qs.y >> 4) & m), a.a1.y, s1);
-    s1 = __dp4a(static_cast<int>((w.qs.z >> 4) & m), a.a1.z, s1);
-    s1 = __dp4a(static_cast<int>((w.qs.w >> 4) & m), a.a1.w, s1);
+    const float d = h2f(static_cast<uint16_t>(w.hdr.x));
+    const uint32_t m = 0x0F0F0F0Fu, q[4] = {w.qs.x, w.qs.y, w.qs.z, w.qs.w};
+    P p;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) p.q0[k] = static_cast<int>(q[k] & m), p.q1[k] = static_cast<int>((q[k] >> 4) & m);
+    p.dsc0 = d * static_cast<float>(sc0), p.dsc1 = d * static_cast<float>(sc1);
+    p.dmin = h2f(static_cast<uint16_t>(w.hdr.x >> 16)), p.m0 = static_cast<float>(m0), p.m1 = static_cast<float>(m1);
+    return p;
+  }
+  static __device__ __forceinline__ float dot(const P& w, const A& a, int u) {
+    const int h = u & 1;
+    int s0 = __dp4a(w.q0[0], a.a0.x, 0);
+    s0 = __dp4a(w.q0[1], a.a0.y, s0);
+    s0 = __dp4a(w.q0[2], a.a0.z, s0);
+    s0 = __dp4a(w.q0[3], a.a0.w, s0);
+    int s1 = __dp4a(w.q1[0], a.a1.x, 0);
+    s1 = __dp4a(w.q1[1], a.a1.y, s1);
+    s1 = __dp4a(w.q1[2], a.a1.z, s1);
+    s1 = __dp4a(w.q1[3], a.a1.w, s1);
     const float S0 = h ? a.d0.z : a.d0.y, S1 = h ? a.d1.z : a.d1.y;
-    return a.d0.x * (d * static_cast<float>(sc0)) * static_cast<float>(s0) +
-           a.d1.x * (d * static_cast<float>(sc1)) * static_cast<float>(s1) -
-           dmin * (static_cast<float>(m0) * S0 + static_cast<float>(m1) * S1);
+    return a.d0.x * w.dsc0 * static_cast<float>(s0) + a.d1.x * w.dsc1 * static_cast<float>(s1) -
+           w.dmin * (w.m0 * S0 + w.m1 * S1);
   }
 };
 
@@ -107,18 +121,28 @@ template <> struct FastK<DType::Q6_K> {
     }
     return a;
   }
-  static __device__ __forceinline__ float dot(const W& w, const A& a, int) {
+  // The weight side decoded once for all tokens: the 4 groups' signed 6-bit quants, their scales, d.
+  struct P {
+    int q[4];
+    float sc[4], d;
+  };
+  static __device__ __forceinline__ P prep(const W& w, int) {
     const uint32_t m = 0x0F0F0F0Fu, m2 = 0x03030303u;
-    const int q0 = static_cast<int>(__vsub4((w.qla & m) | ((w.qh & m2) << 4), 0x20202020u));
-    const int q1 = static_cast<int>(__vsub4((w.qlb & m) | (((w.qh >> 2) & m2) << 4), 0x20202020u));
-    const int q2 = static_cast<int>(__vsub4(((w.qla >> 4) & m) | (((w.qh >> 4) & m2) << 4), 0x20202020u));
-    const int q3 = static_cast<int>(__vsub4(((w.qlb >> 4) & m) | (((w.qh >> 6) & m2) << 4), 0x20202020u));
-    const float sc0 = static_cast<float>(static_cast<int8_t>(w.sc)), sc1 = static_cast<float>(static_cast<int8_t>(w.sc >> 8));
-    const float sc2 = static_cast<float>(static_cast<int8_t>(w.sc >> 16)), sc3 = static_cast<float>(static_cast<int8_t>(w.sc >> 24));
-    return w.d * (a.d[0] * sc0 * static_cast<float>(__dp4a(q0, a.q[0], 0)) +
-                  a.d[1] * sc1 * static_cast<float>(__dp4a(q1, a.q[1], 0)) +
-                  a.d[2] * sc2 * static_cast<float>(__dp4a(q2, a.q[2], 0)) +
-                  a.d[3] * sc3 * static_cast<float>(__dp4a(q3, a.q[3], 0)));
+    P p;
+    p.q[0] = static_cast<int>(__vsub4((w.qla & m) | ((w.qh & m2) << 4), 0x20202020u));
+    p.q[1] = static_cast<int>(__vsub4((w.qlb & m) | (((w.qh >> 2) & m2) << 4), 0x20202020u));
+    p.q[2] = static_cast<int>(__vsub4(((w.qla >> 4) & m) | (((w.qh >> 4) & m2) << 4), 0x20202020u));
+    p.q[3] = static_cast<int>(__vsub4(((w.qlb >> 4) & m) | (((w.qh >> 6) & m2) << 4), 0x20202020u));
+#pragma unroll
+    for (int k = 0; k < 4; ++k) p.sc[k] = static_cast<float>(static_cast<int8_t>(w.sc >> (8 * k)));
+    p.d = w.d;
+    return p;
+  }
+  static __device__ __forceinline__ float dot(const P& w, const A& a, int) {
+    return w.d * (a.d[0] * w.sc[0] * static_cast<float>(__dp4a(w.q[0], a.q[0], 0)) +
+                  a.d[1] * w.sc[1] * static_cast<float>(__dp4a(w.q[1], a.q[1], 0)) +
+                  a.d[2] * w.sc[2] * static_cast<float>(__dp4a(w.q[2], a.q[2], 0)) +
+                  a.d[3] * w.sc[3] * static_cast<float>(__dp4a(w.q[3], a.q[3], 0)));
   }
 };
 
@@ -160,6 +184,9 @@ __global__ void __launch_bounds__(kMmvqFastThreads) mmvq_fast_kernel(MmvqGroup g
   if (!g.prefetch && threadIdx.x < n_chunk) load_w(w, threadIdx.x);
   for (int ch = threadIdx.x; ch < n_chunk; ch += kMmvqFastThreads) {
     const int sb = ch / K::kCps, u = ch % K::kCps;
+    typename K::P pw[RR];  // decoded once, used by every token
+#pragma unroll
+    for (int i = 0; i < RR; ++i) pw[i] = K::prep(w[i], u);
     typename K::W wn[RR];
     if (ch + kMmvqFastThreads < n_chunk) load_w(wn, ch + kMmvqFastThreads);
 #pragma unroll
@@ -167,7 +194,7 @@ __global__ void __launch_bounds__(kMmvqFastThreads) mmvq_fast_kernel(MmvqGroup g
       if (NC > 1 && c >= g.n_tok) break;
       const typename K::A x = K::load_act(a.qs + c * a.qs_stride, a.ds + c * a.ds_stride, sb, u);
 #pragma unroll
-      for (int i = 0; i < RR; ++i) acc[i][c] += K::dot(w[i], x, u);
+      for (int i = 0; i < RR; ++i) acc[i][c] += K::dot(pw[i], x, u);
     }
 #pragma unroll
     for (int i = 0; i < RR; ++i) w[i] = wn[i];
@@ -219,7 +246,9 @@ Status mmvq_fast_launch(MmvqGroup g, const ActQ& a, cudaStream_t s) {
 }
 
 // Rows per block (RR) by token count: at 1 token mmvq_fast_rows_1tok() (mmvq.cu: 2, or KILN_CUDA_MMVQ_RR for A/B
-// runs; with SwiGLU at least 2: a gate and an up row); 2 tokens: 2 (SwiGLU 4); more: 1 (SwiGLU 2).
+// runs; with SwiGLU at least 2: a gate and an up row); 2 tokens: 2 (SwiGLU 4); 4..16 tokens:
+// mmvq_fast_rows_batch() (4, SwiGLU 4 = 2 gate + 2 up rows: each activation load serves 4 rows; at 1 row per block
+// the 8-token q/k/v product read 16 times its weight bytes of activations through L1 and ran at 0.48 TB/s).
 template <DType T, bool SW>
 Status mmvq_fast_nc(const MmvqGroup& g, const ActQ& a, cudaStream_t s) {
   if (g.n_tok <= 1) {
@@ -230,9 +259,10 @@ Status mmvq_fast_nc(const MmvqGroup& g, const ActQ& a, cudaStream_t s) {
     return mmvq_fast_launch<T, 1, SW, 4>(g, a, s);
   }
   if (g.n_tok <= 2) return mmvq_fast_launch<T, 2, SW, SW ? 4 : 2>(g, a, s);
-  if (g.n_tok <= 4) return mmvq_fast_launch<T, 4, SW, SW ? 2 : 1>(g, a, s);
-  if (g.n_tok <= 8) return mmvq_fast_launch<T, 8, SW, SW ? 2 : 1>(g, a, s);
-  return mmvq_fast_launch<T, 16, SW, SW ? 2 : 1>(g, a, s);
+  const bool wide = mmvq_fast_rows_batch() == 4;
+  if (g.n_tok <= 4) return wide ? mmvq_fast_launch<T, 4, SW, 4>(g, a, s) : mmvq_fast_launch<T, 4, SW, SW ? 2 : 1>(g, a, s);
+  if (g.n_tok <= 8) return wide ? mmvq_fast_launch<T, 8, SW, 4>(g, a, s) : mmvq_fast_launch<T, 8, SW, SW ? 2 : 1>(g, a, s);
+  return wide ? mmvq_fast_launch<T, 16, SW, 4>(g, a, s) : mmvq_fast_launch<T, 16, SW, SW ? 2 : 1>(g, a, s);
 }
 
 template <DType T>

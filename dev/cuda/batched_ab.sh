@@ -10,8 +10,8 @@ L=/tmp/llama-batched-bench
 kb() { $K bench -m $M -p 0 -n 128 -d 128 -np $NPL -r 2 2>&1 | grep -E 'tg128' | sed -E 's/.*\| +(tg128[^|]*)\| +([0-9.]+) .*/\1 \2/' | tr '\n' ';'; }
 for r in 1 2; do
   echo "kiln round $r: $(kb)"
-  echo "kiln RRB=1 round $r: $(KILN_CUDA_MMVQ_RRB=1 kb)"
-  echo "kiln GEMV_TOK=16 round $r: $(KILN_CUDA_GEMV_TOK=16 kb)"
+  [ $r = 1 ] && echo "kiln RRB=1 round $r: $(KILN_CUDA_MMVQ_RRB=1 kb)"
+  [ $r = 1 ] && echo "kiln GEMV_TOK=16 round $r: $(KILN_CUDA_GEMV_TOK=16 kb)"
   [ -x $L ] && { $L -m $M -c 16640 -b 2048 -ub 512 -npp 128 -ntg 128 -npl $NPL -ngl 99 -fa on > $OUT/batched_bench_$r.txt 2>&1 \
     || $L -m $M -c 16640 -b 2048 -ub 512 -npp 128 -ntg 128 -npl $NPL -ngl 99 -fa > $OUT/batched_bench_$r.txt 2>&1;
     echo "llama.cpp round $r: $(grep -E '^\|' $OUT/batched_bench_$r.txt | tail -n +3 | awk -F'|' '{print "np"$4+0, $9+0}' | tr '\n' ';')"; }

@@ -1,8 +1,149 @@
 #include "backend/placement.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "util/thread_pool.h"
+
+#ifdef KILN_HAVE_CUDA
+#include "backend/cuda/comm_nccl.h"
+#endif
 
 namespace kiln {
+
+Result<SplitMode> parse_split_mode(const std::string& s) {
+  if (s == "none") return SplitMode::kNone;
+  if (s == "layer") return SplitMode::kLayer;
+  if (s == "tensor" || s == "row") return SplitMode::kTensor;  // "row": llama.cpp's name for its tensor split
+  return make_error(ErrorCode::kInvalidArgument, "--split-mode: '%s' is not none, layer or tensor", s.c_str());
+}
+
+const char* split_mode_name(SplitMode m) {
+  return m == SplitMode::kLayer ? "layer" : m == SplitMode::kTensor ? "tensor" : "none";
+}
+
+Result<std::vector<float>> parse_tensor_split(const std::string& s) {
+  std::vector<float> out;
+  size_t i = 0;
+  double sum = 0;
+  while (true) {
+    const size_t j = s.find_first_of(",/", i);  // llama.cpp accepts both separators
+    const std::string part = s.substr(i, j == std::string::npos ? std::string::npos : j - i);
+    char* end = nullptr;
+    const double v = part.empty() ? -1 : std::strtod(part.c_str(), &end);
+    if (part.empty() || !end || *end != '\0' || !std::isfinite(v) || v < 0 || v > 1e6)
+      return make_error(ErrorCode::kInvalidArgument, "--tensor-split: '%s' is not a list of proportions >= 0 "
+                        "(e.g. 3,1)", s.c_str());
+    out.push_back(static_cast<float>(v));
+    sum += v;
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  if (out.size() > 64) return make_error(ErrorCode::kInvalidArgument, "--tensor-split: more than 64 proportions");
+  if (sum <= 0) return make_error(ErrorCode::kInvalidArgument, "--tensor-split: '%s' has no share > 0", s.c_str());
+  return out;
+}
+
+namespace {
+
+int count_gpus() {
+  auto devs = list_devices();
+  int n = 0;
+  if (devs)
+    for (const DeviceInfo& d : *devs) n += d.id.rfind("cuda:", 0) == 0;
+  return n;
+}
+
+}  // namespace
+
+Result<std::vector<std::string>> resolve_device_list(const std::string& device, SplitMode mode, int main_gpu) {
+  std::vector<std::string> ids;
+  const int n_gpu = count_gpus();
+  if (main_gpu < 0 || (main_gpu > 0 && main_gpu >= n_gpu))
+    return make_error(ErrorCode::kInvalidArgument, "--main-gpu: %d is not a GPU of this machine (%d present)",
+                      main_gpu, n_gpu);
+  if (device.find(',') != std::string::npos) {
+    size_t i = 0;
+    while (true) {
+      const size_t j = device.find(',', i);
+      std::string id = device.substr(i, j == std::string::npos ? std::string::npos : j - i);
+      if (id.empty() || id == "auto" || id == "cuda")
+        return make_error(ErrorCode::kInvalidArgument, "--device: '%s': a list names each device (cpu, cuda:N), "
+                          "got '%s'", device.c_str(), id.c_str());
+      ids.push_back(id);
+      if (j == std::string::npos) break;
+      i = j + 1;
+    }
+    if (mode == SplitMode::kNone)
+      return make_error(ErrorCode::kInvalidArgument, "--device: the list '%s' needs --split-mode layer or tensor",
+                        device.c_str());
+    for (size_t a = 0; a < ids.size(); ++a)
+      for (size_t b = a + 1; b < ids.size(); ++b)
+        if (ids[a] == ids[b] && ids[a] != "cpu")
+          return make_error(ErrorCode::kInvalidArgument, "--device: '%s' names %s twice", device.c_str(),
+                            ids[a].c_str());
+    return ids;
+  }
+  const std::string id = resolve_device(device);
+  if (mode != SplitMode::kNone && (device == "auto" || device == "cuda") && n_gpu > 1) {
+    for (int g = 0; g < n_gpu; ++g) ids.push_back("cuda:" + std::to_string(g));
+    return ids;
+  }
+  if (mode == SplitMode::kNone && main_gpu > 0 && (device == "auto" || device == "cuda"))
+    return std::vector<std::string>{"cuda:" + std::to_string(main_gpu)};
+  return std::vector<std::string>{id};
+}
+
+Result<TensorParallelGroup> make_tensor_parallel_group(const DeviceRequest& req) {
+  if (req.split_mode != SplitMode::kTensor)
+    return make_error(ErrorCode::kInternal, "make_tensor_parallel_group: split mode is %s",
+                      split_mode_name(req.split_mode));
+  KILN_ASSIGN_OR_RETURN(std::vector<std::string> ids,
+                        resolve_device_list(req.device, req.split_mode, req.main_gpu));
+  if (ids.size() < 2)
+    return make_error(ErrorCode::kInvalidArgument, "--split-mode tensor: needs at least 2 devices (got '%s'; name "
+                      "them with --device cuda:0,cuda:1, or cpu,cpu for CPU ranks)", req.device.c_str());
+  if (!req.tensor_split.empty()) {
+    if (req.tensor_split.size() != ids.size())
+      return make_error(ErrorCode::kInvalidArgument, "--tensor-split: %zu proportions for %zu devices",
+                        req.tensor_split.size(), ids.size());
+    for (float f : req.tensor_split)
+      if (f != req.tensor_split[0])
+        return make_error(ErrorCode::kInvalidArgument, "--tensor-split: --split-mode tensor needs equal shares "
+                          "(kiln shards every matrix evenly across the ranks)");
+  }
+  if (req.n_gpu_layers != -1)
+    return make_error(ErrorCode::kInvalidArgument, "-ngl: --split-mode tensor runs every layer on the ranks (-ngl %d "
+                      "is not -1)", req.n_gpu_layers);
+  TensorParallelGroup g;
+  BackendOptions bo = req.backend;
+  const bool cpu = ids[0] == "cpu";
+  if (cpu && bo.n_threads == 0) bo.n_threads = std::max(1, default_thread_count() / static_cast<int>(ids.size()));
+  for (const std::string& id : ids) {
+    if ((id == "cpu") != cpu)
+      return make_error(ErrorCode::kInvalidArgument, "--device: '%s' mixes CPU and GPU ranks (tensor parallel ranks "
+                        "are all CPU or all GPUs)", req.device.c_str());
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, create_backend(id, bo));
+    g.ranks.push_back(std::shared_ptr<Backend>(std::move(b)));
+  }
+  std::vector<std::unique_ptr<Communicator>> comms;
+  if (g.ranks[0]->host_memory()) {
+    KILN_ASSIGN_OR_RETURN(comms, make_local_group(g.size()));
+  } else {
+#ifdef KILN_HAVE_CUDA
+    std::vector<Backend*> bs;
+    for (const auto& b : g.ranks) bs.push_back(b.get());
+    auto c = cuda::make_nccl_group(bs);
+    if (!c) return c.status().with_context("--split-mode tensor");
+    comms = std::move(c).value();
+#else
+    return make_error(ErrorCode::kUnsupported, "--split-mode tensor: GPU ranks need a CUDA build with NCCL");
+#endif
+  }
+  for (auto& c : comms) g.comms.push_back(std::shared_ptr<Communicator>(std::move(c)));
+  return g;
+}
 
 Status Placement::check(int64_t n_layer) const {
   if (static_cast<int64_t>(layers.size()) != n_layer)
@@ -32,6 +173,11 @@ int64_t Placement::n_offloaded() const {
 }
 
 std::string Placement::describe() const {
+  if (tp_ranks.size() > 1) {
+    std::string s = "tensor parallel over " + std::to_string(tp_ranks.size()) + " ranks (";
+    for (size_t r = 0; r < tp_ranks.size(); ++r) s += (r ? ", " : "") + std::string(tp_ranks[r]->name());
+    return s + ")";
+  }
   const std::vector<Backend*> bs = backends();
   if (bs.size() == 1) return bs[0]->name();
   std::string s;
@@ -60,12 +206,73 @@ std::string Placement::describe() const {
   return s;
 }
 
+namespace {
+
+// --split-mode layer over the devices `ids` (>= 2): the offloaded layers [first, n_layer) in consecutive runs, device
+// d taking its --tensor-split share (cumulative fractions rounded as llama.cpp: layer i goes to the first device
+// whose cumulative share exceeds (i - first) / n_off); the output on the last device that holds a layer (llama.cpp
+// counts the output as one more layer, so with -ngl <= n_layer it stays on the CPU); the input on the first
+// device when every layer and the output are offloaded, else on the CPU. CPU ids in the list are separate CPU
+// backend instances.
+Result<Placement> place_layer_split(const DeviceRequest& req, const std::vector<std::string>& ids, int64_t n_layer) {
+  std::vector<float> share = req.tensor_split;
+  if (share.empty()) share.assign(ids.size(), 1.0f);
+  if (share.size() != ids.size())
+    return make_error(ErrorCode::kInvalidArgument, "--tensor-split: %zu proportions for %zu devices", share.size(),
+                      ids.size());
+  std::vector<std::shared_ptr<Backend>> devs;
+  bool all_cpu = true;
+  for (const std::string& id : ids) {
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, create_backend(id, req.backend));
+    all_cpu = all_cpu && b->host_memory();
+    devs.push_back(std::shared_ptr<Backend>(std::move(b)));
+  }
+  const int64_t ngl = all_cpu || req.n_gpu_layers < 0 ? n_layer + 1 : req.n_gpu_layers;
+  const int64_t first = std::max<int64_t>(0, n_layer - ngl), n_off = n_layer - first;
+  const bool out_dev = ngl > n_layer;
+  std::shared_ptr<Backend> host;
+  if (first > 0 || !out_dev) {
+    KILN_ASSIGN_OR_RETURN(std::unique_ptr<Backend> c, create_backend("cpu", req.backend));
+    host = std::shared_ptr<Backend>(std::move(c));
+  }
+  double total = 0;
+  for (float f : share) total += f;
+  Placement p;
+  p.layers.resize(static_cast<size_t>(n_layer));
+  size_t last = 0;
+  for (int64_t i = 0; i < n_layer; ++i) {
+    if (i < first) {
+      p.layers[i] = host;
+      continue;
+    }
+    const double at = static_cast<double>(i - first) / static_cast<double>(n_off);
+    double cum = 0;
+    size_t d = 0;
+    for (; d + 1 < devs.size(); ++d) {
+      cum += share[d] / total;
+      if (at < cum) break;
+    }
+    p.layers[i] = devs[d];
+    last = d;
+  }
+  p.output = out_dev ? devs[last] : host;
+  p.input = first == 0 && out_dev ? p.layers[0] : (host ? host : p.layers[0]);
+  return p;
+}
+
+}  // namespace
+
 Result<Placement> place_layers(const DeviceRequest& req, int64_t n_layer) {
   if (n_layer <= 0) return make_error(ErrorCode::kInvalidArgument, "placement: n_layer %lld", (long long)n_layer);
   if (req.n_gpu_layers < -1)
     return make_error(ErrorCode::kInvalidArgument, "-ngl: must be >= 0, or -1 for all layers (got %d)",
                       req.n_gpu_layers);
-  const std::string id = resolve_device(req.device);
+  if (req.split_mode == SplitMode::kTensor)
+    return make_error(ErrorCode::kInternal, "placement: --split-mode tensor is a tensor-parallel group, not a "
+                      "placement");
+  KILN_ASSIGN_OR_RETURN(std::vector<std::string> ids, resolve_device_list(req.device, req.split_mode, req.main_gpu));
+  if (ids.size() > 1) return place_layer_split(req, ids, n_layer);
+  const std::string id = ids[0];
   Placement p;
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<Backend> main, create_backend(id, req.backend));
   std::shared_ptr<Backend> dev(std::move(main));

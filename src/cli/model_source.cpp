@@ -61,6 +61,44 @@ void add_model_options(ArgParser& args, ModelSource* src) {
               "with a GPU: the last N layers, then the output, on it; the rest on the CPU (default -1: all)");
   args.optional_value({"-fa", "--flash-attn"}, &src->flash_attn, {"on", "off", "auto"}, "on", "on|off|auto",
                       "accepted for llama.cpp's scripts; no effect (kiln's attention is always flash-style)");
+  args.option({"-sm", "--split-mode"}, &src->split_mode, "MODE",
+              "several devices: none (one device), layer (consecutive layers per device), tensor (every matrix "
+              "sharded across the devices; GPUs need NCCL; --device cpu,cpu runs two CPU ranks) (default none)");
+  args.option({"-ts", "--tensor-split"}, &src->tensor_split, "A,B,...",
+              "share of each device of --device (layer mode: layers in these proportions; tensor mode: equal only)");
+  args.option({"-mg", "--main-gpu"}, &src->main_gpu, "N",
+              "split mode none: the GPU to run on (cuda:N) (default 0)");
+}
+
+Result<DeviceRequest> device_request(const ModelSource& src) {
+  DeviceRequest r;
+  r.device = src.device;
+  r.n_gpu_layers = src.n_gpu_layers;
+  r.backend.n_threads = src.n_threads;
+  KILN_ASSIGN_OR_RETURN(r.split_mode, parse_split_mode(src.split_mode));
+  if (!src.tensor_split.empty()) {
+    KILN_ASSIGN_OR_RETURN(r.tensor_split, parse_tensor_split(src.tensor_split));
+  }
+  if (src.main_gpu < 0)
+    return make_error(ErrorCode::kInvalidArgument, "--main-gpu: must be >= 0 (got %d)", src.main_gpu);
+  r.main_gpu = src.main_gpu;
+  KILN_ASSIGN_OR_RETURN(std::vector<std::string> ids, resolve_device_list(r.device, r.split_mode, r.main_gpu));
+  if (!r.tensor_split.empty() && r.tensor_split.size() != ids.size())
+    return make_error(ErrorCode::kInvalidArgument, "--tensor-split: %zu proportions for %zu device%s (%s)",
+                      r.tensor_split.size(), ids.size(), ids.size() == 1 ? "" : "s", src.device.c_str());
+  if (r.split_mode == SplitMode::kTensor) {  // as make_tensor_parallel_group checks, before anything loads
+    if (ids.size() < 2)
+      return make_error(ErrorCode::kInvalidArgument, "--split-mode tensor: needs at least 2 devices (got '%s'; name "
+                        "them with --device cuda:0,cuda:1, or cpu,cpu for CPU ranks)", src.device.c_str());
+    for (float f : r.tensor_split)
+      if (f != r.tensor_split[0])
+        return make_error(ErrorCode::kInvalidArgument, "--tensor-split: --split-mode tensor needs equal shares "
+                          "(kiln shards every matrix evenly across the ranks)");
+    if (r.n_gpu_layers != -1)
+      return make_error(ErrorCode::kInvalidArgument, "-ngl: --split-mode tensor runs every layer on the ranks (-ngl "
+                        "%d is not -1)", r.n_gpu_layers);
+  }
+  return r;
 }
 
 Status check_model_options(ModelSource& src) {
@@ -76,8 +114,16 @@ Status check_model_options(ModelSource& src) {
     return make_error(ErrorCode::kInvalidArgument, "-ngl: must be >= 0, or -1 for all layers (got %d)",
                       src.n_gpu_layers);
   const std::string d = src.device;
-  if (!(d == "auto" || d == "cpu" || d == "cuda" || d.rfind("cuda:", 0) == 0))
-    return make_error(ErrorCode::kInvalidArgument, "--device: '%s' is not auto, cpu, cuda or cuda:N", d.c_str());
+  for (size_t i = 0;;) {  // each entry of a comma list
+    const size_t j = d.find(',', i);
+    const std::string e = d.substr(i, j == std::string::npos ? std::string::npos : j - i);
+    if (!(e == "auto" || e == "cpu" || e == "cuda" || e.rfind("cuda:", 0) == 0))
+      return make_error(ErrorCode::kInvalidArgument, "--device: '%s' is not auto, cpu, cuda or cuda:N (or a comma "
+                        "list of cpu / cuda:N)", d.c_str());
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  KILN_TRY(device_request(src).status());
   if (!src.flash_attn.empty())
     note_once("-fa", "kiln: -fa " + src.flash_attn +
                          " has no effect: kiln's attention is always flash-style (online softmax over KV blocks)");
@@ -88,9 +134,7 @@ Result<LoadedModel> load_model(const ModelSource& src_in, bool show_progress) {
   ModelSource src = src_in;
   KILN_TRY(check_model_options(src));
   LoadOptions opts;
-  opts.devices.device = src.device;
-  opts.devices.n_gpu_layers = src.n_gpu_layers;
-  opts.devices.backend.n_threads = src.n_threads;
+  KILN_ASSIGN_OR_RETURN(opts.devices, device_request(src));
   const bool tty = show_progress && isatty(STDERR_FILENO);  // no \r progress lines in logs and pipes
   std::string shown;
   if (tty)

@@ -40,11 +40,19 @@ struct ModelSource {
   int n_gpu_layers = -1;        // -ngl: the last N layers (then the output) on the GPU; -1: all
   std::string flash_attn;       // -fa on|off|auto ("": not given). Accepted for llama.cpp's scripts; no effect:
                                 // kiln's attention is always flash-style (online softmax, tiled)
+  // Several devices (backend/placement.h, SplitMode): --device takes a comma list (cuda:0,cuda:1; cpu,cpu for CPU
+  // ranks / instances), or cuda/auto means every GPU when the split mode is not none.
+  std::string split_mode = "none";  // --split-mode none|layer|tensor (-sm)
+  std::string tensor_split;         // --tensor-split A,B,... (-ts): proportions per device ("": equal)
+  int main_gpu = 0;                 // --main-gpu N (-mg)
 };
 
-// Registers -m/--model, -t/--threads, --device, -ngl/--n-gpu-layers and -fa/--flash-attn.
+// Registers -m/--model, -t/--threads, --device, -ngl/--n-gpu-layers, -fa/--flash-attn, -sm/--split-mode,
+// -ts/--tensor-split and -mg/--main-gpu.
 void add_model_options(ArgParser& args, ModelSource* src);
-// Checks -t, --device, -ngl and -fa before anything is loaded (-t above kMaxThreadsPerCore per core is capped with
+// The DeviceRequest the options name (--split-mode, --tensor-split and --device parsed; errors name the flag).
+Result<DeviceRequest> device_request(const ModelSource& src);
+// Checks -t, --device, -ngl, -fa, --split-mode, --tensor-split and --main-gpu before anything is loaded (-t above kMaxThreadsPerCore per core is capped with
 // a warning; -fa says once that it changes nothing).
 Status check_model_options(ModelSource& src);
 

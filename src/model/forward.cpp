@@ -45,7 +45,17 @@ Status self_attention(ForwardCtx& c, int64_t il) {
   if (il == hp.n_layer - 1 && c.n_out < c.n) KILN_TRY(keep_output_rows(c));
   if (c.n == 0) return Status::ok();
 
-  return be.matmul_add(L.wo, c.attn, Tensor{}, c.h, c.x);  // x += wo attn
+  return project_add(c, L.wo, c.attn);  // x += wo attn
+}
+
+Status project_add(ForwardCtx& c, const Tensor& W, const Tensor& a) {
+  Backend& be = *c.be;
+  if (!c.comm) return be.matmul_add(W, a, Tensor{}, c.h, c.x);
+  // Every rank holds the same x; h = this rank's partial product, summed over the ranks, then added once. (Adding x
+  // on rank 0 only and reducing x would save the add but round differently from the one-rank x + W a.)
+  KILN_TRY(be.matmul(W, a, Tensor{}, c.h));
+  KILN_TRY(c.comm->all_reduce_sum(c.h));
+  return be.add(c.x, c.h, c.x);
 }
 
 Status geglu_ffn(ForwardCtx& c, int64_t il) {
@@ -69,7 +79,7 @@ Status swiglu_ffn(ForwardCtx& c, int64_t il) {
   const LayerWeights& L = c.w->layers[il];
   KILN_TRY(be.rms_norm_for_matmul(c.x, L.ffn_norm, c.hp->rms_eps, c.h, L.w_gate.dtype));
   KILN_TRY(be.matmul_swiglu(L.w_gate, L.w_up, c.h, c.g, c.u));  // g = silu(gate h) * up h
-  return be.matmul_add(L.w_down, c.g, Tensor{}, c.h, c.x);     // x += down g
+  return project_add(c, L.w_down, c.g);                          // x += down g
 }
 
 Status keep_output_rows(ForwardCtx& c) {

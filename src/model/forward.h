@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/comm.h"
 #include "model/arch.h"
 
 namespace kiln {
@@ -39,6 +40,10 @@ struct ForwardCtx {
   // sequence slot, addressed through meta.seq_row, zeroed where meta.seq_reset.
   Tensor conv_state;  // F32 [(d_conv - 1) * conv_dim, max_seqs]
   Tensor ssm_state;   // F32 [head_v_dim * d_state * n_v_heads, max_seqs]
+  // Tensor parallel (model/tensor_parallel.h): this rank's communicator, nullptr on one rank. hp and w are then the
+  // rank's shard (n_head, n_head_kv, n_ff its own; wo and w_down its input columns), so the output projections give
+  // partial sums that the pieces all-reduce before the residual add.
+  Communicator* comm = nullptr;
 };
 
 // Consecutive [w, n] f32 tensors out of the scratch region c.s: each takes round_up(w, 16) * capacity floats, so
@@ -78,6 +83,12 @@ Status geglu_ffn(ForwardCtx& c, int64_t il);
 
 // h = rms_norm(x) * ffn_norm; x += down(silu(gate(h)) * up(h)).
 Status swiglu_ffn(ForwardCtx& c, int64_t il);
+
+// x += o, with o = W a computed as the sum over tensor-parallel ranks of each rank's input-column slice of W times
+// its slice of a (one all-reduce of h in f32: the residual stream is f32, and a bf16 sum would round it once per
+// sublayer; the partial sums are [n_embd, n] per rank, small next to the weights each rank reads). One rank:
+// matmul_add (the backend's fused op). Uses c.h as the output buffer.
+Status project_add(ForwardCtx& c, const Tensor& W, const Tensor& a);
 
 // Last layer, after attention: keeps only the rows of x and attn that want logits (the K/V of every token are
 // already in the cache, nothing after this point feeds another token) and shrinks the batch to them.

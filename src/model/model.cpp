@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "model/arch.h"
 #include "model/state.h"
+#include "model/tensor_parallel.h"
 #include "util/timer.h"
 
 namespace kiln {
@@ -168,6 +169,11 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
 
 Result<std::unique_ptr<Model>> Model::load(gguf::File file, const LoadOptions& opts) {
   const std::string path = file.path();
+  if (!opts.tensor_parallel.empty() || (opts.placement.empty() && opts.devices.split_mode == SplitMode::kTensor)) {
+    auto m = load_tensor_parallel(std::move(file), opts);
+    if (!m) return m.status().with_context("loading " + path);
+    return m;
+  }
   auto m = std::make_unique<LoadedModel>();
   Status st = m->init(std::move(file), opts);
   if (!st.is_ok()) return st.with_context("loading " + path);

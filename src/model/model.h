@@ -27,6 +27,9 @@ struct LoadOptions {
   // with the file's layer count (backend/placement.h).
   Placement placement;
   DeviceRequest devices;
+  // Tensor parallel (model/tensor_parallel.h): the ranks and their communicators; when empty and
+  // devices.split_mode is kTensor, Model::load makes the group from `devices` (make_tensor_parallel_group).
+  TensorParallelGroup tensor_parallel;
   bool prefetch = true;  // madvise(WILLNEED) the mapping
   // Called while the weights are read or uploaded: bytes done of total (files over 256 MiB only, throttled to
   // whole percents). The caller draws the bar.

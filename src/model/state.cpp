@@ -14,11 +14,21 @@
 // Index region (int32 offsets, T = max_tokens, O = max_outputs, S = max_seqs):
 //   token 0 | pos T | slot 2T | tok_table 3T | kv_len 4T | out_rows 5T | seq_row 5T+O | seq_q_start +S |
 //   seq_q_len +2S | seq_kv_len +3S | seq_reset +4S | end 5T+O+5S
+//
+// Tensor parallel (make_tp_model_state): one State per rank, each on its rank's backend with the rank's HParams
+// (its heads, KV heads, n_ff, vocabulary rows V/N) and weight shards, plus the rank's Communicator. Per rank, in
+// addition: local logits f32 [V/N, max_outputs] and the gathered logits [V/N, max_outputs, N] (rank-major, what
+// all_gather writes); rank 0 permutes them into its logits [V, max_outputs] and takes the argmax there. TpState
+// drives the ranks: the runtime plans into rank 0's staging, execute mirrors it to the other ranks and runs every
+// rank's execute on its own thread (the collectives need one thread per rank), fetch reads rank 0.
 #include "model/state.h"
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "model/forward.h"
 
@@ -55,9 +65,11 @@ struct Work {
 
 class State final : public ModelState {
  public:
-  State(const HParams& hp, const ArchDef& arch, const Weights& w, const Placement& place, const StepCaps& caps)
+  State(const HParams& hp, const ArchDef& arch, const Weights& w, const Placement& place, const StepCaps& caps,
+        Communicator* comm = nullptr, int64_t n_vocab_full = 0)
       : hp_(hp), arch_(arch), w_(w), place_(place), caps_(caps),
-        L_{caps.max_tokens, caps.max_outputs, caps.max_seqs} {}
+        L_{caps.max_tokens, caps.max_outputs, caps.max_seqs}, comm_(comm),
+        V_(comm ? n_vocab_full : hp.n_vocab) {}
 
   Status init();
 
@@ -72,6 +84,16 @@ class State final : public ModelState {
   bool has_recurrent_state() const override { return hp_.hybrid(); }
   Status copy_seq_state(int32_t src, int32_t dst) override;
   uint64_t recurrent_bytes() const override { return recurrent_state_bytes(hp_, caps_); }
+
+  // ---- tensor parallel (TpState) ----
+  // This rank's plan := src's (the index region, out_kind, the table rows src marks dirty, the counts).
+  void mirror_plan(const StepPlan& src);
+  // Waits for this rank's queued work (the next plan rewrites the staging its uploads read).
+  Status sync_all() {
+    for (Work& w : work_)
+      if (!w.be->host_memory()) KILN_TRY(w.be->synchronize());
+    return Status::ok();
+  }
 
  private:
   Work& work_of(const Backend* be) {
@@ -102,6 +124,9 @@ class State final : public ModelState {
   std::unique_ptr<Buffer> staging_, host_out_, bounce_;
   StepPlan plan_;
   ForwardCtx ctx_;
+  Communicator* comm_ = nullptr;  // tensor parallel: this rank's (nullptr: one rank)
+  int64_t V_ = 0;                 // vocabulary of the logits fetched (the full one under tensor parallel)
+  std::unique_ptr<Buffer> logits_local_, gathered_;  // tensor parallel: [V/N, O] and [V/N, O, N]
 };
 
 Status State::init() {
@@ -176,7 +201,11 @@ Status State::init() {
   // Outputs on the output backend.
   Backend* ob = place_.output.get();
   const size_t O = static_cast<size_t>(caps_.max_outputs), V = static_cast<size_t>(hp_.n_vocab);
-  KILN_ASSIGN_OR_RETURN(logits_, ob->alloc(O * V * sizeof(float)));
+  KILN_ASSIGN_OR_RETURN(logits_, ob->alloc(O * static_cast<size_t>(V_) * sizeof(float)));
+  if (comm_) {
+    KILN_ASSIGN_OR_RETURN(logits_local_, ob->alloc(O * V * sizeof(float)));
+    KILN_ASSIGN_OR_RETURN(gathered_, ob->alloc(O * V * static_cast<size_t>(comm_->size()) * sizeof(float)));
+  }
   KILN_ASSIGN_OR_RETURN(argmax_, ob->alloc(O * sizeof(int32_t)));
 
   // Host staging (pinned by the backend the plan is uploaded to first: the input's).
@@ -186,7 +215,8 @@ Status State::init() {
   const size_t table_bytes = static_cast<size_t>(MB * S) * sizeof(int32_t);
   KILN_ASSIGN_OR_RETURN(staging_, ib->alloc_host(align_up(idx_bytes) + kind_bytes + table_bytes));
   std::memset(staging_->data(), 0, staging_->size());
-  KILN_ASSIGN_OR_RETURN(host_out_, ob->alloc_host(align_up(O * sizeof(int32_t)) + O * V * sizeof(float)));
+  KILN_ASSIGN_OR_RETURN(host_out_, ob->alloc_host(align_up(O * sizeof(int32_t)) + O * static_cast<size_t>(V_) *
+                                                                                      sizeof(float)));
   if (bes.size() > 1) {
     KILN_ASSIGN_OR_RETURN(bounce_, ib->alloc_host(static_cast<size_t>(hp_.n_embd * T) * sizeof(float)));
   }
@@ -281,6 +311,7 @@ Status State::execute() {
   c.hp = &hp_;
   c.w = &w_;
   c.kv = kv_.data();
+  c.comm = comm_;
   c.rope.mode = hp_.rope_type == RopeType::kNeox ? RopeMode::kNeox : RopeMode::kNormal;
   c.rope.n_rot = static_cast<int32_t>(hp_.n_rot);
   c.rope.freq_base = hp_.rope_freq_base;
@@ -319,8 +350,23 @@ Status State::execute() {
   Backend& ob = *ow.be;
   const Tensor hn = ow.ws[1].rows(0, m);
   KILN_TRY(ob.rms_norm_for_matmul(xo, w_.output_norm, hp_.rms_eps, hn, w_.output.dtype));
-  const Tensor lt = Tensor::make(DType::F32, logits_->data(), &ob, hp_.n_vocab, m);
-  KILN_TRY(ob.matmul(w_.output, hn, Tensor{}, lt));
+  const Tensor lt = Tensor::make(DType::F32, logits_->data(), &ob, V_, m);
+  if (comm_) {
+    // Tensor parallel: this rank's vocabulary rows [V/N, m], gathered rank-major into [V/N, m, N]; rank 0 copies
+    // block r into columns [r V/N, (r+1) V/N) of the [V, m] logits (rows strided by V) and takes the argmax.
+    const int64_t Vr = hp_.n_vocab, R = comm_->size();
+    const Tensor ll = Tensor::make(DType::F32, logits_local_->data(), &ob, Vr, m);
+    KILN_TRY(ob.matmul(w_.output, hn, Tensor{}, ll));
+    const Tensor g = Tensor::make(DType::F32, gathered_->data(), &ob, Vr, m, R);
+    KILN_TRY(comm_->all_gather(ll, g));
+    if (comm_->rank() != 0) return Status::ok();
+    for (int64_t r = 0; r < R; ++r) {
+      const Tensor src = Tensor::make(DType::F32, static_cast<float*>(gathered_->data()) + r * Vr * m, &ob, Vr, m);
+      KILN_TRY(ob.copy(src, strided_view(lt, r * Vr, Vr, m, 1, V_, V_ * m)));
+    }
+  } else {
+    KILN_TRY(ob.matmul(w_.output, hn, Tensor{}, lt));
+  }
   return ob.argmax(lt, Tensor::make(DType::I32, argmax_->data(), &ob, m));
   };
   Status st = run_ops();
@@ -336,7 +382,7 @@ Result<StepOutputs> State::fetch() {
   Backend& ob = *place_.output.get();
   StepOutputs out;
   out.n_out = P.n_out;
-  out.n_vocab = hp_.n_vocab;
+  out.n_vocab = V_;
   if (P.n_out == 0) {
     // No read to wait on: wait for the uploads explicitly, since the next plan rewrites the pinned staging they read
     // from (backend.h's reuse rule). Host-memory backends ran synchronously already.
@@ -344,12 +390,12 @@ Result<StepOutputs> State::fetch() {
       if (!w.be->host_memory()) KILN_TRY(w.be->synchronize());
     return out;
   }
-  const size_t O = static_cast<size_t>(caps_.max_outputs), V = static_cast<size_t>(hp_.n_vocab);
+  const size_t O = static_cast<size_t>(caps_.max_outputs), V = static_cast<size_t>(V_);
   int32_t* ids = static_cast<int32_t*>(host_out_->data());
   float* rows = reinterpret_cast<float*>(static_cast<char*>(host_out_->data()) + align_up(O * sizeof(int32_t)));
   const Tensor am = Tensor::make(DType::I32, argmax_->data(), &ob, P.n_out_bucket);
   KILN_TRY(ob.read(am, 0, ids, static_cast<size_t>(P.n_out) * sizeof(int32_t)));
-  const Tensor lt = Tensor::make(DType::F32, logits_->data(), &ob, hp_.n_vocab, P.n_out_bucket);
+  const Tensor lt = Tensor::make(DType::F32, logits_->data(), &ob, V_, P.n_out_bucket);
   // Consecutive rows that want logits are read in one piece.
   for (int32_t i = 0; i < P.n_out;) {
     if (P.out_kind[i] != OutputKind::kLogits) {
@@ -378,6 +424,128 @@ Status State::copy_block(int32_t src, int32_t dst, int32_t n) {
   }
   return Status::ok();
 }
+
+void State::mirror_plan(const StepPlan& src) {
+  const int64_t MB = caps_.max_blocks_per_seq();
+  const size_t idx_bytes = static_cast<size_t>(L_.ints()) * sizeof(int32_t);
+  std::memcpy(plan_.token, src.token, idx_bytes);  // the index region is contiguous from token
+  std::memcpy(plan_.out_kind, src.out_kind, static_cast<size_t>(caps_.max_outputs));
+  for (int32_t r : src.dirty_rows) {
+    std::memcpy(plan_.tables + r * MB, src.tables + r * MB, static_cast<size_t>(MB) * sizeof(int32_t));
+    plan_.dirty_rows.push_back(r);  // capacity max_seqs, and src's rows are distinct
+  }
+  plan_.n_tok = src.n_tok;
+  plan_.n_bucket = src.n_bucket;
+  plan_.n_out = src.n_out;
+  plan_.n_out_bucket = src.n_out_bucket;
+  plan_.n_seq = src.n_seq;
+  plan_.max_kv_len = src.max_kv_len;
+  plan_.max_q_len = src.max_q_len;
+}
+
+// N-1 worker threads, one per rank r >= 1, parked between steps; run(f) calls f(r) for every rank, rank 0 on the
+// caller's thread, and returns when all have finished. A plain function pointer + context (no allocation per step).
+class RankThreads {
+ public:
+  using Fn = void (*)(void* ctx, int rank);
+  explicit RankThreads(int n) : n_(n) {
+    for (int r = 1; r < n; ++r) threads_.emplace_back([this, r] { loop(r); });
+  }
+  ~RankThreads() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+      ++gen_;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  void run(Fn f, void* ctx) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      fn_ = f;
+      ctx_ = ctx;
+      pending_ = n_ - 1;
+      ++gen_;
+    }
+    cv_.notify_all();
+    f(ctx, 0);
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.wait(lk, [&] { return pending_ == 0; });
+  }
+
+ private:
+  void loop(int r) {
+    uint64_t seen = 0;
+    while (true) {
+      Fn f;
+      void* ctx;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return gen_ != seen; });
+        seen = gen_;
+        if (stop_) return;
+        f = fn_;
+        ctx = ctx_;
+      }
+      f(ctx, r);
+      std::lock_guard<std::mutex> lk(mu_);
+      if (--pending_ == 0) done_cv_.notify_one();
+    }
+  }
+  const int n_;
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  uint64_t gen_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  Fn fn_ = nullptr;
+  void* ctx_ = nullptr;
+};
+
+// Tensor parallel: the ranks' States behind one ModelState (see the top of this file). A rank whose op fails
+// before a collective would leave the others waiting there: every op's operands were checked at load
+// (supports(), shapes), so what can fail at run time is a backend fault, reported by the rank that saw it.
+class TpState final : public ModelState {
+ public:
+  TpState(std::vector<std::unique_ptr<State>> ranks)
+      : ranks_(std::move(ranks)), status_(ranks_.size()), threads_(static_cast<int>(ranks_.size())) {}
+  const StepCaps& caps() const override { return ranks_[0]->caps(); }
+  bool wants_buckets() const override { return ranks_[0]->wants_buckets(); }
+  StepPlan& plan() override { return ranks_[0]->plan(); }
+  Status execute() override {
+    for (size_t r = 1; r < ranks_.size(); ++r) ranks_[r]->mirror_plan(ranks_[0]->plan());
+    threads_.run(
+        [](void* self, int r) {
+          auto* t = static_cast<TpState*>(self);
+          t->status_[static_cast<size_t>(r)] = t->ranks_[static_cast<size_t>(r)]->execute();
+        },
+        this);
+    for (size_t r = 0; r < ranks_.size(); ++r)
+      if (!status_[r].is_ok()) return status_[r].with_context("tensor-parallel rank " + std::to_string(r));
+    return Status::ok();
+  }
+  Result<StepOutputs> fetch() override {
+    for (size_t r = 1; r < ranks_.size(); ++r) KILN_TRY(ranks_[r]->sync_all());
+    return ranks_[0]->fetch();
+  }
+  KvLayer kv_layer(int64_t il) const override { return ranks_[0]->kv_layer(il); }  // rank 0's KV heads
+  Status copy_block(int32_t src, int32_t dst, int32_t n) override {
+    for (auto& r : ranks_) KILN_TRY(r->copy_block(src, dst, n));
+    return Status::ok();
+  }
+  uint64_t kv_bytes() const override {
+    uint64_t b = 0;
+    for (const auto& r : ranks_) b += r->kv_bytes();
+    return b;
+  }
+
+ private:
+  std::vector<std::unique_ptr<State>> ranks_;
+  std::vector<Status> status_;
+  RankThreads threads_;
+};
 
 Status State::copy_seq_state(int32_t src, int32_t dst) {
   if (src < 0 || dst < 0 || src >= caps_.max_seqs || dst >= caps_.max_seqs)
@@ -415,8 +583,11 @@ uint64_t recurrent_state_bytes(const HParams& hp, const StepCaps& caps) {
   return per_seq * static_cast<uint64_t>(caps.max_seqs) * static_cast<uint64_t>(hp.n_layer - n_kv_layers(hp));
 }
 
-Result<std::unique_ptr<ModelState>> make_model_state(const HParams& hp, const ArchDef& arch, const Weights& w,
-                                                     const Placement& place, const StepCaps& caps) {
+namespace {
+
+// The capacities, the KV type, the ops of the architecture and the storage per backend, before anything is
+// allocated.
+Status check_state(const HParams& hp, const Placement& place, const StepCaps& caps) {
   if (caps.max_tokens < 1 || caps.max_tokens > (1 << 20))
     return make_error(ErrorCode::kInvalidArgument, "batch size %d is out of range [1, %d]", caps.max_tokens, 1 << 20);
   if (caps.max_outputs < 1 || caps.max_outputs > caps.max_tokens)
@@ -466,9 +637,30 @@ Result<std::unique_ptr<ModelState>> make_model_state(const HParams& hp, const Ar
                         static_cast<long long>(caps.n_blocks * caps.block_size), dtype_name(kt),
                         static_cast<double>(avail) / (1 << 30));
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ModelState>> make_model_state(const HParams& hp, const ArchDef& arch, const Weights& w,
+                                                     const Placement& place, const StepCaps& caps) {
+  KILN_TRY(check_state(hp, place, caps));
   auto s = std::make_unique<State>(hp, arch, w, place, caps);
   KILN_TRY(s->init());
   return std::unique_ptr<ModelState>(std::move(s));
+}
+
+Result<std::unique_ptr<ModelState>> make_tp_model_state(const ArchDef& arch, const std::vector<TpRankView>& ranks,
+                                                        int64_t n_vocab_full, const StepCaps& caps) {
+  if (ranks.empty()) return make_error(ErrorCode::kInternal, "tensor parallel state: no ranks");
+  for (const TpRankView& r : ranks) KILN_TRY(check_state(*r.hp, r.place, caps));
+  std::vector<std::unique_ptr<State>> states;
+  for (const TpRankView& r : ranks) {
+    auto s = std::make_unique<State>(*r.hp, arch, *r.w, r.place, caps, r.comm, n_vocab_full);
+    KILN_TRY(s->init());
+    states.push_back(std::move(s));
+  }
+  return std::unique_ptr<ModelState>(std::make_unique<TpState>(std::move(states)));
 }
 
 }  // namespace kiln

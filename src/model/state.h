@@ -12,6 +12,16 @@ namespace kiln {
 
 Result<std::unique_ptr<ModelState>> make_model_state(const HParams& hp, const ArchDef& arch, const Weights& w,
                                                      const Placement& place, const StepCaps& caps);
+// Tensor parallel: one State per rank (its HParams and weight shards on its backend, its communicator) behind
+// one ModelState; logits are gathered to [n_vocab_full] rows on rank 0 (model/tensor_parallel.h).
+struct TpRankView {
+  const HParams* hp = nullptr;
+  const Weights* w = nullptr;
+  Placement place;  // every layer, the input and the output on the rank's backend
+  Communicator* comm = nullptr;
+};
+Result<std::unique_ptr<ModelState>> make_tp_model_state(const ArchDef& arch, const std::vector<TpRankView>& ranks,
+                                                        int64_t n_vocab_full, const StepCaps& caps);
 // Bytes of K+V storage for these caps over all layers (the attention layers: linear layers keep none).
 uint64_t kv_storage_bytes(const HParams& hp, const StepCaps& caps);
 // Layers with a K/V cache (all but the recurrent ones of a hybrid model).

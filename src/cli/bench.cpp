@@ -298,6 +298,10 @@ int bench_main(int argc, char** argv) {
   args.option({"--device"}, &dev_src.device, "DEV", "where to run: auto (a GPU when present), cpu, cuda, cuda:N");
   args.option({"-ngl", "--n-gpu-layers"}, &dev_src.n_gpu_layers, "N",
               "with a GPU: the last N layers, then the output, on it (default -1: all)");
+  args.option({"-sm", "--split-mode"}, &dev_src.split_mode, "MODE",
+              "several devices: none (default), layer or tensor (as run; llama-bench's name)");
+  args.option({"-ts", "--tensor-split"}, &dev_src.tensor_split, "A,B,...", "proportions per device (default equal)");
+  args.option({"-mg", "--main-gpu"}, &dev_src.main_gpu, "N", "the GPU of --split-mode none (default 0)");
   args.option({"-o", "--output"}, &fmt, "FMT", "md (default), csv or json");
   args.option({"--kv-type"}, &kv_type, "TYPE", "KV cache storage: f16 (default) or q8_0");
   args.option({"-ctk", "--cache-type-k"}, &type_k, "TYPE", "llama-bench's name: f16 or q8_0, as --kv-type");

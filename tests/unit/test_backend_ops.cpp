@@ -379,7 +379,7 @@ ExactMatmul exact_matmul(const MatmulCase& c) {
       }
       if (!c.bias.empty()) y += c.bias[o];
       r.want[t * c.n_out + o] = y;
-      // F16 / BF16 on CUDA for n_tok > 64 (backend/cuda/mmq.cuh: tensor-core mma with f32 accumulation): x is
+      // F16 / BF16 on CUDA for n_tok > 32 (backend/cuda/mmq.cuh: tensor-core mma with f32 accumulation): x is
       // rounded to the weight type there as on the CPU (the E term above) and the products are exact in f32, but the
       // tensor core's accumulation is not round-to-nearest: the addends of one MMA are aligned to the largest
       // exponent and truncated. Modelled as chopped arithmetic (error of an addition < 1 ulp = 2u instead of RN's

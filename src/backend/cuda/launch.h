@@ -193,9 +193,10 @@ struct MatmulParams {
 };
 // Integer GEMV for n_tok <= kGemvMaxTok tokens of quantized weights, activations from launch_quantize_act: one
 // launch per kMmvqMaxTok tokens (the weights are read once per pass). The backend takes the GEMVs (mmvq, mmvq
-// group, mmvf) up to gemv_max_tok() tokens (kGemvMaxTok; KILN_CUDA_GEMV_TOK=16..64 for A/B runs) and the GEMM
-// (mmq) above: at 17..64 tokens the tile grid of the GEMM is 1 token tile wide and latency-bound.
-constexpr int kMmvqMaxTok = 16, kGemvMaxTok = 64;
+// group, mmvf) up to gemv_max_tok() tokens (kGemvMaxTok; KILN_CUDA_GEMV_TOK=16..32 for A/B runs) and the GEMM
+// (mmq) above. H200, llama3-8b q4_k_m, P sequences decoding together (kiln bench -np P -d 128), GEMV / GEMM for
+// 17..P tokens: P 32 1153 / 841 t/s (the GEMM's grid is one token tile wide and latency-bound), P 64 1143 / 1482.
+constexpr int kMmvqMaxTok = 16, kGemvMaxTok = 32;
 int gemv_max_tok();
 // Rows [t0, t0 + n) of quantized activations.
 ActQ act_rows(const ActQ& a, int64_t t0, int64_t n);

@@ -1,12 +1,14 @@
 // Micro-benchmark of the tensor-core prefill GEMM (src/backend/cuda/mmq.cuh) on the llama3-8b projection shapes at
 // n_tok = 512: q/o 4096x4096, k/v 1024x4096, gate/up 14336x4096, down 4096x14336, in Q4_K, Q6_K, Q8_0, Q4_0, Q5_K
-// and F16; for the quantized types also each tile of the kernel forced (mmq_set_tile_override), with its check.
+// and F16; also each tile forced (mmq_set_tile_override: mmq_q_kernel's / mmq_f_kernel's and the pipelined
+// kernels' configurations, mmq.cuh MmqTile), each with its reference check.
 // Random weights (sane scales) and activations; per shape: a reference check (the old f32 GEMM of gemm.cu, which
 // computes the same q8_1 function for quantized weights: NMSE <= 1e-8; F16: f32 vs f16-rounded activations,
 // NMSE <= 1e-5; and a CPU spot check of 8 rows x 4 tokens against f64 math on the dequantized weights:
 // NMSE <= 1e-3), then 3 warm-up launches and the median of 9 event-timed launches, printed as TFLOP/s
 // (2 * n_out * n_in * n_tok / time), with the old GEMM's time for comparison.
-// Build: the CMake target mmq_bench (KILN_CUDA=ON), run: build/<dir>/dev/cuda/mmq_bench [n_tok]
+// Build: the CMake target mmq_bench (KILN_CUDA=ON), run: build/<dir>/dev/cuda/mmq_bench [n_tok [types [shape]]]
+// (types: a list such as Q4_K,Q6_K; shape: q/o, k/v, gate/up or down)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -112,8 +114,12 @@ int main(int argc, char** argv) {
   int fails = 0;
   std::printf("%-5s %-8s %6s %6s  %9s %8s  %9s %8s  %9s %9s %9s\n", "type", "shape", "n_out", "n_in", "mmq ms",
               "TFLOP/s", "gemm ms", "TFLOP/s", "speedup", "nmse_ref", "nmse_cpu");
+  const char* only = argc > 2 ? argv[2] : nullptr;  // e.g. "Q4_K,Q6_K": only these types
+  const char* only_shape = argc > 3 ? argv[3] : nullptr;  // e.g. "q/o": only this shape
   for (DType t : types) {
+    if (only && !std::strstr(only, dtype_name(t))) continue;
     for (const Shape& sh : shapes) {
+      if (only_shape && std::strcmp(only_shape, sh.name) != 0) continue;
       const int64_t n_in = sh.n_in, n_out = sh.n_out;
       const auto wb = random_weights(t, n_in, n_out, rng);
       std::vector<float> x(static_cast<size_t>(n_in * n_tok));
@@ -169,13 +175,24 @@ int main(int argc, char** argv) {
       const bool ok = e_ref <= lim_ref && e_cpu <= 1e-3;
       fails += !ok;
       const float ms = median_ms([&] { SK(launch_mmq(p, a, 0)); });
-      // the quantized kernel with each tile forced (mmq.cuh MmqTile; Q6_K has 64 x 64 and 128 x 128 only):
+      // each tile forced (mmq.cuh MmqTile; Q6_K has 64 x 64 and 128 x 128 only, F16 mmq_f_kernel's 64 x 64 and the
+      // pipelined tiles; P* = the pipelined kernels):
       // its time and its reference check
-      char tiles[240] = "";
-      if (q) {
+      static const char* const kTileName[] = {"",          "64x64",      "64x128",   "128x64",    "128x128",
+                                              "P64x64",    "P128x64",    "P128x128", "P2_64x64",  "P2_128x64",
+                                              "PU128x64",  "PD64x64",    "PD128x128"};
+      char tiles[800] = "";
+      {
         int pos = 0;
-        for (int tile = kMmqTileS; tile <= kMmqTileL; ++tile) {
-          if (t == DType::Q6_K && (tile == kMmqTileN || tile == kMmqTileM)) continue;
+        for (int tile = kMmqTileS; tile <= kMmqTilePDL; ++tile) {
+          const bool pipelined =
+              t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0 || t == DType::F16;
+          const bool pd = t == DType::Q6_K || t == DType::Q8_0;  // mmq_p6_kernel: P64x64 and P128x128 only
+          if ((t == DType::Q6_K || !q) && (tile == kMmqTileN || tile == kMmqTileM)) continue;
+          if (!q && tile == kMmqTileL) continue;  // F16: tiles 1-4 are all mmq_f_kernel's 64 x 64
+          if (tile >= kMmqTilePS && !pipelined) continue;
+          if (pd && tile >= kMmqTilePM && tile != kMmqTilePL) continue;
+          if (tile >= kMmqTilePDS && t != DType::Q4_K) continue;  // Q4_K on mmq_p6_kernel
           mmq_set_tile_override(tile);
           SK(launch_mmq(p, a, 0));
           CK(cudaDeviceSynchronize());
@@ -185,8 +202,7 @@ int main(int argc, char** argv) {
           const bool ok_t = e_t <= lim_ref;
           fails += !ok_t;
           const float mt = median_ms([&] { SK(launch_mmq(p, a, 0)); });
-          pos += std::snprintf(tiles + pos, sizeof(tiles) - pos, "  %s %.4f ms %.1f%s", tile == kMmqTileS ? "64x64"
-                               : tile == kMmqTileN ? "64x128" : tile == kMmqTileM ? "128x64" : "128x128", mt, 2.0 * n_out * n_in * n_tok / mt * 1e-9,
+          pos += std::snprintf(tiles + pos, sizeof(tiles) - pos, "  %s %.4f ms %.1f%s", kTileName[tile], mt, 2.0 * n_out * n_in * n_tok / mt * 1e-9,
                                ok_t ? "" : " FAIL");
         }
         mmq_set_tile_override(0);

@@ -1,8 +1,8 @@
-// The tensor-core prefill GEMM (backend/cuda/mmq.cuh: n_tok > 16) through the backend's matmul entries, every type
+// The tensor-core prefill GEMM (backend/cuda/mmq.cuh) through the backend's matmul entries, every type
 // it takes, on awkward shapes: token counts around the 64-token tile (17 .. 129, 512), row counts that are not tile
 // multiples (67, 200, 1000, 8400), n_in of one block / sub-stage tails (32, 96 for the 32-element types) and several
 // super-blocks (256, 512, 4096), bias, accumulate (matmul_add), strided x and y; quantized types with the kernel's
-// tile chosen by its rule and forced to each of the four tiles (mmq.cuh MmqTile; 8400 x 200 is a shape the rule
+// tile chosen by its rule and forced to each of the twelve tiles (mmq.cuh MmqTile; 8400 x 200 is a shape the rule
 // sends to a big tile on a 132-SM GPU). Skipped (visibly) without a GPU.
 // Checks, per case:
 //   (a) the numerics model: quantized weights — the q8_1 activations of quantize.cu computed here on the host
@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -28,12 +29,19 @@
 #include "backend/backend.h"
 #include "backend/registry.h"
 #include "common/backend_test_util.h"
+
+namespace {
+// The backend sends up to 32 tokens to the GEMVs (backend/cuda/launch.h kGemvMaxTok); this file's cases from 17
+// tokens up are about the GEMM, so the threshold is set to its lowest (16) before any backend reads it.
+const int kGemmFrom17 = [] { return setenv("KILN_CUDA_GEMV_TOK", "16", 1); }();
+}  // namespace
 #include "quant/reference.h"
 #include "util/fp16.h"
 
 #ifdef KILN_HAVE_CUDA
 namespace kiln::cuda {
-void mmq_set_tile_override(int tile);  // mmq.cu: 0 = the rule, else MmqTile (1 64x64, 2 64x128, 3 128x64, 4 128x128)
+void mmq_set_tile_override(int tile);  // mmq.cu: 0 = the rule, else MmqTile (1 64x64, 2 64x128, 3 128x64, 4 128x128,
+                                       // 5-12 the pipelined kernels' configurations)
 }  // namespace kiln::cuda
 #endif
 
@@ -162,9 +170,10 @@ TEST(CudaMmq, EveryTypeMatchesModelExactAndGemv) {
       }
       const double lim_ex = t == DType::F16 ? 1e-6 : t == DType::BF16 ? 6e-5 : 1e-3;
       // mode 0: matmul + bias, contiguous; 1: matmul_add onto y0, x and y strided; 2: matmul, no bias, strided x;
-      // each with the quantized kernel's tile chosen by the rule (0) and forced to each of the three (mmq.cuh MmqTile)
+      // each with the quantized kernel's tile chosen by the rule (0) and forced to each of the twelve (mmq.cuh MmqTile;
+      // types without a tile take their default)
 #ifdef KILN_HAVE_CUDA
-      const int n_tiles = is_float(t) ? 1 : 5;
+      const int n_tiles = 13;  // F16/BF16: 1-4 are mmq_f_kernel, 5-12 the pipelined mmq_fp_kernel
 #else
       const int n_tiles = 1;
 #endif

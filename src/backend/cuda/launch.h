@@ -245,6 +245,12 @@ Status launch_gemm(const MatmulParams& p, const ActQ& a, cudaStream_t s);
 // the weight type, f32 accumulation). mmq_usable: the type, an sm_80+ device (else the f32 GEMM) and the alignment
 // the kernels need (F16/BF16: n_in % 8 == 0, 16-byte aligned w rows and x).
 bool mmq_supports(DType t);
+// Whether the current device runs the int8 tensor-core kernels (mmq, mmvq_mma): compute capability >= 8.0 and
+// code built for compute_80 or newer (mma.cuh).
+bool int8_mma_ok();
+// Whether 3..32-token products of Q4_K / Q6_K take the tensor-core GEMV (mmvq_mma.cuh): int8_mma_ok() and not
+// KILN_CUDA_MMVQ_MMA=0 (A/B runs: the dp4a GEMV in passes of 16 tokens).
+bool mmvq_mma_on();
 bool mmq_usable(const MatmulParams& p);
 Status launch_mmq(const MatmulParams& p, const ActQ& a, cudaStream_t s);
 

@@ -43,6 +43,14 @@ int mmvq_fast_rows_1tok() {
   return rr;
 }
 
+bool mmvq_mma_on() {
+  static const bool env_on = [] {
+    const char* e = std::getenv("KILN_CUDA_MMVQ_MMA");
+    return !(e && e[0] == '0');
+  }();
+  return env_on && int8_mma_ok();
+}
+
 int mmvq_fast_rows_batch() {
   static const int rr = [] {
     const char* e = std::getenv("KILN_CUDA_MMVQ_RRB");
@@ -105,9 +113,11 @@ Status launch_mmvq_group(DType t, const MmvqGroup& g, const ActQ& a, cudaStream_
   if (g.n_tok > kGemvMaxTok || g.n_seg < 1 || g.n_seg > 3 || (g.swiglu && (g.n_seg != 2 || g.seg[0].n_out != g.seg[1].n_out)))
     return make_error(ErrorCode::kInternal, "mmvq group: %lld tokens, %d products", static_cast<long long>(g.n_tok),
                       g.n_seg);
-  for (int64_t t0 = 0; t0 < g.n_tok; t0 += kMmvqMaxTok) {
+  // The tensor-core GEMV takes up to kGemvMaxTok tokens in one pass (mmvq_group_run), the dp4a one 16.
+  const int64_t pass = g.n_tok > 2 && mmvq_mma_on() ? kGemvMaxTok : kMmvqMaxTok;
+  for (int64_t t0 = 0; t0 < g.n_tok; t0 += pass) {
     MmvqGroup h = g;
-    h.n_tok = std::min<int64_t>(kMmvqMaxTok, g.n_tok - t0);
+    h.n_tok = std::min<int64_t>(pass, g.n_tok - t0);
     for (int i = 0; i < g.n_seg; ++i) h.seg[i].y = g.seg[i].y + static_cast<size_t>(t0) * g.seg[i].y_stride;
     KILN_TRY(mmvq_group_pass(t, h, act_rows(a, t0, h.n_tok), s));
   }

@@ -18,6 +18,7 @@
 #pragma once
 
 #include "backend/cuda/launch.h"
+#include "backend/cuda/mmvq_mma.cuh"
 #include "backend/cuda/quant.cuh"
 
 namespace kiln::cuda {
@@ -265,8 +266,11 @@ Status mmvq_fast_nc(const MmvqGroup& g, const ActQ& a, cudaStream_t s) {
   return wide ? mmvq_fast_launch<T, 16, SW, 4>(g, a, s) : mmvq_fast_launch<T, 16, SW, SW ? 2 : 1>(g, a, s);
 }
 
+// 1..2 tokens: the dp4a GEMV above; 3..32 (mmvq_mma_on()): the tensor-core GEMV (mmvq_mma.cuh); else dp4a.
 template <DType T>
 Status mmvq_group_run(const MmvqGroup& g, const ActQ& a, cudaStream_t s) {
+  if (g.n_tok > 2 && mmvq_mma_on())
+    return g.swiglu ? mmvq_mma_nc<T, true>(g, a, s) : mmvq_mma_nc<T, false>(g, a, s);
   return g.swiglu ? mmvq_fast_nc<T, true>(g, a, s) : mmvq_fast_nc<T, false>(g, a, s);
 }
 

@@ -77,8 +77,8 @@ template <> struct MmaK<DType::Q4_K> {
     return p;
   }
   // acc[k] += the unit's products for C entry k (k >> 1: row g + 8; k & 1: token 2c + 1) of one n-tile; b[h] and
-  // ds[h] are the n-tile's activation quants and scales (d_a, d_a sum q_a) of sub-block 2u + h.
-  static __device__ __forceinline__ void mma(const P& p, const uint32_t (&b)[2][2], const float2 (&ds)[2][2],
+  // ds[h] are the n-tile's activation quants and scales of sub-block 2u + h.
+  static __device__ __forceinline__ void mma(const P& p, const uint32_t (&b)[2][2], const float4 (&ds)[2][2],
                                              float (&acc)[4]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -86,8 +86,8 @@ template <> struct MmaK<DType::Q4_K> {
       mma_s8_k32(c, p.a[h], b[h][0], b[h][1]);
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const float2 d = ds[h][k & 1];
-        acc[k] += d.x * p.dsc[h][k >> 1] * mmq_i2f(c[k]) - p.dmm[h][k >> 1] * d.y;
+        const float4 d = ds[h][k & 1];
+        acc[k] += d.x * p.dsc[h][k >> 1] * mmq_i2f(c[k]) - p.dmm[h][k >> 1] * (d.y + d.z);
       }
     }
   }
@@ -133,7 +133,7 @@ template <> struct MmaK<DType::Q6_K> {
     return p;
   }
   // Group gi's activation quants are b[gi >> 1][gi & 1] (sub-block 2u + (gi >> 1), k 16 (gi & 1) + 4c..).
-  static __device__ __forceinline__ void mma(const P& p, const uint32_t (&b)[2][2], const float2 (&ds)[2][2],
+  static __device__ __forceinline__ void mma(const P& p, const uint32_t (&b)[2][2], const float4 (&ds)[2][2],
                                              float (&acc)[4]) {
 #pragma unroll
     for (int gi = 0; gi < 4; ++gi) {
@@ -192,52 +192,31 @@ __global__ void __launch_bounds__(kMmaThreads, 1) mmvq_mma_kernel(MmvqGroup g, A
     for (int nt = 0; nt < NB; ++nt)
 #pragma unroll
       for (int k = 0; k < 4; ++k) acc[t][nt][k] = 0.0f;
-  // The activations of a unit: per n-tile and sub-block 2u + h the B fragment and the C columns' (d_a, d_a sum).
-  struct Act {
-    uint32_t b[NB][2][2];
-    float2 ds[NB][2][2];
-  };
-  const auto load_act = [&](Act& x, int u) {
-#pragma unroll
-    for (int nt = 0; nt < NB; ++nt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int8_t* q = bq[nt] + kMmaUnit * u + 32 * h;
-        x.b[nt][h][0] = *reinterpret_cast<const uint32_t*>(q);
-        x.b[nt][h][1] = *reinterpret_cast<const uint32_t*>(q + 16);
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float4 d = bd[nt][e][2 * u + h];
-          x.ds[nt][h][e] = make_float2(d.x, d.y + d.z);
-        }
-      }
-  };
-  // Software pipeline: the next unit's weights and (up to 16 tokens: registers) activations are in flight while
-  // this unit's MMAs run; the warp's chain of dependent L2 round trips was the kernel's limit (8 warps per SM).
-  constexpr bool kPipeAct = NB <= 2;
-  Act x;
-  if (warp < n_units) load_act(x, warp);
   for (int u = warp; u < n_units; u += kMmaWarps) {
     typename K::P pw[MT];
 #pragma unroll
     for (int t = 0; t < MT; ++t) pw[t] = K::prep(w[t], u);
-    const bool more = u + kMmaWarps < n_units;
     typename K::W wn[MT][2];
-    if (more) load_w(wn, u + kMmaWarps);
-    Act xn;
-    if (kPipeAct && more) load_act(xn, u + kMmaWarps);
+    if (u + kMmaWarps < n_units) load_w(wn, u + kMmaWarps);
 #pragma unroll
-    for (int nt = 0; nt < NB; ++nt)
+    for (int nt = 0; nt < NB; ++nt) {
+      uint32_t b[2][2];
+      float4 ds[2][2];
 #pragma unroll
-      for (int t = 0; t < MT; ++t) K::mma(pw[t], x.b[nt], x.ds[nt], acc[t][nt]);
+      for (int h = 0; h < 2; ++h) {  // sub-block 2u + h of the token
+        const int8_t* q = bq[nt] + kMmaUnit * u + 32 * h;
+        b[h][0] = *reinterpret_cast<const uint32_t*>(q);
+        b[h][1] = *reinterpret_cast<const uint32_t*>(q + 16);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) ds[h][e] = bd[nt][e][2 * u + h];
+      }
+#pragma unroll
+      for (int t = 0; t < MT; ++t) K::mma(pw[t], b, ds, acc[t][nt]);
+    }
 #pragma unroll
     for (int t = 0; t < MT; ++t)
 #pragma unroll
       for (int r = 0; r < 2; ++r) w[t][r] = wn[t][r];
-    if (more) {
-      if (kPipeAct) x = xn;
-      else load_act(x, u + kMmaWarps);
-    }
   }
   // Across the warps: red[warp][16 * t + row][token].
   __shared__ float red[kMmaWarps][16 * MT][NT + 1];

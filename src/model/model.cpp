@@ -148,13 +148,7 @@ Status LoadedModel::init(gguf::File file, const LoadOptions& opts) {
   KILN_TRY(bind(arch_->manifest(hp_, w_), opts));
   KILN_TRY(arch_->finish(hp_, w_, hp_));
   KILN_TRY(rehome_shared());
-  for (const gguf::TensorInfo& t : file_.tensors()) {
-    stats_.weight_bytes += t.nbytes;
-    stats_.n_params += static_cast<uint64_t>(t.n_elements());
-  }
-  auto tok = Tokenizer::from_gguf(file_);
-  if (!tok) return tok.status().with_context("tokenizer");
-  tokenizer_ = std::move(tok).value();
+  KILN_TRY(finish_load(file_, &stats_, &tokenizer_));
   stats_.load_seconds = timer.seconds();
   return Status::ok();
 }

@@ -279,18 +279,23 @@ Status TpModel::init(gguf::File file, const LoadOptions& opts) {
   }
   place_ = ranks_[0].place;
   place_.tp_ranks = group.ranks;
-  for (const gguf::TensorInfo& t : file_.tensors()) {
-    stats_.weight_bytes += t.nbytes;
-    stats_.n_params += static_cast<uint64_t>(t.n_elements());
-  }
-  auto tok = Tokenizer::from_gguf(file_);
-  if (!tok) return tok.status().with_context("tokenizer");
-  tokenizer_ = std::move(tok).value();
+  KILN_TRY(finish_load(file_, &stats_, &tokenizer_));
   stats_.load_seconds = timer.seconds();
   return Status::ok();
 }
 
 }  // namespace
+
+Status finish_load(const gguf::File& file, ModelStats* stats, std::unique_ptr<Tokenizer>* tokenizer) {
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    stats->weight_bytes += t.nbytes;
+    stats->n_params += static_cast<uint64_t>(t.n_elements());
+  }
+  auto tok = Tokenizer::from_gguf(file);
+  if (!tok) return tok.status().with_context("tokenizer");
+  *tokenizer = std::move(tok).value();
+  return Status::ok();
+}
 
 Result<std::unique_ptr<Model>> load_tensor_parallel(gguf::File file, const LoadOptions& opts) {
   auto m = std::make_unique<TpModel>();

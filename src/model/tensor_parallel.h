@@ -37,4 +37,7 @@ namespace kiln {
 // tensor). One rank is allowed (the shards are the whole tensors; useful to test the path).
 Result<std::unique_ptr<Model>> load_tensor_parallel(gguf::File file, const LoadOptions& opts);
 
+// The end of both load paths: parameter and byte counts of every tensor of the file, the tokenizer.
+Status finish_load(const gguf::File& file, ModelStats* stats, std::unique_ptr<Tokenizer>* tokenizer);
+
 }  // namespace kiln

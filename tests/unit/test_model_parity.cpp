@@ -16,6 +16,7 @@
 #include <memory>
 #include <sstream>
 
+#include "common/engine_test_util.h"
 #include "common/test_util.h"
 #include "model/model.h"
 #include "backend/registry.h"
@@ -120,19 +121,7 @@ Fixture* load_fixture(const std::string& stem, const std::string& device = "cpu"
   return (cache[key] = std::move(fx)).get();
 }
 
-// Feeds `ids` as sequence `seq` in chunks of n_batch, every position wanting logits.
-Status run_all(Engine& e, const std::vector<int32_t>& ids, int n_batch, std::vector<float>* out) {
-  out->clear();
-  Batch b;
-  std::vector<float> lg;
-  for (size_t s = 0; s < ids.size(); s += n_batch) {
-    b.clear();
-    for (size_t i = s; i < std::min(ids.size(), s + n_batch); ++i) b.add(ids[i], static_cast<int32_t>(i), 0, true);
-    KILN_TRY(e.forward(b, &lg));
-    out->insert(out->end(), lg.begin(), lg.end());
-  }
-  return Status::ok();
-}
+using kiln::test::run_all;
 
 // An engine whose steps take up to 64 tokens with an output each (the parity runs want every row's logits).
 std::unique_ptr<Engine> make_engine(Model& m, int64_t n_ctx, int max_seqs = 1, DType t = DType::F16) {

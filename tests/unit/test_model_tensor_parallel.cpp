@@ -28,6 +28,7 @@
 #include "backend/comm.h"
 #include "backend/placement.h"
 #include "backend/registry.h"
+#include "common/engine_test_util.h"
 #include "common/test_util.h"
 #include "model/batch.h"
 #include "model/model.h"
@@ -61,18 +62,7 @@ std::vector<int32_t> read_ids(const std::string& path) {
   return v;
 }
 
-Status run_all(Engine& e, const std::vector<int32_t>& ids, int n_batch, std::vector<float>* out) {
-  out->clear();
-  Batch b;
-  std::vector<float> lg;
-  for (size_t s = 0; s < ids.size(); s += n_batch) {
-    b.clear();
-    for (size_t i = s; i < std::min(ids.size(), s + n_batch); ++i) b.add(ids[i], static_cast<int32_t>(i), 0, true);
-    KILN_TRY(e.forward(b, &lg));
-    out->insert(out->end(), lg.begin(), lg.end());
-  }
-  return Status::ok();
-}
+using kiln::test::run_all;
 
 Result<std::unique_ptr<Engine>> make_engine(Model& m) {
   KvCacheConfig kc;

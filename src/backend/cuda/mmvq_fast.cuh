@@ -2,19 +2,22 @@
 // warp-per-row kernel for the other types).
 //   entries: launch_mmvq (one matmul), launch_mmvq_group (q/k/v or gate/up of one input in one launch, and the
 //   gate/up + SwiGLU fusion)  ->  mmvq_group_run<T> (instances/)  ->  mmvq_fast_kernel<T, NC, RR, SW>
-// Layout: a 128-thread block owns RR weight rows (2 at 1 token, 2 at 2, 1 above; SwiGLU: RR/2 gate rows and the
+// Layout: a 128-thread block owns RR weight rows (2 at 1 and 2 tokens, 4 at 4..16; SwiGLU: RR/2 gate rows and the
 // same up rows) and all 128 threads split the K dimension: thread c of the row takes "chunks" c, c + 128, ...;
 // a chunk is one 16-byte load of Q4_K quants (32 weights: 16 of sub-block 2j, 16 of 2j+1; 8 chunks per 256-value
 // super-block, consecutive threads on consecutive 16 bytes) or, for Q6_K (2-byte aligned 210-byte blocks), 4+4+4
-// bytes of ql/ql/qh (16 weights; 16 chunks per super-block). The activations of a chunk are loaded once and used
-// for all RR rows; partial sums are reduced by warp shuffles, then across the 4 warps in shared memory.
+// bytes of ql/ql/qh (16 weights; 16 chunks per super-block). A chunk's weights are decoded once (FastK::prep) and
+// its activations loaded once for all RR rows; partial sums are reduced by warp shuffles, then across the 4 warps
+// in shared memory. At 3..32 tokens on sm_80+ mmvq_mma.cuh takes over (this kernel stays for KILN_CUDA_MMVQ_MMA=0
+// and sm_75).
 // Numerics: unchanged (q8_1 int8 activations, exact integer dp4a sums per 16 weights, scaled in f32:
 // d_a * (d_w * sc) * sum(q_w q_a) - dmin * m * d_a * sum(q_a)); only the f32 summation order differs from the
 // warp-per-row kernel.
-// -Xptxas -v (sm_90, no spills, no stack; registers by NC,RR): Q4_K 1,4: 80  2,2: 76  4,1: 48  8,1: 52  16,1: 60;
-// SwiGLU 1,4: 88  2,4: 122  4,2: 85  8,2: 94  16,2: 120. Q6_K 1,4: 56  2,2: 56  4,1: 38  8,1: 48  16,1: 56; SwiGLU
-// 1,4: 40  2,4: 88  4,2: 54  8,2: 64  16,2: 80. Shared memory 64-512 bytes. H200, 8B q4_k_m: gate/up+SwiGLU
-// 2629 GB/s, output Q6_K 2656 GB/s, 4096-row Q4_K 1679 GB/s (docs/BENCHMARKS.md).
+// -Xptxas -v (sm_90, no spills, no stack; registers by NC,RR): Q4_K 1,1: 39  1,2: 62  1,4: 96  2,2: 72  4,4: 128
+// 8,4: 148  16,4: 205 (the former 1-row instances: 4,1: 54  8,1: 58  16,1: 68); SwiGLU 1,2: 62  1,4: 96  2,4: 118
+// 4,4: 130  8,4: 151  16,4: 184. Q6_K 1,1: 32  1,2: 40  1,4: 80  2,2: 56  4,4: 128  8,4: 128  16,4: 168; SwiGLU
+// 1,2: 40  1,4: 63  2,4: 95  4,4: 96  8,4: 128  16,4: 164. Shared memory 64-1024 bytes. H200, 8B q4_k_m (ncu, one
+// token): gate/up+SwiGLU 2.63 TB/s, down Q6_K 1.85 TB/s, 4096-row Q4_K products 1.54 TB/s (docs/BENCHMARKS.md).
 #pragma once
 
 #include "backend/cuda/launch.h"

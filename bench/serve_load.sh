@@ -35,6 +35,7 @@ for np in $PARALLELS; do
   python3 -c '
 import json, sys
 r = json.loads(sys.argv[1])
-print(f"| {sys.argv[2]} | {r["concurrency"]} | {r["requests"]} | {r["requests_per_s"]} | {r["gen_tokens_per_s"]} | "
-      f"{r["total_tokens_per_s"]} | {r["ttft_ms_p50"]} | {r["ttft_ms_p99"]} | {r["itl_ms_p50"]} | {r["itl_ms_p99"]} |")' "$out" "$np"
+keys = ["concurrency", "requests", "requests_per_s", "gen_tokens_per_s", "total_tokens_per_s", "ttft_ms_p50",
+        "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99"]
+print("| " + " | ".join([sys.argv[2]] + [str(r[k]) for k in keys]) + " |")' "$out" "$np"
 done

@@ -1,0 +1,92 @@
+// Shared pieces of the dev/cuda micro-benchmarks (mmq_bench, gemv_bench): checked CUDA / Status calls that exit
+// with file and line, random weights of a type with sane scales, NMSE, and the median of event-timed launches.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "quant/dtype.h"
+#include "util/fp16.h"
+#include "util/status.h"
+
+#define CK(x)                                                                                  \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+#define SK(x)                                                                             \
+  do {                                                                                    \
+    Status s_ = (x);                                                                      \
+    if (!s_.is_ok()) {                                                                    \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s_.to_string().c_str()); \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+namespace kiln {
+
+inline std::vector<uint8_t> random_weights(DType t, int64_t n_in, int64_t rows, std::mt19937& rng) {
+  const size_t rb = dtype_row_bytes(t, n_in).value();
+  std::vector<uint8_t> w(rb * rows);
+  if (t == DType::F16) {
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (int64_t i = 0; i < n_in * rows; ++i) {
+      const uint16_t h = f32_to_fp16(u(rng));
+      std::memcpy(&w[2 * i], &h, 2);
+    }
+    return w;
+  }
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  const int64_t bs = dtype_type_size(t), nb = static_cast<int64_t>(w.size()) / bs;
+  std::uniform_real_distribution<float> sd(0.001f, 0.02f);
+  auto put = [&](int64_t blk, int off) {
+    const uint16_t h = f32_to_fp16(sd(rng));
+    std::memcpy(&w[blk * bs + off], &h, 2);
+  };
+  for (int64_t b = 0; b < nb; ++b) {
+    if (t == DType::Q4_K || t == DType::Q5_K) put(b, 0), put(b, 2);
+    else if (t == DType::Q6_K) put(b, 208);
+    else put(b, 0);  // Q8_0, Q4_0
+  }
+  return w;
+}
+
+inline double nmse(const std::vector<float>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) num += (a[i] - ref[i]) * (a[i] - ref[i]), den += ref[i] * ref[i];
+  return den > 0 ? num / den : num;
+}
+
+template <class F>
+inline float median_ms(F&& launch, int warm = 3, int reps = 9) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int i = 0; i < warm; ++i) launch();
+  CK(cudaDeviceSynchronize());
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(e0));
+    launch();
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float m = 0;
+    CK(cudaEventElapsedTime(&m, e0, e1));
+    ms.push_back(m);
+  }
+  std::sort(ms.begin(), ms.end());
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return ms[ms.size() / 2];
+}
+
+}  // namespace kiln

@@ -20,18 +20,10 @@
 #include <vector>
 
 #include "backend/cuda/launch.h"
+#include "bench_util.cuh"
 
 using namespace kiln;
 using namespace kiln::cuda;
-
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
 
 namespace {
 

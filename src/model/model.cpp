@@ -61,23 +61,8 @@ Status LoadedModel::bind(const std::vector<TensorSpec>& manifest, const LoadOpti
   const bool report = opts.progress && total > (256ull << 20);
   int last_pct = -1;
   for (const TensorSpec& s : manifest) {
-    const gguf::TensorInfo* ti = file_.find_tensor(s.name);
-    if (!ti) {
-      if (s.required)
-        return make_error(ErrorCode::kNotFound, "tensor '%s' is missing (architecture %s needs it)", s.name.c_str(),
-                          hp_.arch.c_str());
-      continue;
-    }
-    bool shape_ok = ti->n_dims <= 4;
-    for (int d = 0; d < 4 && shape_ok; ++d)
-      shape_ok = ti->ne[d] == (d < static_cast<int>(s.shape.size()) ? s.shape[d] : 1);
-    if (!shape_ok) {
-      std::string want = "[";
-      for (size_t d = 0; d < s.shape.size(); ++d) want += (d ? ", " : "") + std::to_string(s.shape[d]);
-      want += "]";
-      return make_error(ErrorCode::kInvalidFile, "tensor '%s' has shape %s, expected %s", s.name.c_str(),
-                        ti->shape_string().c_str(), want.c_str());
-    }
+    KILN_ASSIGN_OR_RETURN(const gguf::TensorInfo* ti, manifest_tensor(file_, s, hp_.arch));
+    if (!ti) continue;
     Backend* home = home_of(s.name);
     // The token embedding is read by get_rows; when the output is tied to it, the output backend multiplies it.
     const bool type_ok = s.kind == TensorSpec::kF32         ? ti->type == DType::F32

@@ -214,23 +214,7 @@ Status TpModel::init(gguf::File file, const LoadOptions& opts) {
   Weights unused;
   unused.layers.assign(hp_.n_layer, LayerWeights{});
   const std::vector<TensorSpec> full = arch_->manifest(hp_, unused);
-  for (const TensorSpec& s : full) {
-    const gguf::TensorInfo* ti = file_.find_tensor(s.name);
-    if (!ti) {
-      if (s.required)
-        return make_error(ErrorCode::kNotFound, "tensor '%s' is missing (architecture %s needs it)", s.name.c_str(),
-                          hp_.arch.c_str());
-      continue;
-    }
-    bool ok = ti->n_dims <= 4;
-    for (int d = 0; d < 4 && ok; ++d) ok = ti->ne[d] == (d < static_cast<int>(s.shape.size()) ? s.shape[d] : 1);
-    if (!ok) {
-      std::string want = "[";
-      for (size_t d = 0; d < s.shape.size(); ++d) want += (d ? ", " : "") + std::to_string(s.shape[d]);
-      return make_error(ErrorCode::kInvalidFile, "tensor '%s' has shape %s, expected %s]", s.name.c_str(),
-                        ti->shape_string().c_str(), want.c_str());
-    }
-  }
+  for (const TensorSpec& s : full) KILN_TRY(manifest_tensor(file_, s, hp_.arch).status());
   const gguf::TensorInfo* embd = file_.find_tensor("token_embd.weight");
   hp_.tied_embeddings = file_.find_tensor("output.weight") == nullptr;
 
@@ -285,6 +269,28 @@ Status TpModel::init(gguf::File file, const LoadOptions& opts) {
 }
 
 }  // namespace
+
+Result<const gguf::TensorInfo*> manifest_tensor(const gguf::File& file, const TensorSpec& s,
+                                                const std::string& arch) {
+  const gguf::TensorInfo* ti = file.find_tensor(s.name);
+  if (!ti) {
+    if (s.required)
+      return make_error(ErrorCode::kNotFound, "tensor '%s' is missing (architecture %s needs it)", s.name.c_str(),
+                        arch.c_str());
+    return static_cast<const gguf::TensorInfo*>(nullptr);
+  }
+  bool shape_ok = ti->n_dims <= 4;
+  for (int d = 0; d < 4 && shape_ok; ++d)
+    shape_ok = ti->ne[d] == (d < static_cast<int>(s.shape.size()) ? s.shape[d] : 1);
+  if (!shape_ok) {
+    std::string want = "[";
+    for (size_t d = 0; d < s.shape.size(); ++d) want += (d ? ", " : "") + std::to_string(s.shape[d]);
+    want += "]";
+    return make_error(ErrorCode::kInvalidFile, "tensor '%s' has shape %s, expected %s", s.name.c_str(),
+                      ti->shape_string().c_str(), want.c_str());
+  }
+  return ti;
+}
 
 Status finish_load(const gguf::File& file, ModelStats* stats, std::unique_ptr<Tokenizer>* tokenizer) {
   for (const gguf::TensorInfo& t : file.tensors()) {

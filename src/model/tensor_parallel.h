@@ -29,6 +29,7 @@
 #include <memory>
 
 #include "gguf/gguf.h"
+#include "model/arch.h"
 #include "model/model.h"
 
 namespace kiln {
@@ -36,6 +37,11 @@ namespace kiln {
 // Model::load's tensor-parallel path: opts.tensor_parallel, or the group made from opts.devices (split mode
 // tensor). One rank is allowed (the shards are the whole tensors; useful to test the path).
 Result<std::unique_ptr<Model>> load_tensor_parallel(gguf::File file, const LoadOptions& opts);
+
+// The tensor of manifest entry s in the file, checked for presence (a missing required tensor is an error naming
+// it and the architecture; a missing optional one gives nullptr) and shape (an error naming both shapes).
+Result<const gguf::TensorInfo*> manifest_tensor(const gguf::File& file, const TensorSpec& s,
+                                                const std::string& arch);
 
 // The end of both load paths: parameter and byte counts of every tensor of the file, the tokenizer.
 Status finish_load(const gguf::File& file, ModelStats* stats, std::unique_ptr<Tokenizer>* tokenizer);

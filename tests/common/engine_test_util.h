@@ -3,12 +3,27 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "model/batch.h"
 #include "runtime/engine.h"
 
 namespace kiln::test {
+
+// Token ids of a fixture's prompt file (integers separated by commas and/or whitespace).
+inline std::vector<int32_t> read_ids(const std::string& path) {
+  std::ifstream f(path);
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::replace(s.begin(), s.end(), ',', ' ');
+  std::istringstream is(s);
+  std::vector<int32_t> v;
+  for (int32_t x; is >> x;) v.push_back(x);
+  return v;
+}
 
 // Feeds `ids` as sequence 0 in chunks of n_batch, every position wanting logits; out = [ids.size()][n_vocab].
 inline Status run_all(Engine& e, const std::vector<int32_t>& ids, int n_batch, std::vector<float>* out) {

@@ -50,15 +50,7 @@ std::vector<std::string> all_stems() {
   return v;
 }
 
-std::vector<int32_t> read_ids(const std::string& path) {
-  std::ifstream f(path);
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::replace(s.begin(), s.end(), ',', ' ');
-  std::istringstream is(s);
-  std::vector<int32_t> v;
-  for (int32_t x; is >> x;) v.push_back(x);
-  return v;
-}
+using kiln::test::read_ids;
 
 // Where a model's files are: tests/data when committed there, else the fixtures dir ("" when neither); models/ or
 // models-next/ (each with its own manifest.json and prompt.txt).

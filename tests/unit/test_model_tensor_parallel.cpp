@@ -52,15 +52,7 @@ std::string model_dir(const std::string& stem) {
   return "";
 }
 
-std::vector<int32_t> read_ids(const std::string& path) {
-  std::ifstream f(path);
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::replace(s.begin(), s.end(), ',', ' ');
-  std::istringstream is(s);
-  std::vector<int32_t> v;
-  for (int32_t x; is >> x;) v.push_back(x);
-  return v;
-}
+using kiln::test::read_ids;
 
 using kiln::test::run_all;
 

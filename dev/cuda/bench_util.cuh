@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cuda/launch.h"
 #include "quant/dtype.h"
 #include "util/fp16.h"
 #include "util/status.h"
@@ -87,6 +88,40 @@ inline float median_ms(F&& launch, int warm = 3, int reps = 9) {
   CK(cudaEventDestroy(e0));
   CK(cudaEventDestroy(e1));
   return ms[ms.size() / 2];
+}
+
+// One matmul's device buffers: weights wb and activations x ([n_tok][n_in]) uploaded, outputs y and y2 (a
+// reference) of [n_tok][n_out] floats, and the q8_1 activations of x when `quantize` (ActQ, as the backend lays
+// them out).
+struct BenchMatmul {
+  uint8_t* w = nullptr;
+  float *x = nullptr, *y = nullptr, *y2 = nullptr;
+  cuda::ActQ a{};
+};
+inline BenchMatmul bench_matmul_alloc(const std::vector<uint8_t>& wb, const std::vector<float>& x, int64_t n_in,
+                                      int64_t n_out, int64_t n_tok, bool quantize) {
+  BenchMatmul m;
+  CK(cudaMalloc(&m.w, wb.size()));
+  CK(cudaMemcpy(m.w, wb.data(), wb.size(), cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&m.x, x.size() * 4));
+  CK(cudaMemcpy(m.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&m.y, n_out * n_tok * 4));
+  CK(cudaMalloc(&m.y2, n_out * n_tok * 4));
+  m.a.n_in = n_in, m.a.n_tok = n_tok;
+  m.a.qs_stride = static_cast<size_t>((n_in + 15) / 16 * 16);
+  m.a.ds_stride = static_cast<size_t>(n_in / 32);
+  CK(cudaMalloc(&m.a.qs, m.a.qs_stride * n_tok));
+  CK(cudaMalloc(&m.a.ds, m.a.ds_stride * n_tok * sizeof(float4)));
+  if (quantize) SK(cuda::launch_quantize_act(m.x, static_cast<size_t>(n_in), m.a, 0));
+  return m;
+}
+inline void bench_matmul_free(BenchMatmul& m) {
+  CK(cudaFree(m.w));
+  CK(cudaFree(m.x));
+  CK(cudaFree(m.y));
+  CK(cudaFree(m.y2));
+  CK(cudaFree(m.a.qs));
+  CK(cudaFree(m.a.ds));
 }
 
 }  // namespace kiln

@@ -61,22 +61,11 @@ int main(int argc, char** argv) {
       const auto wb = random_weights(t, n_in, n_out, rng);
       std::vector<float> x(static_cast<size_t>(n_in * max_tok));
       for (auto& v : x) v = nd(rng);
-      uint8_t* dw;
-      float *dx, *dy, *dy2;
-      CK(cudaMalloc(&dw, wb.size()));
-      CK(cudaMemcpy(dw, wb.data(), wb.size(), cudaMemcpyHostToDevice));
-      CK(cudaMalloc(&dx, x.size() * 4));
-      CK(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-      CK(cudaMalloc(&dy, n_out * max_tok * 4));
-      CK(cudaMalloc(&dy2, n_out * max_tok * 4));
-      ActQ a{};
-      a.n_in = n_in, a.n_tok = max_tok;
-      a.qs_stride = static_cast<size_t>((n_in + 15) / 16 * 16);
-      a.ds_stride = static_cast<size_t>(n_in / 32);
-      CK(cudaMalloc(&a.qs, a.qs_stride * max_tok));
-      CK(cudaMalloc(&a.ds, a.ds_stride * max_tok * sizeof(float4)));
       const bool q = t != DType::F16;
-      if (q) SK(launch_quantize_act(dx, static_cast<size_t>(n_in), a, 0));
+      BenchMatmul bm = bench_matmul_alloc(wb, x, n_in, n_out, max_tok, q);
+      uint8_t* dw = bm.w;
+      float *dx = bm.x, *dy = bm.y, *dy2 = bm.y2;
+      const ActQ& a = bm.a;
       for (int nt : toks) {
         MatmulParams p{t, dw, rb, n_in, n_out, nt, dx, static_cast<size_t>(n_in), nullptr, dy,
                        static_cast<size_t>(n_out), false};
@@ -100,12 +89,7 @@ int main(int argc, char** argv) {
                     static_cast<long long>(n_out), static_cast<long long>(n_in), nt, ms * 1e3, gbs,
                     100.0 * gbs / ceil_gbs, e, ok ? "" : "  FAIL");
       }
-      CK(cudaFree(dw));
-      CK(cudaFree(dx));
-      CK(cudaFree(dy));
-      CK(cudaFree(dy2));
-      CK(cudaFree(a.qs));
-      CK(cudaFree(a.ds));
+      bench_matmul_free(bm);
     }
   }
   std::printf("%s\n", fails ? "REFERENCE CHECK FAILED" : "all reference checks passed");

@@ -95,27 +95,31 @@ Result<std::vector<std::string>> resolve_device_list(const std::string& device, 
   return std::vector<std::string>{id};
 }
 
+Status check_split_request(const DeviceRequest& req, size_t n_devices) {
+  if (!req.tensor_split.empty() && req.tensor_split.size() != n_devices)
+    return make_error(ErrorCode::kInvalidArgument, "--tensor-split: %zu proportions for %zu device%s (%s)",
+                      req.tensor_split.size(), n_devices, n_devices == 1 ? "" : "s", req.device.c_str());
+  if (req.split_mode != SplitMode::kTensor) return Status::ok();
+  if (n_devices < 2)
+    return make_error(ErrorCode::kInvalidArgument, "--split-mode tensor: needs at least 2 devices (got '%s'; name "
+                      "them with --device cuda:0,cuda:1, or cpu,cpu for CPU ranks)", req.device.c_str());
+  for (float f : req.tensor_split)
+    if (f != req.tensor_split[0])
+      return make_error(ErrorCode::kInvalidArgument, "--tensor-split: --split-mode tensor needs equal shares "
+                        "(kiln shards every matrix evenly across the ranks)");
+  if (req.n_gpu_layers != -1)
+    return make_error(ErrorCode::kInvalidArgument, "-ngl: --split-mode tensor runs every layer on the ranks (-ngl %d "
+                      "is not -1)", req.n_gpu_layers);
+  return Status::ok();
+}
+
 Result<TensorParallelGroup> make_tensor_parallel_group(const DeviceRequest& req) {
   if (req.split_mode != SplitMode::kTensor)
     return make_error(ErrorCode::kInternal, "make_tensor_parallel_group: split mode is %s",
                       split_mode_name(req.split_mode));
   KILN_ASSIGN_OR_RETURN(std::vector<std::string> ids,
                         resolve_device_list(req.device, req.split_mode, req.main_gpu));
-  if (ids.size() < 2)
-    return make_error(ErrorCode::kInvalidArgument, "--split-mode tensor: needs at least 2 devices (got '%s'; name "
-                      "them with --device cuda:0,cuda:1, or cpu,cpu for CPU ranks)", req.device.c_str());
-  if (!req.tensor_split.empty()) {
-    if (req.tensor_split.size() != ids.size())
-      return make_error(ErrorCode::kInvalidArgument, "--tensor-split: %zu proportions for %zu devices",
-                        req.tensor_split.size(), ids.size());
-    for (float f : req.tensor_split)
-      if (f != req.tensor_split[0])
-        return make_error(ErrorCode::kInvalidArgument, "--tensor-split: --split-mode tensor needs equal shares "
-                          "(kiln shards every matrix evenly across the ranks)");
-  }
-  if (req.n_gpu_layers != -1)
-    return make_error(ErrorCode::kInvalidArgument, "-ngl: --split-mode tensor runs every layer on the ranks (-ngl %d "
-                      "is not -1)", req.n_gpu_layers);
+  KILN_TRY(check_split_request(req, ids.size()));
   TensorParallelGroup g;
   BackendOptions bo = req.backend;
   const bool cpu = ids[0] == "cpu";

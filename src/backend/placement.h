@@ -67,6 +67,11 @@ struct DeviceRequest {
   int main_gpu = 0;
 };
 
+// A request against the n_devices its --device resolves to (resolve_device_list): one --tensor-split proportion per
+// device; for split mode tensor at least 2 devices, equal shares and -ngl -1. The CLI runs it before anything loads,
+// make_tensor_parallel_group again. Errors name the flag.
+Status check_split_request(const DeviceRequest& req, size_t n_devices);
+
 // The ranks of a tensor-parallel group: one backend and one communicator per rank (rank order).
 struct TensorParallelGroup {
   std::vector<std::shared_ptr<Backend>> ranks;

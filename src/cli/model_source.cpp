@@ -83,21 +83,7 @@ Result<DeviceRequest> device_request(const ModelSource& src) {
     return make_error(ErrorCode::kInvalidArgument, "--main-gpu: must be >= 0 (got %d)", src.main_gpu);
   r.main_gpu = src.main_gpu;
   KILN_ASSIGN_OR_RETURN(std::vector<std::string> ids, resolve_device_list(r.device, r.split_mode, r.main_gpu));
-  if (!r.tensor_split.empty() && r.tensor_split.size() != ids.size())
-    return make_error(ErrorCode::kInvalidArgument, "--tensor-split: %zu proportions for %zu device%s (%s)",
-                      r.tensor_split.size(), ids.size(), ids.size() == 1 ? "" : "s", src.device.c_str());
-  if (r.split_mode == SplitMode::kTensor) {  // as make_tensor_parallel_group checks, before anything loads
-    if (ids.size() < 2)
-      return make_error(ErrorCode::kInvalidArgument, "--split-mode tensor: needs at least 2 devices (got '%s'; name "
-                        "them with --device cuda:0,cuda:1, or cpu,cpu for CPU ranks)", src.device.c_str());
-    for (float f : r.tensor_split)
-      if (f != r.tensor_split[0])
-        return make_error(ErrorCode::kInvalidArgument, "--tensor-split: --split-mode tensor needs equal shares "
-                          "(kiln shards every matrix evenly across the ranks)");
-    if (r.n_gpu_layers != -1)
-      return make_error(ErrorCode::kInvalidArgument, "-ngl: --split-mode tensor runs every layer on the ranks (-ngl "
-                        "%d is not -1)", r.n_gpu_layers);
-  }
+  KILN_TRY(check_split_request(r, ids.size()));  // before anything loads
   return r;
 }
 

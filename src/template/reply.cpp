@@ -16,9 +16,11 @@ std::string trim(const std::string& s) {
 }
 
 // A tool call from a parsed JSON object: {"name", "arguments"|"parameters", "id"?}; false when not one.
+// An empty or blank name is not a call (no function to invoke): the block stays in the content.
 bool call_from_json(const nlohmann::ordered_json& j, size_t index, ToolCall* out) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
   out->name = j["name"].get<std::string>();
+  if (trim(out->name).empty()) return false;
   const char* keys[] = {"arguments", "parameters"};
   out->arguments = "{}";
   for (const char* k : keys) {

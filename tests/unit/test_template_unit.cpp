@@ -178,6 +178,13 @@ TEST(TemplateReply, MalformedToolCallsStayContent) {
   r = kiln::tpl::parse_reply("{\"not\": \"a call\"}");
   EXPECT_TRUE(r.tool_calls.empty());
   EXPECT_EQ(r.content, "{\"not\": \"a call\"}");
+  // A call without a function name (empty or blank) is no call; found by fuzz_template.
+  for (const char* name : {"", " "}) {
+    const std::string text = std::string("ok <tool_call>\n{\"name\": \"") + name + "\", \"arguments\": {\"a\": 0}}\n</tool_call>";
+    r = kiln::tpl::parse_reply(text);
+    EXPECT_TRUE(r.tool_calls.empty()) << "name '" << name << "'";
+    EXPECT_EQ(r.content, text);
+  }
 }
 
 TEST(TemplateReply, MistralAndLlama3Formats) {

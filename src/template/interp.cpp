@@ -187,6 +187,7 @@ Status Interp::emit(std::string* out, std::string_view s) {
 }
 
 Result<std::string> Interp::render() {
+  stack_base_ = static_cast<const char*>(__builtin_frame_address(0));
   auto root = std::make_shared<Scope>();
   root->parent = globals_;
   std::string out;
@@ -259,14 +260,27 @@ Status bind_targets(Interp& in, const Node& n, const Value& v, Scope* scope) {
 }  // namespace
 
 // Any error that leaves a node without a position gets the node's (the innermost failing node locates first).
+Status Interp::check_stack() const {
+  const char* here = static_cast<const char*>(__builtin_frame_address(0));
+  if (stack_base_ && stack_base_ > here && static_cast<size_t>(stack_base_ - here) > lim_.max_stack_bytes)
+    return make_error(ErrorCode::kOutOfRange, "template nested too deeply at run time (over %zu KiB of stack)",
+                      lim_.max_stack_bytes >> 10);
+  return Status::ok();
+}
+
 Status Interp::exec(const Node& n, const ScopePtr& scope, std::string* out) {
-  Status st = exec_node(n, scope, out);
+  Status st = check_stack();
+  if (st.is_ok()) st = exec_node(n, scope, out);
   if (st.is_ok()) return st;
   at(n.line, n.col);
   return located(std::move(st));
 }
 
 Result<Value> Interp::eval(const Expr& e, const ScopePtr& scope) {
+  if (Status st = check_stack(); !st.is_ok()) {
+    at(e.line, e.col);
+    return located(std::move(st));
+  }
   auto r = eval_expr(e, scope);
   if (r.is_ok()) return r;
   at(e.line, e.col);

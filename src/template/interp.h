@@ -29,6 +29,10 @@ struct Limits {
   size_t max_string_bytes = 32u << 20;   // any one string value
   size_t max_list_items = 4'000'000;     // any one list
   int64_t max_range = 100'000;           // range() size (jinja2's sandbox MAX_RANGE)
+  // Native stack the evaluator may use below render()'s frame. Parse-time nesting is bounded (max_nesting), but a
+  // macro re-enters its body, so the run-time depth is nesting x calls; this bounds it in bytes, whatever the frame
+  // sizes of the build (sanitizer builds have frames several times larger). Threads have >= 2 MiB by default.
+  size_t max_stack_bytes = 1u << 20;
 };
 
 struct Scope {
@@ -119,12 +123,14 @@ class Interp {
     col_ = col;
   }
   Status located(Status st) const;
+  Status check_stack() const;  // error once the evaluator's native stack exceeds lim_.max_stack_bytes
 
   const Program& prog_;
   Limits lim_;
   ScopePtr globals_;
   std::vector<std::shared_ptr<Object>> arena_;
   int64_t steps_ = 0;
+  const char* stack_base_ = nullptr;  // render()'s frame address (the stack grows down from it)
   size_t output_bytes_ = 0;
   int line_ = 0, col_ = 0;
   enum class Flow { kNormal, kBreak, kContinue } flow_ = Flow::kNormal;

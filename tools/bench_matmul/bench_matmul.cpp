@@ -2,8 +2,10 @@
 // default) in GFLOP/s (2 * n_out * n_in * n_tok), median of --reps runs, for 1 and 2 threads.
 //
 //   bench_matmul [--types q4_K,q6_K,q8_0,f16] [--shapes 2048x2048,...] [--threads 1,2] [--reps 5] [--tok 128]
-//                [--level scalar|avx2|avx512] [--mode both|gemv|gemm]
+//                [--level scalar|avx2|avx512] [--mode both|gemv|gemm] [--gemv-tok 1]
 //
+// --gemv-tok N: the GEMV columns run N tokens per call, still rotating through the DRAM-resident copies (the
+// batched decode step of N sequences); GB/s stays weight bytes per second, and GFLOP/s is printed next to it.
 // Shapes are n_out x n_in. GEMV cycles through enough copies of the weight matrix (>= 96 MiB in all) that every
 // run reads its weights from DRAM, as a decode step does; GEMM uses one copy (its weights are re-read from cache
 // across activation tiles by design).
@@ -92,7 +94,7 @@ int main(int argc, char** argv) {
   std::string shapes = "2048x2048,512x2048,8192x2048,2048x8192,128256x2048";
   std::string threads = "1,2";
   int reps = 5;
-  int64_t tok = 128;
+  int64_t tok = 128, gemv_tok = 1;
   std::string level_name, mode = "both";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -103,6 +105,7 @@ int main(int argc, char** argv) {
     else if (k == "--tok") tok = std::atoll(v.c_str());
     else if (k == "--level") level_name = v;
     else if (k == "--mode") mode = v;
+    else if (k == "--gemv-tok") gemv_tok = std::max<int64_t>(1, std::atoll(v.c_str()));
     else {
       std::fprintf(stderr, "bench_matmul: unknown option %s\n", k.c_str());
       return 2;
@@ -139,7 +142,8 @@ int main(int argc, char** argv) {
       const size_t copies = std::clamp<size_t>((size_t{96} << 20) / wbytes + 1, 1, 64);
       std::vector<std::vector<uint8_t>> w(copies, std::vector<uint8_t>(wbytes));
       for (auto& c : w) fill_weights(*t, c.data(), wbytes, rng);
-      std::vector<float> x(n_in * tok), y(n_out * tok);
+      const int64_t x_tok = std::max(tok, gemv_tok);
+      std::vector<float> x(n_in * x_tok), y(n_out * x_tok);
       std::normal_distribution<float> nd(0.f, 1.f);
       for (auto& v : x) v = nd(rng);
       for (const std::string& ths : split(threads, ',')) {
@@ -154,7 +158,7 @@ int main(int argc, char** argv) {
         a.y = y.data();
         a.y_stride = n_out;
         // GEMV: rotate through the copies; enough runs per rep that a rep lasts >= ~20 ms.
-        a.n_tok = 1;
+        a.n_tok = gemv_tok;
         std::vector<double> gemv;
         size_t ci = 0;
         int inner = 1;
@@ -187,8 +191,11 @@ int main(int argc, char** argv) {
         const double tv = median(gemv), tg = median(gemm);
         const double bv = *std::min_element(gemv.begin(), gemv.end()), bg = *std::min_element(gemm.begin(), gemm.end());
         const double flop = 2.0 * n_out * n_in * tok;
-        std::printf("%-6s %-12s %3s %10.1f %10.2f %10.2f %10.3f %12.1f %12.1f\n", tn.c_str(), sh.c_str(), ths.c_str(),
+        std::printf("%-6s %-12s %3s %10.1f %10.2f %10.2f %10.3f %12.1f %12.1f", tn.c_str(), sh.c_str(), ths.c_str(),
                     tv * 1e6, wbytes / tv / 1e9, wbytes / bv / 1e9, tg * 1e3, flop / tg / 1e9, flop / bg / 1e9);
+        if (gemv_tok > 1) std::printf("   GEMV x%lld: %.1f GFLOP/s", static_cast<long long>(gemv_tok),
+                                      2.0 * n_out * n_in * gemv_tok / tv / 1e9);
+        std::printf("\n");
         std::fflush(stdout);
       }
     }

@@ -81,6 +81,7 @@ struct FloatKern {
       __m256 xv[C];
       for (int c = 0; c < C; ++c) xv[c] = _mm256_load_ps(x[c] + i);
       for (int r = 0; r < R; ++r) {
+        if (i % 32 == 0) prefetch_weights(w[r] + i * (WT == DType::F32 ? 4 : 2), WT == DType::F32 ? 2 : 1);
         const __m256 wv = load_w8<WT>(w[r], i);
         for (int c = 0; c < C; ++c) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
       }
@@ -132,6 +133,7 @@ struct Block32Kern {
       __m256 dw[R];
       for (int r = 0; r < R; ++r) {
         float d;
+        prefetch_weights(w[r] + b * (WT == DType::Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0)), 1);
         wq[r] = decode_b32<WT>(w[r], b, &d);
         aw[r] = _mm256_sign_epi8(wq[r], wq[r]);  // |w| (-128 -> 128 as uint8)
         dw[r] = _mm256_set1_ps(d);
@@ -191,6 +193,7 @@ struct KQuantKern {
       float dw[R], dmw[R];
       for (int r = 0; r < R; ++r) {
         blk[r] = w[r] + b * kBlockBytes;
+        prefetch_weights(blk[r], (kBlockBytes + 63) / 64);
         if constexpr (WT == DType::Q4_K) {
           const block_q4_K* x = reinterpret_cast<const block_q4_K*>(blk[r]);
           uint8_t s8[8], m8[8];

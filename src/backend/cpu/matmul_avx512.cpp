@@ -93,6 +93,7 @@ struct FloatKern {
       __m512 xv[C];
       for (int c = 0; c < C; ++c) xv[c] = _mm512_load_ps(x[c] + i);
       for (int r = 0; r < R; ++r) {
+        if (WT == DType::F32 || i % 32 == 0) prefetch_weights(w[r] + i * (WT == DType::F32 ? 4 : 2), 1);  // per 64 B
         const __m512 wv = load_w16<WT>(w[r], i);
         for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(wv, xv[c], acc[r][c]);
       }
@@ -110,6 +111,10 @@ struct FloatKern {
 };
 
 // ---- Q4_0 / Q5_0 / Q8_0 weights x Q8_0 activations (biased uint8) --------------------------------------------
+
+template <DType WT>
+inline constexpr int64_t kB32Bytes = WT == DType::Q8_0 ? sizeof(block_q8_0)
+                                     : WT == DType::Q4_0 ? sizeof(block_q4_0) : sizeof(block_q5_0);
 
 // Decodes blocks b (and b+1 when `two`) of a weight row into 64 int8 (elements in order; zero for a missing second
 // block) and their scales into 16 f32 lanes (8 per block).
@@ -195,6 +200,7 @@ struct Block32Kern {
       __m512i wq[R], init[R];
       __m512 dw[R];
       for (int r = 0; r < R; ++r) {
+        prefetch_weights(w[r] + b * kB32Bytes<WT>, (2 * kB32Bytes<WT> + 63) / 64);  // two blocks per step
         wq[r] = decode_b32<WT>(w[r], b, two, &dw[r]);
         init[r] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), k128, wq[r]));
       }
@@ -327,6 +333,7 @@ struct KQuantKern {
       const uint8_t* blk[R];
       for (int r = 0; r < R; ++r) {
         blk[r] = w[r] + b * kBlockBytes;
+        prefetch_weights(blk[r], (kBlockBytes + 63) / 64);  // 3 lines (Q4_K 144 B, Q5_K 176 B), 4 (Q6_K 210 B)
         decode_k_row<WT>(blk[r], &kr[r]);
       }
       __m512i isum[R][C];

@@ -7,7 +7,8 @@
 // does not hold the call up) and computes them for all tokens. Within a chunk the SIMD
 // files block the loops (matmul_kernels.h drive_tiles): a block of weight rows small enough to stay in L2 is
 // swept once per tile of C activation rows, so for n_tok > 1 each weight block is read from memory once and the
-// activations come from L1/L2; for n_tok == 1 the weights stream once, contiguously.
+// activations come from L1/L2; for n_tok == 1 the weights stream once, contiguously. Every kernel prefetches its
+// weight stream kPrefetchBytes ahead (matmul_kernels.h says why, with the measurements).
 #include <atomic>
 #include <cstdlib>
 #include <cstring>

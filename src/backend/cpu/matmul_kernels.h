@@ -99,12 +99,13 @@ inline constexpr size_t kWeightBlockBytes = 256 * 1024;
 // 1 thread, Zen 5 EPYC, weights from DRAM), us per product, distance 0 -> 8192 bytes:
 //   Q4_K 2048x8192: 1 token 367 -> 270, 4 tokens 1095 -> 479, 16 tokens 2462 -> 1818
 //   Q6_K 2048x8192: 1 token 448 -> 305, 4 tokens 1516 -> 496; 8192x2048 4 tokens 533 -> 471
-// (4096: 10-25% less gain at 4 tokens; 16384 and 32768: the same as 8192).
+// (4096: 10-25% less gain at 4 tokens; 16384 and 32768: the same as 8192; into L2 only, locality 1: no better).
 // A build with -DKILN_CPU_PREFETCH_BYTES=0 has none (the A/B baseline).
 #ifndef KILN_CPU_PREFETCH_BYTES
 #define KILN_CPU_PREFETCH_BYTES 8192
 #endif
 inline constexpr int kPrefetchBytes = KILN_CPU_PREFETCH_BYTES;
+
 
 // Prefetches the `lines` cache lines from p + kPrefetchBytes into L1.
 inline void prefetch_weights(const uint8_t* p, int lines) {

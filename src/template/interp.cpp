@@ -3,7 +3,11 @@
 // evaluated fine are done by then), by prefixing "NAME: line L, column C: " once.
 #include "template/interp.h"
 
+#include <algorithm>
 #include <cstdarg>
+#if defined(__linux__)
+#include <pthread.h>
+#endif
 
 namespace kiln::tpl {
 
@@ -188,6 +192,20 @@ Status Interp::emit(std::string* out, std::string_view s) {
 
 Result<std::string> Interp::render() {
   stack_base_ = static_cast<const char*>(__builtin_frame_address(0));
+  stack_budget_ = lim_.max_stack_bytes;
+#if defined(__linux__)
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    void* low = nullptr;
+    size_t size = 0;
+    if (pthread_attr_getstack(&attr, &low, &size) == 0 && low && stack_base_ > static_cast<const char*>(low)) {
+      constexpr size_t kMargin = 256u << 10;  // for what runs below the deepest check (allocation, formatting)
+      const size_t left = static_cast<size_t>(stack_base_ - static_cast<const char*>(low));
+      stack_budget_ = std::min(stack_budget_, left > kMargin ? left - kMargin : 0);
+    }
+    pthread_attr_destroy(&attr);
+  }
+#endif
   auto root = std::make_shared<Scope>();
   root->parent = globals_;
   std::string out;
@@ -262,9 +280,9 @@ Status bind_targets(Interp& in, const Node& n, const Value& v, Scope* scope) {
 // Any error that leaves a node without a position gets the node's (the innermost failing node locates first).
 Status Interp::check_stack() const {
   const char* here = static_cast<const char*>(__builtin_frame_address(0));
-  if (stack_base_ && stack_base_ > here && static_cast<size_t>(stack_base_ - here) > lim_.max_stack_bytes)
+  if (stack_base_ && stack_base_ > here && static_cast<size_t>(stack_base_ - here) > stack_budget_)
     return make_error(ErrorCode::kOutOfRange, "template nested too deeply at run time (over %zu KiB of stack)",
-                      lim_.max_stack_bytes >> 10);
+                      stack_budget_ >> 10);
   return Status::ok();
 }
 

@@ -31,8 +31,9 @@ struct Limits {
   int64_t max_range = 100'000;           // range() size (jinja2's sandbox MAX_RANGE)
   // Native stack the evaluator may use below render()'s frame. Parse-time nesting is bounded (max_nesting), but a
   // macro re-enters its body, so the run-time depth is nesting x calls; this bounds it in bytes, whatever the frame
-  // sizes of the build (sanitizer builds have frames several times larger). Threads have >= 2 MiB by default.
-  size_t max_stack_bytes = 1u << 20;
+  // sizes of the build (a debug + ASan build spends ~10 KiB per nested macro call, a release build ~1 KiB). render()
+  // lowers it to what the thread's stack has left below its frame minus 256 KiB (Linux: pthread_getattr_np).
+  size_t max_stack_bytes = 4u << 20;
 };
 
 struct Scope {
@@ -123,7 +124,7 @@ class Interp {
     col_ = col;
   }
   Status located(Status st) const;
-  Status check_stack() const;  // error once the evaluator's native stack exceeds lim_.max_stack_bytes
+  Status check_stack() const;  // error once the evaluator's native stack exceeds stack_budget_
 
   const Program& prog_;
   Limits lim_;
@@ -131,6 +132,7 @@ class Interp {
   std::vector<std::shared_ptr<Object>> arena_;
   int64_t steps_ = 0;
   const char* stack_base_ = nullptr;  // render()'s frame address (the stack grows down from it)
+  size_t stack_budget_ = 0;           // bytes below stack_base_ the evaluator may use (render() sets it)
   size_t output_bytes_ = 0;
   int line_ = 0, col_ = 0;
   enum class Flow { kNormal, kBreak, kContinue } flow_ = Flow::kNormal;

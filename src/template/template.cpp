@@ -29,6 +29,7 @@ Result<std::string> Template::render(const nlohmann::ordered_json& variables, st
   lim.max_call_depth = limits.max_call_depth;
   lim.max_output_bytes = limits.max_output_bytes;
   lim.max_string_bytes = limits.max_string_bytes;
+  lim.max_stack_bytes = limits.max_stack_bytes;
   Interp in(*prog_, lim, globals);
   in.now = now;
   return in.render();

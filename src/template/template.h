@@ -39,6 +39,7 @@ struct RenderLimits {
   int max_call_depth = 100;             // nested macro calls / recursive loops
   size_t max_output_bytes = 32u << 20;  // total bytes the template writes
   size_t max_string_bytes = 32u << 20;  // any one string value
+  size_t max_stack_bytes = 4u << 20;    // native stack of the evaluator (at most what the thread has left)
 };
 
 class Template {

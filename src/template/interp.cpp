@@ -190,22 +190,39 @@ Status Interp::emit(std::string* out, std::string_view s) {
   return Status::ok();
 }
 
+namespace {
+
+// The lowest address of this thread's stack (nullptr: unknown). Asked once per thread: for the main thread glibc
+// reads /proc/self/maps to answer.
+const char* thread_stack_low() {
+#if defined(__linux__)
+  thread_local const char* low = [] {
+    const char* p = nullptr;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+      void* addr = nullptr;
+      size_t size = 0;
+      if (pthread_attr_getstack(&attr, &addr, &size) == 0) p = static_cast<const char*>(addr);
+      pthread_attr_destroy(&attr);
+    }
+    return p;
+  }();
+  return low;
+#else
+  return nullptr;
+#endif
+}
+
+}  // namespace
+
 Result<std::string> Interp::render() {
   stack_base_ = static_cast<const char*>(__builtin_frame_address(0));
   stack_budget_ = lim_.max_stack_bytes;
-#if defined(__linux__)
-  pthread_attr_t attr;
-  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-    void* low = nullptr;
-    size_t size = 0;
-    if (pthread_attr_getstack(&attr, &low, &size) == 0 && low && stack_base_ > static_cast<const char*>(low)) {
-      constexpr size_t kMargin = 256u << 10;  // for what runs below the deepest check (allocation, formatting)
-      const size_t left = static_cast<size_t>(stack_base_ - static_cast<const char*>(low));
-      stack_budget_ = std::min(stack_budget_, left > kMargin ? left - kMargin : 0);
-    }
-    pthread_attr_destroy(&attr);
+  if (const char* low = thread_stack_low(); low && stack_base_ > low) {
+    constexpr size_t kMargin = 256u << 10;  // for what runs below the deepest check (allocation, formatting)
+    const size_t left = static_cast<size_t>(stack_base_ - low);
+    stack_budget_ = std::min(stack_budget_, left > kMargin ? left - kMargin : 0);
   }
-#endif
   auto root = std::make_shared<Scope>();
   root->parent = globals_;
   std::string out;
@@ -277,7 +294,6 @@ Status bind_targets(Interp& in, const Node& n, const Value& v, Scope* scope) {
 }
 }  // namespace
 
-// Any error that leaves a node without a position gets the node's (the innermost failing node locates first).
 Status Interp::check_stack() const {
   const char* here = static_cast<const char*>(__builtin_frame_address(0));
   if (stack_base_ && stack_base_ > here && static_cast<size_t>(stack_base_ - here) > stack_budget_)
@@ -286,6 +302,7 @@ Status Interp::check_stack() const {
   return Status::ok();
 }
 
+// Any error that leaves a node without a position gets the node's (the innermost failing node locates first).
 Status Interp::exec(const Node& n, const ScopePtr& scope, std::string* out) {
   Status st = check_stack();
   if (st.is_ok()) st = exec_node(n, scope, out);

@@ -106,7 +106,6 @@ inline constexpr size_t kWeightBlockBytes = 256 * 1024;
 #endif
 inline constexpr int kPrefetchBytes = KILN_CPU_PREFETCH_BYTES;
 
-
 // Prefetches the `lines` cache lines from p + kPrefetchBytes into L1.
 inline void prefetch_weights(const uint8_t* p, int lines) {
   if constexpr (kPrefetchBytes > 0)

@@ -17,23 +17,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gguf/gguf.h"
+#include "fuzz_data.h"
 #include "runtime/prompt.h"
 #include "server/openai.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
-
-std::string here_dir() {
-  std::string here = __FILE__;  // .../tests/fuzz/fuzz_server.cpp
-  const size_t slash = here.find_last_of('/');
-  return slash == std::string::npos ? std::string(".") : here.substr(0, slash);
-}
-
-std::string data_dir() {
-  if (const char* d = std::getenv("KILN_TEST_DATA_DIR")) return d;
-  return here_dir() + "/../data";
-}
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "fuzz_server: %s\n", what.c_str());
@@ -53,12 +42,8 @@ struct Env {
 const Env& env() {
   static const Env e = [] {
     Env e;
-    auto f = kiln::gguf::File::open(data_dir() + "/tokenizer/ggml-vocab-gpt-2.gguf");
-    if (!f) die(f.status().to_string());
-    auto t = kiln::Tokenizer::from_gguf(*f);
-    if (!t) die(t.status().to_string());
-    e.tok = std::move(t).value();
-    std::ifstream in(here_dir() + "/corpus/template/qwen3.jinja");
+    e.tok = kiln::fuzz::load_vocab("gpt-2", "fuzz_server");
+    std::ifstream in(kiln::fuzz::fuzz_dir() + "/corpus/template/qwen3.jinja");
     std::stringstream src;
     src << in.rdbuf();
     if (src.str().empty()) die("corpus/template/qwen3.jinja not found");

@@ -12,33 +12,14 @@
 #include <memory>
 #include <string>
 
+#include "fuzz_data.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
 namespace {
 
-std::string data_dir() {
-  if (const char* d = std::getenv("KILN_TEST_DATA_DIR")) return d;
-  std::string here = __FILE__;  // .../tests/fuzz/fuzz_tokenizer.cpp
-  const size_t slash = here.find_last_of('/');
-  return (slash == std::string::npos ? std::string(".") : here.substr(0, slash)) + "/../data";
-}
-
-std::unique_ptr<kiln::Tokenizer> load(const char* name) {
-  const std::string path = data_dir() + "/tokenizer/ggml-vocab-" + name + ".gguf";
-  auto f = kiln::gguf::File::open(path);
-  if (!f) {
-    std::fprintf(stderr, "fuzz_tokenizer: %s\n", f.status().to_string().c_str());
-    std::abort();
-  }
-  auto t = kiln::Tokenizer::from_gguf(*f);
-  if (!t) {
-    std::fprintf(stderr, "fuzz_tokenizer: %s\n", t.status().to_string().c_str());
-    std::abort();
-  }
-  return std::move(t).value();
-}
+std::unique_ptr<kiln::Tokenizer> load(const char* name) { return kiln::fuzz::load_vocab(name, "fuzz_tokenizer"); }
 
 const uint8_t* g_data = nullptr;  // the current input, printed when a check fails
 size_t g_size = 0;

@@ -38,10 +38,10 @@ namespace kiln {
 inline std::vector<uint8_t> random_weights(DType t, int64_t n_in, int64_t rows, std::mt19937& rng) {
   const size_t rb = dtype_row_bytes(t, n_in).value();
   std::vector<uint8_t> w(rb * rows);
-  if (t == DType::F16) {
+  if (t == DType::F16 || t == DType::BF16) {
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     for (int64_t i = 0; i < n_in * rows; ++i) {
-      const uint16_t h = f32_to_fp16(u(rng));
+      const uint16_t h = t == DType::F16 ? f32_to_fp16(u(rng)) : f32_to_bf16(u(rng));
       std::memcpy(&w[2 * i], &h, 2);
     }
     return w;

@@ -42,7 +42,16 @@ const int kGemmFrom17 = [] { return setenv("KILN_CUDA_GEMV_TOK", "16", 1); }();
 namespace kiln::cuda {
 void mmq_set_tile_override(int tile);  // mmq.cu: 0 = the rule, else MmqTile (1 64x64, 2 64x128, 3 128x64, 4 128x128,
                                        // 5-12 the pipelined kernels' configurations)
+void matmul_set_override(const char* name);  // matmul_select.cu: force a kernel where it runs ("" = the rule)
 }  // namespace kiln::cuda
+namespace {
+// Forces the matmul kernel this file tests (the selector sends many-token products to cuBLAS by default).
+void force(const char* name) { kiln::cuda::matmul_set_override(name); }
+}  // namespace
+#else
+namespace {
+void force(const char*) {}
+}  // namespace
 #endif
 
 namespace kiln {
@@ -139,6 +148,7 @@ TEST(CudaMmq, EveryTypeMatchesModelExactAndGemv) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.f, 1.f);
   int checked = 0;
+  force("mmq");
   for (DType t : kMmqTypes) {
     if (!gpu.supports(Op::kMatmul, t)) continue;
     for (const Shape& sh : shapes_for(t)) {
@@ -211,7 +221,9 @@ TEST(CudaMmq, EveryTypeMatchesModelExactAndGemv) {
           for (int64_t k : {int64_t{0}, nt / 2, nt - 1}) {
             Dev x1 = dev_f32(gpu, x.data() + k * n_in, n_in, 1, n_in);
             Dev y1 = dev_f32(gpu, nullptr, n_out, 1, n_out);
+            force("mmvq");
             ASSERT_TRUE(gpu.matmul(*w, x1.t, bd.t, y1.t).is_ok());
+            force("mmq");
             const std::vector<float> gv = read_f32(gpu, y1, n_out, 1, n_out);
             const std::vector<float> gm(got.begin() + k * n_out, got.begin() + (k + 1) * n_out);
             std::vector<double> gvd(gv.begin(), gv.end());
@@ -224,6 +236,7 @@ TEST(CudaMmq, EveryTypeMatchesModelExactAndGemv) {
 #endif
     }
   }
+  force("");
   EXPECT_GT(checked, 0) << "no matmul type supported on cuda:0";
 }
 
@@ -233,7 +246,9 @@ TEST(CudaMmq, StridedDstGapsUntouched) {
   NEED_GPU();
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.f);
+  for (const char* kernel : {"mmq", "blas"})
   for (DType t : {DType::Q4_K, DType::Q8_0, DType::F16}) {
+    force(kernel);
     const int64_t n_in = 512, n_out = 67, nt = 129, yp = 80;
     const auto wb = random_weights(t, n_in, n_out, rng);
     const int64_t ne[4] = {n_in, n_out, 1, 1};
@@ -253,9 +268,101 @@ TEST(CudaMmq, StridedDstGapsUntouched) {
       for (int64_t r = n_out; r < yp; ++r) touched += full[k * yp + r] != 12345.0f;
       for (int64_t r = 0; r < n_out; ++r) written += full[k * yp + r] != 12345.0f;
     }
-    EXPECT_EQ(touched, 0) << dtype_name(t) << ": floats between dst rows were written";
-    EXPECT_EQ(written, n_out * nt) << dtype_name(t) << ": outputs not written";
+    EXPECT_EQ(touched, 0) << kernel << " " << dtype_name(t) << ": floats between dst rows were written";
+    EXPECT_EQ(written, n_out * nt) << kernel << " " << dtype_name(t) << ": outputs not written";
   }
+  force("");
+}
+
+// The dequantize + cuBLAS path (backend/cuda/gemm_blas.cu) forced on every type it takes, from one token up,
+// contiguous and strided, bias and accumulate; one shape whose f16 copy is larger than one chunk
+// (launch.h kBlasChunkBytes: 128 MiB = 16384 rows of 4096). Checks per case:
+//   (a) the numerics model: each weight the reference dequantizer's f32 value rounded to nearest f16 (F16 / BF16
+//       weights: as stored), x rounded to f16 (bf16 for BF16 weights), exact products, double sums: NMSE <= 1e-9
+//       (f32 accumulation ~1e-10; the device's fused d*q+m and the host's dl*q-ml round to different f16 in ~2^-12
+//       of the weights: ~6e-11);
+//   (b) exact math on the dequantized weights and f32 x: weights and x each rounded to f16 (2^-11 relative:
+//       (2^-11)^2/3 = 8e-8 each): NMSE <= 1e-6; BF16 x: 6e-5 (the mmq test's bound).
+TEST(CudaBlas, EveryTypeMatchesModelAndExact) {
+  NEED_GPU();
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  int checked = 0;
+  struct Case { DType t; Shape sh; };
+  std::vector<Case> cases;
+  for (DType t : kMmqTypes) {
+    const int64_t bs = is_float(t) ? 8 : dtype_block_size(t);
+    for (const Shape& sh : std::vector<Shape>{{bs == 256 ? 256 : 96 - 96 % bs, 67, 1}, {512, 1000, 33},
+                                              {512, 200, 100}, {4096, 200, 129}, {256, 8400, 200}})
+      cases.push_back({t, sh});
+  }
+  cases.push_back({DType::Q4_K, {4096, 16640, 2}});  // two chunks of rows
+  cases.push_back({DType::F16, {4096, 16640, 2}});   // float weights: one call, no scratch copy
+  force("blas");
+  for (const Case& c : cases) {
+    const DType t = c.t;
+    if (!gpu.supports(Op::kMatmul, t)) continue;
+    const int64_t n_in = c.sh.n_in, n_out = c.sh.n_out, nt = c.sh.n_tok;
+    const auto wb = random_weights(t, n_in, n_out, rng);
+    const size_t rb = dtype_row_bytes(t, n_in).value();
+    std::vector<float> wf(static_cast<size_t>(n_in * n_out));
+    for (int64_t r = 0; r < n_out; ++r)
+      ASSERT_TRUE(dequantize_row(t, wb.data() + r * rb, wf.data() + r * n_in, n_in).is_ok());
+    const int64_t ne[4] = {n_in, n_out, 1, 1};
+    auto w = gpu.import_weight(t, ne, wb.data(), wb.size());
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    std::vector<float> bias(static_cast<size_t>(n_out)), x(static_cast<size_t>(n_in * nt)),
+        y0(static_cast<size_t>(n_out * nt));
+    for (auto& b : bias) b = nd(rng);
+    for (auto& v : x) v = 1.5f * nd(rng);
+    for (auto& v : y0) v = nd(rng);
+    std::vector<float> w16(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) w16[i] = is_float(t) ? wf[i] : fp16_to_f32(f32_to_fp16(wf[i]));
+    std::vector<double> mdl(y0.size()), ex(y0.size());
+    for (int64_t k = 0; k < nt; ++k) {
+      const float* xk = x.data() + k * n_in;
+      for (int64_t r = 0; r < n_out; ++r) {
+        double sm = 0, se = 0;
+        const float* wr = wf.data() + r * n_in;
+        const float* wm = w16.data() + r * n_in;
+        for (int64_t i = 0; i < n_in; ++i) {
+          const double xm = t == DType::BF16 ? bf16_to_f32(f32_to_bf16(xk[i])) : fp16_to_f32(f32_to_fp16(xk[i]));
+          sm += static_cast<double>(wm[i]) * xm;
+          se += static_cast<double>(wr[i]) * xk[i];
+        }
+        mdl[k * n_out + r] = sm;
+        ex[k * n_out + r] = se;
+      }
+    }
+    const double lim_ex = t == DType::BF16 ? 6e-5 : 1e-6;
+    for (int mode = 0; mode < 3; ++mode) {  // as EveryTypeMatchesModelExactAndGemv
+      const int64_t xp = mode == 0 ? n_in : n_in + 24, yp = mode == 1 ? n_out + 5 : n_out;
+      Dev xd = dev_f32(gpu, x.data(), n_in, nt, xp);
+      Dev yd = dev_f32(gpu, y0.data(), n_out, nt, yp);
+      Dev bd = dev_f32(gpu, bias.data(), n_out, 1, n_out);
+      Dev tmp = dev_f32(gpu, nullptr, n_out, nt, n_out);
+      Status st = mode == 0   ? gpu.matmul(*w, xd.t, bd.t, yd.t)
+                  : mode == 1 ? gpu.matmul_add(*w, xd.t, Tensor{}, tmp.t, yd.t)
+                              : gpu.matmul(*w, xd.t, Tensor{}, yd.t);
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+      const std::vector<float> got = read_f32(gpu, yd, n_out, nt, yp);
+      std::vector<double> rm(got.size()), re(got.size());
+      for (int64_t k = 0; k < nt; ++k)
+        for (int64_t r = 0; r < n_out; ++r) {
+          const size_t i = static_cast<size_t>(k * n_out + r);
+          const double add = mode == 0 ? bias[r] : mode == 1 ? y0[i] : 0.0;
+          rm[i] = mdl[i] + add;
+          re[i] = ex[i] + add;
+        }
+      std::ostringstream what;
+      what << dtype_name(t) << " n_in " << n_in << " n_out " << n_out << " n_tok " << nt << " mode " << mode;
+      EXPECT_LE(test::nmse_d(got, rm), 1e-9) << what.str() << " (vs the numerics model)";
+      EXPECT_LE(test::nmse_d(got, re), lim_ex) << what.str() << " (vs exact math)";
+      ++checked;
+    }
+  }
+  force("");
+  EXPECT_GT(checked, 0) << "no matmul type supported on cuda:0";
 }
 
 }  // namespace

@@ -52,6 +52,7 @@ Status CudaBackend::init() {
   cudaDeviceProp prop{};
   KILN_CUDA_TRY(cudaGetDeviceProperties(&prop, device_));
   n_sm_ = prop.multiProcessorCount;
+  cc_ = prop.major * 10 + prop.minor;
   smem_optin_ = prop.sharedMemPerBlockOptin;
   KILN_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   KILN_TRY(attention_init(smem_optin_));
@@ -86,6 +87,10 @@ CudaBackend::~CudaBackend() {
   if (ring_) cudaFreeHost(ring_);
   if (act_buf_) cudaFree(act_buf_);
   if (attn_buf_) cudaFree(attn_buf_);
+  blas_destroy(blas_);
+  if (blas_ws_) cudaFree(blas_ws_);
+  if (blas_w_) cudaFree(blas_w_);
+  if (blas_x_) cudaFree(blas_x_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -323,7 +328,7 @@ Status CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const 
 Status CudaBackend::rms_norm_for_matmul(const Tensor& x, const Tensor& w, float eps, const Tensor& dst, DType next) {
   RmsNormParams p{};
   KILN_TRY(rms_params("rms_norm", x, w, eps, dst, &p));
-  if (!mmvq_supports(next) || !rms_norm_quant_usable(p) || p.n == 0) return rms_norm(x, w, eps, dst);
+  if (!reads_q8_1(next, p.d, p.n) || !rms_norm_quant_usable(p) || p.n == 0) return rms_norm(x, w, eps, dst);
   KILN_TRY(use());
   KILN_ASSIGN_OR_RETURN(ActQ a, act_layout(p.d, p.n));
   KILN_TRY(launch_rms_norm_quant(p, a, stream_));
@@ -368,25 +373,84 @@ Result<ActQ> CudaBackend::act_layout(int64_t n_in, int64_t n_tok) {
   return a;
 }
 
+MatmulParams CudaBackend::matmul_params(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst,
+                                        bool accumulate) {
+  return MatmulParams{w.dtype, static_cast<const uint8_t*>(w.data), w.nb[1], w.ne[0], w.n_rows(), x.n_rows(),
+                      static_cast<const float*>(x.data), fstride(x),
+                      bias.valid() ? static_cast<const float*>(bias.data) : nullptr, static_cast<float*>(dst.data),
+                      fstride(dst), accumulate};
+}
+
+// Whether a product of `type` weights over n_tok rows of n_in reads q8_1 activations (the GEMVs and mmq of
+// quantized weights), asked before the product's other operands exist (rms_norm_for_matmul, matmul groups): the
+// selector's token rule does not depend on them.
+bool CudaBackend::reads_q8_1(DType type, int64_t n_in, int64_t n_tok) const {
+  if (!mmvq_supports(type)) return false;
+  MatmulParams p{};
+  p.type = type;
+  p.n_in = n_in;
+  p.n_tok = n_tok;
+  p.n_out = 1;
+  const auto rb = dtype_row_bytes(type, n_in);
+  p.w_row_bytes = rb.is_ok() ? rb.value() : 0;
+  const MatmulKernel k = select_matmul(p, cc_);
+  return k == MatmulKernel::kMmvq || k == MatmulKernel::kMmq || k == MatmulKernel::kGemm;
+}
+
+bool CudaBackend::takes_gemv_group(DType type, int64_t n_in, int64_t n_tok) const {
+  if (!mmvq_fast_supports(type)) return false;
+  MatmulParams p{};
+  p.type = type;
+  p.n_in = n_in;
+  p.n_tok = n_tok;
+  p.n_out = 1;
+  const auto rb = dtype_row_bytes(type, n_in);
+  p.w_row_bytes = rb.is_ok() ? rb.value() : 0;
+  return select_matmul(p, cc_) == MatmulKernel::kMmvq;
+}
+
+Status CudaBackend::blas_scratch(const MatmulParams& p, BlasScratch* sc) {
+  if (!blas_) {
+    if (capturing_) {
+      capture_failed_ = true;
+      return make_error(ErrorCode::kInternal, "%s: cuBLAS set up during a CUDA graph capture", name_.c_str());
+    }
+    KILN_TRY(ensure_scratch(&blas_ws_, &blas_ws_bytes_, kBlasWorkspaceBytes, "cuBLAS workspace"));
+    KILN_TRY(blas_create(&blas_, blas_ws_, blas_ws_bytes_));
+  }
+  KILN_TRY(ensure_scratch(&blas_w_, &blas_w_bytes_, blas_weight_scratch_bytes(p), "dequantized weight"));
+  KILN_TRY(ensure_scratch(&blas_x_, &blas_x_bytes_, blas_act_scratch_bytes(p), "f16 activation"));
+  *sc = BlasScratch{blas_, blas_w_, blas_w_bytes_, blas_x_, blas_x_bytes_};
+  return Status::ok();
+}
+
 Status CudaBackend::matmul_run(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst,
                                bool accumulate, const ActQ* act) {
-  MatmulParams p{w.dtype, static_cast<const uint8_t*>(w.data), w.nb[1], w.ne[0], w.n_rows(), x.n_rows(),
-                 static_cast<const float*>(x.data), fstride(x),
-                 bias.valid() ? static_cast<const float*>(bias.data) : nullptr, static_cast<float*>(dst.data),
-                 fstride(dst), accumulate};
-  if (mmvq_supports(p.type)) {  // quantized weights: q8_1 activations on both paths (GEMV <= 16 tokens, GEMM)
-    ActQ a{};
-    if (act) {
-      a = *act;
-    } else {
-      KILN_ASSIGN_OR_RETURN(a, quantize_act(x));
+  const MatmulParams p = matmul_params(w, x, bias, dst, accumulate);
+  const MatmulKernel k = select_matmul(p, cc_);
+  switch (k) {
+    case MatmulKernel::kMmvf: return launch_mmvf(p, stream_);
+    case MatmulKernel::kBlas: {
+      BlasScratch sc{};
+      KILN_TRY(blas_scratch(p, &sc));
+      return launch_blas(p, sc, stream_);
     }
-    if (p.n_tok <= gemv_max_tok()) return launch_mmvq(p, a, stream_);
-    return mmq_usable(p) ? launch_mmq(p, a, stream_) : launch_gemm(p, a, stream_);  // gemm: sm_75
+    case MatmulKernel::kMmvq: case MatmulKernel::kMmq: case MatmulKernel::kGemm: {
+      ActQ a{};  // quantized weights read q8_1 activations on all three; float weights read p.x
+      if (mmvq_supports(p.type)) {
+        if (act) {
+          a = *act;
+        } else {
+          KILN_ASSIGN_OR_RETURN(a, quantize_act(x));
+        }
+      }
+      if (k == MatmulKernel::kMmvq) return launch_mmvq(p, a, stream_);
+      return k == MatmulKernel::kMmq ? launch_mmq(p, a, stream_) : launch_gemm(p, a, stream_);
+    }
+    default: break;
   }
-  if (mmvf_usable(p)) return launch_mmvf(p, stream_);
-  if (mmq_usable(p)) return launch_mmq(p, ActQ{}, stream_);  // F16 / BF16 tensor cores (n_tok > gemv_max_tok())
-  return launch_gemm(p, ActQ{}, stream_);
+  return make_error(ErrorCode::kUnsupported, "%s: no matmul kernel for %s weights", name_.c_str(),
+                    dtype_name(p.type));
 }
 
 Status CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst) {
@@ -400,7 +464,7 @@ Status CudaBackend::matmul(const Tensor& w, const Tensor& x, const Tensor& bias,
 Status CudaBackend::matmul_outs_q(const Tensor& x, const MatmulOut* outs, int n, const ActQ& a) {
   for (int i = 0; i < n;) {
     const DType t = outs[i].w.dtype;
-    if (!mmvq_fast_supports(t) || x.n_rows() > gemv_max_tok()) {
+    if (!takes_gemv_group(t, x.ne[0], x.n_rows())) {
       KILN_TRY(matmul_run(outs[i].w, x, outs[i].bias, outs[i].dst, false, &a));
       ++i;
       continue;
@@ -422,13 +486,14 @@ Status CudaBackend::matmul_outs_q(const Tensor& x, const MatmulOut* outs, int n,
 Status CudaBackend::matmul_group(const Tensor& x, const MatmulOut* outs, int n) {
   ActQ pa{};
   const bool pend = take_pending(x, &pa);
-  bool all_q = true;
+  bool any_q8 = false;
   for (int i = 0; i < n; ++i) {
     KILN_TRY(matmul_operands(outs[i].w, x, outs[i].bias, outs[i].dst));
-    all_q = all_q && mmvq_supports(outs[i].w.dtype);
+    any_q8 = any_q8 || reads_q8_1(outs[i].w.dtype, x.ne[0], x.n_rows());
   }
   KILN_TRY(use());
-  if (all_q && n > 0) {  // the input is quantized once for all the products (or was, by rms_norm_for_matmul)
+  if (any_q8) {
+    // the input is quantized once for all the products that read q8_1 (or was, by rms_norm_for_matmul)
     ActQ a = pa;
     if (!pend) {
       KILN_ASSIGN_OR_RETURN(a, quantize_act(x));
@@ -454,7 +519,7 @@ Status CudaBackend::matmul_add(const Tensor& w, const Tensor& x, const Tensor& b
 Status CudaBackend::matmul_swiglu(const Tensor& w_gate, const Tensor& w_up, const Tensor& x, const Tensor& g,
                                   const Tensor& u) {
   const DType t = w_gate.dtype;
-  if (!mmvq_fast_supports(t) || w_up.dtype != t || x.n_rows() > gemv_max_tok() || !g.valid() || !w_up.valid() ||
+  if (!takes_gemv_group(t, x.ne[0], x.n_rows()) || w_up.dtype != t || !g.valid() || !w_up.valid() ||
       w_gate.n_rows() != w_up.n_rows()) {
     const MatmulOut outs[] = {{w_gate, Tensor{}, g}, {w_up, Tensor{}, u}};
     KILN_TRY(matmul_group(x, outs, 2));

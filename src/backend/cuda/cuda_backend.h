@@ -78,6 +78,14 @@ class CudaBackend final : public Backend {
   // dst (+)= W x + bias; `act` = x already quantized for mmvq (or null).
   Status matmul_run(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst, bool accumulate,
                     const ActQ* act);
+  static MatmulParams matmul_params(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst,
+                                    bool accumulate);
+  // What the matmul selector (launch.h select_matmul) picks for a product of `type` weights, n_in x n_tok
+  // activations: whether it reads q8_1 activations, whether it is a GEMV that a group launch may take.
+  bool reads_q8_1(DType type, int64_t n_in, int64_t n_tok) const;
+  bool takes_gemv_group(DType type, int64_t n_in, int64_t n_tok) const;
+  // The cuBLAS handle (created on first use, outside a capture) and the scratch launch_blas needs for p.
+  Status blas_scratch(const MatmulParams& p, BlasScratch* sc);
   // x quantized into the activation scratch (grown when needed, outside a capture).
   Result<ActQ> quantize_act(const Tensor& x);
   Result<ActQ> act_layout(int64_t n_in, int64_t n_tok);
@@ -101,6 +109,7 @@ class CudaBackend final : public Backend {
   ActQ pend_a_{};
   int n_devices_ = 1;
   int n_sm_ = 0;
+  int cc_ = 0;  // compute capability, major * 10 + minor
   size_t smem_optin_ = 0;
   cudaStream_t stream_ = nullptr;
   // Weight upload: two pinned staging chunks, each reused once its copy (event) completed.
@@ -122,6 +131,14 @@ class CudaBackend final : public Backend {
   size_t act_bytes_ = 0;
   void* attn_buf_ = nullptr;
   size_t attn_bytes_ = 0;
+  // cuBLAS (launch_blas): handle, its workspace, dequantized weight rows, f16 activations.
+  void* blas_ = nullptr;
+  void* blas_ws_ = nullptr;
+  size_t blas_ws_bytes_ = 0;
+  void* blas_w_ = nullptr;
+  size_t blas_w_bytes_ = 0;
+  void* blas_x_ = nullptr;
+  size_t blas_x_bytes_ = 0;
   // CUDA graphs (graph hooks of backend.h): one executable graph per step shape key.
   bool graphs_enabled_ = true;
   bool capturing_ = false;

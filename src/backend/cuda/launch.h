@@ -254,6 +254,34 @@ bool mmvq_mma_on();
 bool mmq_usable(const MatmulParams& p);
 Status launch_mmq(const MatmulParams& p, const ActQ& a, cudaStream_t s);
 
+// Dequantize + cuBLAS for many tokens (gemm_blas.cu): quantized weights dequantized to f16 rows (in chunks of at
+// most kBlasChunkBytes), F16 / BF16 weights read as they are, activations rounded to f16 (bf16 for BF16 weights),
+// f32 accumulation and output. `cc`: the device's compute capability (major * 10 + minor).
+constexpr size_t kBlasChunkBytes = size_t{128} << 20;
+struct BlasScratch {
+  void* handle;  // from blas_create (a cublasHandle_t)
+  void* w;       // >= blas_weight_scratch_bytes(p)
+  size_t w_bytes;
+  void* x;  // >= blas_act_scratch_bytes(p)
+  size_t x_bytes;
+};
+bool blas_usable(const MatmulParams& p, int cc);
+size_t blas_weight_scratch_bytes(const MatmulParams& p);
+size_t blas_act_scratch_bytes(const MatmulParams& p);
+// A cuBLAS handle working in `workspace` (kept by the caller for the handle's lifetime), and its release.
+constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
+Status blas_create(void** handle, void* workspace, size_t ws_bytes);
+void blas_destroy(void* handle);
+Status launch_blas(const MatmulParams& p, const BlasScratch& sc, cudaStream_t s);
+
+// The one matmul selector (matmul_select.cu): the kernel for product p on a device of compute capability cc;
+// kNone when no kernel takes the weight type. matmul_set_override forces a kernel where it can run (tests, A/B
+// runs; also KILN_CUDA_MATMUL=<name>); nullptr or "" restores the rule.
+enum class MatmulKernel { kNone, kMmvq, kMmvf, kMmq, kGemm, kBlas };
+const char* matmul_kernel_name(MatmulKernel k);
+MatmulKernel select_matmul(const MatmulParams& p, int cc);
+void matmul_set_override(const char* name);
+
 // ---- attention.cu ----------------------------------------------------------------------------------------------
 struct AttnParams {
   const float* q;

@@ -30,7 +30,6 @@
 //   mmq_fp_kernel F16 = BF16: PS 96/90/90/90  PM 132/128/128/128  PL 132/128/128/128  P2S 96/88/88/88
 //                       P2M 132/128/128/128  PUM (128 x 128, 3 slots) 120 (all)
 //   sm_75: empty bodies (4 registers), never launched (mmq_usable).
-// KILN_CUDA_MMQ=0 keeps the old f32 GEMM for n_tok > 16 (A/B measurements only).
 #include <cstdint>
 #include <cstdlib>
 
@@ -157,11 +156,7 @@ int mmq_fallback_tile(const MatmulParams& p, int tile) {
 }
 
 bool mmq_usable(const MatmulParams& p) {
-  static const bool on = [] {
-    const char* e = std::getenv("KILN_CUDA_MMQ");
-    return !(e && e[0] == '0');
-  }();
-  if (!on || !mmq_supports(p.type) || !int8_mma_ok()) return false;  // sm_75: the f32 GEMM (gemm.cu)
+  if (!mmq_supports(p.type) || !int8_mma_ok()) return false;  // sm_75: the f32 GEMM (gemm.cu)
   if ((p.n_tok + kMmqBN - 1) / kMmqBN > INT32_MAX || (p.n_out + kMmqBM - 1) / kMmqBM > 65535) return false;
   if (p.type == DType::F16 || p.type == DType::BF16) {
     // 16-byte cp.async of weight rows and float4 loads of x

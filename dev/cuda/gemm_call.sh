@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Device calls of the many-token GEMM work (run from the repo root on the GPU machine; carry .carry with debs/,
+# fx/ (fixtures subset), peer-src.tar.xz (../shared/peer/get-llamacpp.sh --subset, tarred)):
+#   dev/cuda/gemm_call.sh "stages"
+# stages (in this order):
+#   build   kiln for sm_90 into build/device (kept while the machine is warm); with `e2e` also llama.cpp's CUDA
+#           tools from the carried subset, in parallel
+#   ops     the matmul op tests (CudaMmq, CudaBlas, CudaOps.Matmul*)
+#   select  dev/cuda/matmul_select_bench: mmq vs dequantize + cuBLAS per type and token count ($SELECT_TYPES)
+#   ctest   ctest -L cuda (op tests, backend-parametric ops, parity on the carried fixtures)
+#   san     compute-sanitizer memcheck / racecheck on the blas op test
+#   e2e     kiln vs llama.cpp on the llama3-8b q4_k_m synth file: pp512 / pp2048 / tg128 (3 interleaved rounds),
+#           P sequences decoding (kiln bench -np, llama-batched-bench S_TG), each kiln row also with
+#           KILN_CUDA_MATMUL=mmq (the previous rule) as the A/B
+#   e2e_next  qwen3.5-9b and gemma3-12b pp512, kiln and llama.cpp
+# Logs go to $OUT; the last lines printed are the tables.
+set -uo pipefail
+STAGES=" ${1:-build ops} "
+OUT=${OUT:-/tmp/kiln-out}; mkdir -p "$OUT"
+T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
+has() { [[ "$STAGES" == *" $1 "* ]]; }
+DEPS=/tmp/kiln-deps
+if [ ! -d $DEPS/usr ]; then mkdir -p $DEPS && for f in .carry/debs/*.deb; do dpkg -x "$f" $DEPS; done; fi
+export LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu" LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu"
+B=build/device K=build/device/bin/kiln L=/tmp/peer-build/bin M=/tmp/m8b.gguf
+FX=$PWD/.carry/fx; [ -d "$FX" ] || FX=/nonexistent
+PEER_PID=
+if has build; then
+  if { has e2e || has e2e_next; } && [ ! -x $L/llama-bench ] && [ -f .carry/peer-src.tar.xz ]; then
+    mkdir -p /tmp/peer-src && tar -xJf .carry/peer-src.tar.xz -C /tmp/peer-src
+    (nice -n 5 bash .carry/llamacpp-cuda.sh /tmp/peer-src 90 > "$OUT/peer-build.log" 2>&1) & PEER_PID=$!
+  fi
+  { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader; git log -1 --format=%h; } | tee "$OUT/env.log"
+  cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DKILN_FIXTURES_DIR="$FX" -DCMAKE_PREFIX_PATH="$DEPS/usr" >"$OUT/configure.log" 2>&1 || { tail -30 "$OUT/configure.log"; exit 1; }
+  cmake --build $B -j"$(nproc)" >"$OUT/build.log" 2>&1 || { grep -A12 -E "error|FAILED" "$OUT/build.log" | head -60; exit 1; }
+  echo "== build $(el) s"
+fi
+rc=0
+if has ops; then
+  timeout 300 $B/tests/test_backend_cuda_mmq > "$OUT/ops_mmq.log" 2>&1; echo "== CudaMmq/CudaBlas rc=$? $(el) s"
+  timeout 200 $B/tests/test_backend_cuda_ops --gtest_filter='CudaOps.Matmul*' > "$OUT/ops_matmul.log" 2>&1; echo "== CudaOps.Matmul* rc=$?"
+  grep -hE "^\[  (FAILED|PASSED) |Failure|Which is|nmse|vs the" "$OUT"/ops_*.log | head -30
+fi
+if has select; then
+  timeout 400 $B/dev/cuda/matmul_select_bench ${SELECT_TYPES:-} ${SELECT_TOKS:-} > "$OUT/select.log" 2>&1; echo "== select rc=$? $(el) s"
+  sed -n '/one llama3-8b/,$p' "$OUT/select.log"
+fi
+if has ctest; then
+  (cd $B && timeout 400 ctest -L cuda -j8 --output-on-failure --timeout 380 > "$OUT/ctest.log" 2>&1); rc=$?
+  echo "== ctest -L cuda rc=$rc $(el) s"
+  grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)" "$OUT/ctest.log" | head -20
+  grep -h "\[parity\]" "$OUT/ctest.log" | grep -i cuda | sort | head -60 > "$OUT/parity_cuda.txt"
+fi
+if has san; then
+  for tool in memcheck racecheck; do
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 3 $B/tests/test_backend_cuda_mmq \
+      --gtest_filter='CudaBlas.*:CudaMmq.StridedDstGapsUntouched' > "$OUT/san_$tool.log" 2>&1
+    echo "== compute-sanitizer $tool rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/san_$tool.log" | tail -1)"
+  done
+fi
+if has e2e || has e2e_next; then
+  if [ -n "$PEER_PID" ]; then wait $PEER_PID; echo "== peer build rc=$? $(el) s"; fi
+  [ -x $L/llama-bench ] || { tail -5 "$OUT/peer-build.log" 2>/dev/null; echo "no llama.cpp"; }
+fi
+if has e2e; then
+  [ -f $M ] || $K synth --shape llama3-8b --type q4_k_m -o $M >/dev/null || exit 1
+  kb() { $K bench -m $M "$@" 2>&1 | grep -E '^\|.*(pp|tg)[0-9]' | awk -F'|' '{print $(NF-2), $(NF-1)}' | tr -s ' ' | tr '\n' ';'; }
+  for r in 1 2 3; do
+    echo "kiln round $r: $(kb -p 512,2048 -n 128 -r 3)"
+    echo "kiln mmq round $r: $(KILN_CUDA_MATMUL=mmq kb -p 512,2048 -n 0 -r 3)"
+    [ -x $L/llama-bench ] && echo "llama.cpp round $r: $($L/llama-bench -m $M -p 512,2048 -n 128 -r 3 -ngl 99 -fa 1 2>&1 | grep -E '(pp|tg)[0-9]' | awk -F'|' '{print $(NF-2), $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
+  done | tee "$OUT/e2e.txt"
+  echo "== e2e pp/tg $(el) s"
+  NPL=${NPL:-1,8,16,32,64}
+  for r in 1 2; do
+    echo "kiln np round $r: $(kb -p 0 -n 128 -d 128 -np $NPL -r 2)"
+    [ $r = 1 ] && echo "kiln mmq np round $r: $(KILN_CUDA_MATMUL=mmq kb -p 0 -n 128 -d 128 -np 16,32,64 -r 2)"
+    [ -x $L/llama-batched-bench ] && { $L/llama-batched-bench -m $M -c 16640 -b 2048 -ub 512 -npp 128 -ntg 128 -npl $NPL -ngl 99 -fa on > "$OUT/batched_$r.txt" 2>&1;
+      echo "llama.cpp np round $r: $(grep -E '^\|' "$OUT/batched_$r.txt" | tail -n +3 | awk -F'|' '{print "np"$4+0, $9+0}' | tr '\n' ';')"; }
+  done | tee -a "$OUT/e2e.txt"
+  echo "== e2e np $(el) s"
+fi
+if has e2e_next; then
+  for sh in qwen3.5-9b gemma3-12b; do
+    F=/tmp/$sh.gguf
+    [ -f $F ] || $K synth --shape $sh --type q4_k_m -o $F >/dev/null || { echo "synth $sh failed"; continue; }
+    for r in 1 2; do
+      echo "kiln $sh round $r: $($K bench -m $F -p 512 -n 0 -r 3 2>&1 | grep -E 'pp512' | tr -s ' ')"
+      [ -x $L/llama-bench ] && echo "llama.cpp $sh round $r: $($L/llama-bench -m $F -p 512 -n 0 -r 3 -ngl 99 -fa 1 2>&1 | grep -E 'pp512' | tr -s ' ')"
+    done
+  done | tee "$OUT/e2e_next.txt"
+  echo "== e2e_next $(el) s"
+fi
+exit $rc

@@ -1,7 +1,8 @@
 // Parity with llama.cpp on the fixture models (fixtures README, "How to check parity"):
-//   - logits of prompt + greedy ids (64 tokens, teacher forcing) at batch sizes 64, 7 and 1: per-row NMSE vs
-//     X.logits.bin, F16/BF16 max <= 1e-4; quantized max <= L and mean <= L/2, L = max(2e-3, 4 x llama.cpp's own
-//     batched-vs-sequential spread of that file); argmax equal on rows whose reference margin is > 0.25
+//   - logits of prompt + greedy ids (64 tokens, teacher forcing; 166 for the MQA fixture) with the whole sequence
+//     in one step and at batch sizes 7 and 1: per-row NMSE vs X.logits.bin, F16/BF16 max <= 1e-4; quantized
+//     max <= L and mean <= L/2, L = max(2e-3, 4 x llama.cpp's own batched-vs-sequential spread of that file);
+//     argmax equal on rows whose reference margin is > 0.25
 //   - free-running greedy from the prompt reproduces greedy.txt for free_run_checked_steps ids
 // plus kiln-internal consistency: several sequences in one batch == each alone, q8_0 KV storage close to f16,
 // layers split across two backend instances == one backend.
@@ -44,22 +45,34 @@ const char* const kModelsNext[] = {
     "fixture-qwen35-f16", "fixture-qwen35-q8_0", "fixture-qwen35-q4_k_m",
 };
 
+// models-mqa/ (own manifest and prompt, committed in tests/data so that every build runs it): llama with 8 query
+// heads sharing one KV head (head_dim 64, 4 layers), Q4_K_M, a 150-token prompt plus 16 greedy ids. One KV head
+// feeding 8 query heads and a prompt longer than the 64-token sequences above take attention paths (head grouping,
+// KV tiling over 150 positions) that the GQA 2:1 fixtures do not.
+const char* const kModelsMqa[] = {"fixture-mqa-q4_k_m"};
+
 std::vector<std::string> all_stems() {
   std::vector<std::string> v(std::begin(kModels), std::end(kModels));
   v.insert(v.end(), std::begin(kModelsNext), std::end(kModelsNext));
+  v.insert(v.end(), std::begin(kModelsMqa), std::end(kModelsMqa));
   return v;
+}
+
+// Rows of a fixture's logits.bin: prompt + greedy ids (known before the files are read: it sizes the test cases).
+int n_rows(const std::string& stem) {
+  return std::find(std::begin(kModelsMqa), std::end(kModelsMqa), stem) != std::end(kModelsMqa) ? 150 + 16 : 64;
 }
 
 using kiln::test::read_ids;
 
-// Where a model's files are: tests/data when committed there, else the fixtures dir ("" when neither); models/ or
-// models-next/ (each with its own manifest.json and prompt.txt).
+// Where a model's files are: tests/data when committed there, else the fixtures dir ("" when neither); models/,
+// models-next/ or models-mqa/ (each with its own manifest.json and prompt.txt).
 std::string model_dir(const std::string& stem) {
-  for (const char* sub : {"models", "models-next"})
+  for (const char* sub : {"models", "models-next", "models-mqa"})
     if (std::filesystem::exists(test::data_path(std::string(sub) + "/" + stem + ".gguf")))
       return test::data_path(sub);
   const std::string fx = test::fixtures_dir();
-  for (const char* sub : {"/models", "/models-next"})
+  for (const char* sub : {"/models", "/models-next", "/models-mqa"})
     if (!fx.empty() && std::filesystem::exists(fx + sub + "/" + stem + ".gguf")) return fx + sub;
   return "";
 }
@@ -67,7 +80,7 @@ std::string model_dir(const std::string& stem) {
 struct Fixture {
   std::unique_ptr<Model> model;
   std::vector<int32_t> prompt, greedy;
-  std::vector<float> ref;  // [64][n_vocab]
+  std::vector<float> ref;  // [n_rows][n_vocab]
   std::string type;
   double spread = 0;
   int free_run_steps = 0;
@@ -115,14 +128,15 @@ Fixture* load_fixture(const std::string& stem, const std::string& device = "cpu"
 
 using kiln::test::run_all;
 
-// An engine whose steps take up to 64 tokens with an output each (the parity runs want every row's logits).
-std::unique_ptr<Engine> make_engine(Model& m, int64_t n_ctx, int max_seqs = 1, DType t = DType::F16) {
+// An engine whose steps take up to max_batch tokens with an output each (the parity runs want every row's logits).
+std::unique_ptr<Engine> make_engine(Model& m, int64_t n_ctx, int max_seqs = 1, DType t = DType::F16,
+                                    int64_t max_batch = 64) {
   KvCacheConfig kc;
   kc.n_ctx = n_ctx;
   kc.max_seqs = max_seqs;
   kc.dtype = t;
-  kc.max_batch = 64;
-  kc.max_outputs = 64;
+  kc.max_batch = max_batch;
+  kc.max_outputs = max_batch;
   auto e = Engine::create(m, kc);
   EXPECT_TRUE(e.is_ok()) << e.status().to_string();
   return e ? std::move(e).value() : nullptr;
@@ -148,9 +162,10 @@ TEST_P(Parity, LogitsMatchLlamaCpp) {
   const int64_t nv = m.hparams().n_vocab;
   std::vector<int32_t> ids = fx->prompt;
   ids.insert(ids.end(), fx->greedy.begin(), fx->greedy.end());
-  ASSERT_EQ(ids.size(), 64u);
-  ASSERT_EQ(fx->ref.size(), 64u * nv);
-  auto engine = make_engine(m, 64);
+  const int n = n_rows(c.stem);
+  ASSERT_EQ(ids.size(), static_cast<size_t>(n));
+  ASSERT_EQ(fx->ref.size(), static_cast<size_t>(n * nv));
+  auto engine = make_engine(m, n, 1, DType::F16, n);
   ASSERT_NE(engine, nullptr);
   std::vector<float> got;
   Status st = run_all(*engine, ids, c.n_batch, &got);
@@ -161,7 +176,7 @@ TEST_P(Parity, LogitsMatchLlamaCpp) {
   const double L = exact_type ? 1e-4 : std::max(2e-3, 4 * fx->spread);
   double mx = 0, sum = 0;
   int decisive = 0, agree = 0;
-  for (int r = 0; r < 64; ++r) {
+  for (int r = 0; r < n; ++r) {
     const float* ref = fx->ref.data() + r * nv;
     const float* mine = got.data() + r * nv;
     const double e = test::nmse(mine, ref, nv);
@@ -178,7 +193,7 @@ TEST_P(Parity, LogitsMatchLlamaCpp) {
                         << " vs reference " << argmax(ref, nv) << " (margin " << srt[0] - srt[1] << ")";
     }
   }
-  const double mean = sum / 64;
+  const double mean = sum / n;
   if (!exact_type) {
     EXPECT_LE(mean, L / 2) << c.stem << " b=" << c.n_batch;
   }
@@ -190,7 +205,7 @@ std::vector<Case> all_cases() {
   std::vector<Case> v;
   for (const std::string& d : devices())
     for (const std::string& s : all_stems())
-      for (int b : {64, 7, 1}) v.push_back({s, b, d});
+      for (int b : {n_rows(s), 7, 1}) v.push_back({s, b, d});
   return v;
 }
 
@@ -217,7 +232,8 @@ TEST_P(FreeRun, GreedyMatchesLlamaCpp) {
                  << " (free_run_checked_steps 0: llama.cpp's own greedy run is not robust to 1-ulp differences there)";
   Model& m = *fx->model;
   const int64_t nv = m.hparams().n_vocab;
-  auto engine = make_engine(m, 64);
+  const int n = n_rows(stem);
+  auto engine = make_engine(m, n, 1, DType::F16, n);
   ASSERT_NE(engine, nullptr);
   Batch b;
   for (size_t i = 0; i < fx->prompt.size(); ++i)
@@ -460,7 +476,8 @@ TEST(ModelDeltaNet, RecurrentStateFollowsTheSequence) {
 
 // Loads each fixture model present with its layers split across two backend instances of `device` (first half
 // on the first, the rest and the output on the second) and checks that its logits equal the one-backend model's
-// (`ref(stem)`) bit for bit at batch sizes 64, 7 and 1. Returns the number of models checked.
+// (`ref(stem)`) bit for bit with the whole sequence in one step and at batch sizes 7 and 1. Returns the number of
+// models checked.
 template <class Ref>
 int check_split_matches_one(const std::string& device, Ref ref) {
   int n_models = 0;
@@ -490,9 +507,10 @@ int check_split_matches_one(const std::string& device, Ref ref) {
     const int64_t nv = fx->model->hparams().n_vocab;
     std::vector<int32_t> ids = fx->prompt;
     ids.insert(ids.end(), fx->greedy.begin(), fx->greedy.end());
-    for (int nb : {64, 7, 1}) {
+    const int n = n_rows(stem);
+    for (int nb : {n, 7, 1}) {
       std::vector<float> one, two;
-      auto e1 = make_engine(*fx->model, 64), e2 = make_engine(*split.value(), 64);
+      auto e1 = make_engine(*fx->model, n, 1, DType::F16, n), e2 = make_engine(*split.value(), n, 1, DType::F16, n);
       EXPECT_TRUE(run_all(*e1, ids, nb, &one).is_ok());
       Status st = run_all(*e2, ids, nb, &two);
       EXPECT_TRUE(st.is_ok()) << st.to_string();
@@ -514,10 +532,10 @@ int check_split_matches_one(const std::string& device, Ref ref) {
 // boundary through copy_between, the KV storage of each layer lives on its layer's backend, the output on the
 // second. Both backends run the same kernels on the same rows, so the logits are the same bit for bit; the bound
 // 0 is exact equality (a boundary bug, a K/V pool on the wrong backend or a stale index array gives NMSE > 1e-3).
-// Checked on every fixture model present, at batch sizes 64, 7 and 1.
+// Checked on every fixture model present, with the whole sequence in one step and at batch sizes 7 and 1.
 TEST(ModelPlacement, LayersSplitAcrossTwoBackendsMatchOne) {
   const int n = check_split_matches_one("cpu", [](const std::string& stem) { return load_fixture(stem); });
-  EXPECT_GE(n, 4);  // the tests/data subset alone has four
+  EXPECT_GE(n, 5);  // the tests/data subset alone has five
 }
 
 // The layer split of several GPUs (issue 17, --split-mode layer) as one GPU can run it: two CUDA backend instances
@@ -529,7 +547,7 @@ TEST(ModelPlacement, LayersSplitAcrossTwoCudaBackendsOnOneGpuMatchOne) {
   const std::vector<std::string> dev = devices();
   if (std::find(dev.begin(), dev.end(), "cuda:0") == dev.end()) GTEST_SKIP() << "skipped: no CUDA device (cuda:0)";
   const int n = check_split_matches_one("cuda:0", [](const std::string& stem) { return load_fixture(stem, "cuda:0"); });
-  EXPECT_GE(n, 4);
+  EXPECT_GE(n, 5);
 }
 
 }  // namespace

@@ -57,7 +57,11 @@ int main(int argc, char** argv) {
   void* handle = nullptr;
   SK(blas_create(&handle, ws, kBlasWorkspaceBytes));
   void *sw = nullptr, *sx = nullptr;
-  const size_t sw_bytes = kBlasChunkBytes, sx_bytes = size_t{4096} * 14336 * 2;
+  // CHUNK_MIB: the dequantized-weight scratch (rows per cuBLAS call), default the backend's kBlasChunkBytes
+  const char* chunk = std::getenv("CHUNK_MIB");
+  const size_t sw_bytes = chunk ? static_cast<size_t>(std::atoll(chunk)) << 20 : kBlasChunkBytes;
+  const size_t sx_bytes = size_t{4096} * 14336 * 2;
+  std::printf("weight scratch: %zu MiB\n", sw_bytes >> 20);
   CK(cudaMalloc(&sw, sw_bytes));
   CK(cudaMalloc(&sx, sx_bytes));
   const BlasScratch sc{handle, sw, sw_bytes, sx, sx_bytes};

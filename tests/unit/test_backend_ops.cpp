@@ -245,8 +245,10 @@ struct ActModel {
   // Q8_1 with the scale and the block sum kept in f32 (the CUDA GEMV: backend/cuda/quantize.cu): d = amax / 127,
   // q = round(x * (1/d)) clamped to +-127, s = d * sum(q) exactly; no f16 rounding anywhere.
   bool f32_scales = false;
+  // Weights rounded to f16 before the products (the CUDA many-token path dequantizes into f16 rows).
+  bool w_f16 = false;
 };
-std::optional<ActModel> act_model(const std::string& backend, DType w) {
+std::optional<ActModel> act_model(const std::string& backend, DType w, int64_t n_tok) {
   const bool quantized = dtype_traits(w).is_quantized;
   if (backend == "cpu" || backend == test::kCpuRefId) {
     switch (w) {
@@ -256,9 +258,13 @@ std::optional<ActModel> act_model(const std::string& backend, DType w) {
       default: return ActModel{DType::Q8_K, 1e-10};
     }
   }
-  // CUDA: q8_1 blocks of 32 with f32 scales and sums, integer dot products, f32 scaling (quantize.cu, mmvq.cu).
-  // Modelled exactly up to f32 summation order: 1e-10 as for the CPU.
-  if (backend.rfind("cuda", 0) == 0 && quantized) return ActModel{DType::Q8_1, 1e-10, true};
+  // CUDA up to 32 tokens (launch.h kGemvMaxTok, the GEMVs): q8_1 blocks of 32 with f32 scales and sums, integer dot
+  // products, f32 scaling (quantize.cu, mmvq.cu). Modelled exactly up to f32 summation order: 1e-10 as for the CPU.
+  // Above (matmul_select.cu: dequantize + cuBLAS, gemm_blas.cu): weights and x rounded to f16, f32 accumulation;
+  // 1e-9: the device's fused d*q+m and the host dequantizer's dl*q-ml round to different f16 in ~2^-12 of the
+  // weights (~6e-11), plus f32 accumulation.
+  if (backend.rfind("cuda", 0) == 0 && quantized)
+    return n_tok > 32 ? ActModel{DType::F16, 1e-9, false, true} : ActModel{DType::Q8_1, 1e-10, true};
   return std::nullopt;
 }
 
@@ -415,7 +421,7 @@ void check_matmul_exact(const MatmulCase& c, const std::vector<float>& got, cons
 // Check (2): the backend's documented activation quantization, dot products in double.
 void check_matmul_model(const std::string& backend, const MatmulCase& c, const std::vector<float>& got,
                         const std::string& what) {
-  const std::optional<ActModel> m = act_model(backend, c.t);
+  const std::optional<ActModel> m = act_model(backend, c.t, c.n_tok);
   if (!m) return;
   const int64_t n = c.n_in;
   const size_t rb = static_cast<size_t>(dtype_row_bytes(c.t, n).value());
@@ -424,7 +430,8 @@ void check_matmul_model(const std::string& backend, const MatmulCase& c, const s
     const std::vector<double> a = model_activation(m->act, c.x.data() + t * n, n, &sum_err, m->f32_scales);
     for (int64_t o = 0; o < c.n_out; ++o) {
       double y = 0;
-      for (int64_t i = 0; i < n; ++i) y += static_cast<double>(c.wdeq[o * n + i]) * a[i];
+      for (int64_t i = 0; i < n; ++i)
+        y += (m->w_f16 ? round_f16(c.wdeq[o * n + i]) : static_cast<double>(c.wdeq[o * n + i])) * a[i];
       if (m->act == DType::Q8_1)
         for (int64_t k = 0; k < n / 32; ++k) y += weight_block_offset(c.t, c.w.data() + o * rb, k) * sum_err[k];
       if (!c.bias.empty()) y += c.bias[o];

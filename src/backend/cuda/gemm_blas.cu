@@ -88,10 +88,10 @@ Status dequant_dispatch(const MatmulParams& p, int64_t r0, int64_t rows, __half*
 
 bool is_quant(DType t) { return t != DType::F16 && t != DType::BF16; }
 
-// Rows per cublasGemmEx call: all of them when their f16 copy fits the chunk, else a multiple of 256 that does.
-int64_t chunk_rows(const MatmulParams& p) {
+// Rows per cublasGemmEx call: all of them when their f16 copy fits `bytes`, else a multiple of 256 that does.
+int64_t chunk_rows(const MatmulParams& p, size_t bytes) {
   if (!is_quant(p.type)) return p.n_out;
-  const int64_t fit = static_cast<int64_t>(kBlasChunkBytes / (2 * static_cast<size_t>(p.n_in)));
+  const int64_t fit = static_cast<int64_t>(bytes / (2 * static_cast<size_t>(p.n_in)));
   return std::min(p.n_out, std::max<int64_t>(256, fit / 256 * 256));
 }
 
@@ -118,7 +118,7 @@ bool blas_usable(const MatmulParams& p, int cc) {
 }
 
 size_t blas_weight_scratch_bytes(const MatmulParams& p) {
-  return is_quant(p.type) ? static_cast<size_t>(chunk_rows(p)) * static_cast<size_t>(p.n_in) * 2 : 0;
+  return is_quant(p.type) ? static_cast<size_t>(chunk_rows(p, kBlasChunkBytes)) * static_cast<size_t>(p.n_in) * 2 : 0;
 }
 
 size_t blas_act_scratch_bytes(const MatmulParams& p) {
@@ -148,7 +148,10 @@ Status launch_blas(const MatmulParams& p, const BlasScratch& sc, cudaStream_t s)
   KILN_CUBLAS_TRY(cublasSetStream(h, s));
   const bool bf = p.type == DType::BF16;
   const int64_t nx = p.n_tok * p.n_in;
-  if (sc.x_bytes < static_cast<size_t>(nx) * 2 || (is_quant(p.type) && sc.w_bytes < blas_weight_scratch_bytes(p)))
+  // rows per chunk: as many as the weight scratch holds (the backend sizes it for kBlasChunkBytes)
+  const int64_t rows = chunk_rows(p, sc.w_bytes);
+  if (sc.x_bytes < static_cast<size_t>(nx) * 2 ||
+      (is_quant(p.type) && sc.w_bytes < static_cast<size_t>(rows) * static_cast<size_t>(p.n_in) * 2))
     return make_error(ErrorCode::kInternal, "blas: scratch too small");
   auto* xh = static_cast<uint16_t*>(sc.x);
   const unsigned xb = static_cast<unsigned>((nx + kThreads - 1) / kThreads);
@@ -157,7 +160,6 @@ Status launch_blas(const MatmulParams& p, const BlasScratch& sc, cudaStream_t s)
   KILN_CUDA_LAUNCH_CHECK();
   const cudaDataType_t ab = bf ? CUDA_R_16BF : CUDA_R_16F;
   const float one = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
-  const int64_t rows = chunk_rows(p);
   // Column-major view: W rows are columns of a [n_in x n_out] matrix (op T), x a [n_in x n_tok] one, y a
   // [n_out x n_tok] one with leading dimension y_stride: y = W^T' x in cuBLAS terms, m = rows, n = n_tok, k = n_in.
   for (int64_t r0 = 0; r0 < p.n_out; r0 += rows) {

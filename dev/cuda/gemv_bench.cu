@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   int fails = 0;
   const int max_tok = toks[sizeof(toks) / sizeof(toks[0]) - 1];
   for (DType t : types) {
-    if (only && !std::strstr(only, dtype_name(t))) continue;
+    if (only && !strcasestr(only, dtype_name(t))) continue;  // Q4_K or q4_K (GGUF spelling)
     for (const Shape& sh : shapes) {
       const int64_t n_in = sh.n_in, n_out = sh.n_out;
       const size_t rb = dtype_row_bytes(t, n_in).value();

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   std::printf("%-5s %-8s %6s  %9s %8s  %9s %8s  %7s %9s %9s\n", "type", "shape", "n_tok", "mmq ms", "TFLOP/s",
               "blas ms", "TFLOP/s", "blas/mmq", "nmse_mb", "nmse_cpu");
   for (DType t : all_types) {
-    if (only && !std::strstr(only, dtype_name(t))) continue;
+    if (only && !strcasestr(only, dtype_name(t))) continue;  // Q4_K or q4_K (GGUF spelling)
     const bool q = t != DType::F16 && t != DType::BF16;
     const size_t first = rows.size();
     for (int64_t n_tok : toks) rows.push_back(Row{t, n_tok, 0, 0});

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   const char* only = argc > 2 ? argv[2] : nullptr;  // e.g. "Q4_K,Q6_K": only these types
   const char* only_shape = argc > 3 ? argv[3] : nullptr;  // e.g. "q/o": only this shape
   for (DType t : types) {
-    if (only && !std::strstr(only, dtype_name(t))) continue;
+    if (only && !strcasestr(only, dtype_name(t))) continue;  // Q4_K or q4_K (GGUF spelling)
     for (const Shape& sh : shapes) {
       if (only_shape && std::strcmp(only_shape, sh.name) != 0) continue;
       const int64_t n_in = sh.n_in, n_out = sh.n_out;

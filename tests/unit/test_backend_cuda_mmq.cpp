@@ -1,4 +1,5 @@
-// The tensor-core prefill GEMM (backend/cuda/mmq.cuh) through the backend's matmul entries, every type
+// The tensor-core GEMM (backend/cuda/mmq.cuh, forced: the selector prefers cuBLAS for many tokens) through the
+// backend's matmul entries, every type
 // it takes, on awkward shapes: token counts around the 64-token tile (17 .. 129, 512), row counts that are not tile
 // multiples (67, 200, 1000, 8400), n_in of one block / sub-stage tails (32, 96 for the 32-element types) and several
 // super-blocks (256, 512, 4096), bias, accumulate (matmul_add), strided x and y; quantized types with the kernel's
@@ -30,11 +31,6 @@
 #include "backend/registry.h"
 #include "common/backend_test_util.h"
 
-namespace {
-// The backend sends up to 32 tokens to the GEMVs (backend/cuda/launch.h kGemvMaxTok); this file's cases from 17
-// tokens up are about the GEMM, so the threshold is set to its lowest (16) before any backend reads it.
-const int kGemmFrom17 = [] { return setenv("KILN_CUDA_GEMV_TOK", "16", 1); }();
-}  // namespace
 #include "quant/reference.h"
 #include "util/fp16.h"
 

@@ -192,10 +192,10 @@ struct MatmulParams {
   bool prefetch = true;
 };
 // Integer GEMV for n_tok <= kGemvMaxTok tokens of quantized weights, activations from launch_quantize_act: one
-// launch per kMmvqMaxTok tokens (the weights are read once per pass). The backend takes the GEMVs (mmvq, mmvq
-// group, mmvf) up to gemv_max_tok() tokens (kGemvMaxTok; KILN_CUDA_GEMV_TOK=16..32 for A/B runs) and the GEMM
-// (mmq) above. H200, llama3-8b q4_k_m, P sequences decoding together (kiln bench -np P -d 128), GEMV / GEMM for
-// 17..P tokens: P 32 1153 / 841 t/s (the GEMM's grid is one token tile wide and latency-bound), P 64 1143 / 1482.
+// launch per kMmvqMaxTok tokens (the weights are read once per pass). The selector (select_matmul) takes the GEMVs
+// (mmvq, mmvq group, mmvf) up to gemv_max_tok() tokens (kGemvMaxTok; KILN_CUDA_GEMV_TOK=16..32 for A/B runs).
+// H200, llama3-8b q4_k_m, P sequences decoding together (kiln bench -np P -d 128), GEMV / mmq for 17..P tokens:
+// P 32 1153 / 841 t/s (mmq's grid is one token tile wide and latency-bound), P 64 1143 / 1482.
 constexpr int kMmvqMaxTok = 16, kGemvMaxTok = 32;
 int gemv_max_tok();
 // Rows [t0, t0 + n) of quantized activations.
@@ -240,7 +240,8 @@ Status launch_mmvf(const MatmulParams& p, cudaStream_t s);
 bool gemm_supports(DType t);
 Status launch_gemm(const MatmulParams& p, const ActQ& a, cudaStream_t s);
 
-// Tensor-core GEMM for prefill (mmq.cuh, mmq.cu): quantized weights (all 10 types) on int8 MMA with the ActQ
+// Tensor-core GEMM (mmq.cuh, mmq.cu; taken for many tokens where the selector does not take blas:
+// matmul_select.cu): quantized weights (all 10 types) on int8 MMA with the ActQ
 // activations (the GEMV's numerics up to f32 summation order), F16 / BF16 on f16 / bf16 MMA (activations rounded to
 // the weight type, f32 accumulation). mmq_usable: the type, an sm_80+ device (else the f32 GEMM) and the alignment
 // the kernels need (F16/BF16: n_in % 8 == 0, 16-byte aligned w rows and x).

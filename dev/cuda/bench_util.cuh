@@ -13,6 +13,7 @@
 
 #include "backend/cuda/launch.h"
 #include "quant/dtype.h"
+#include "quant/reference.h"
 #include "util/fp16.h"
 #include "util/status.h"
 
@@ -65,6 +66,27 @@ inline double nmse(const std::vector<float>& a, const std::vector<double>& ref) 
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size(); ++i) num += (a[i] - ref[i]) * (a[i] - ref[i]), den += ref[i] * ref[i];
   return den > 0 ? num / den : num;
+}
+
+// CPU spot check of a product y [n_tok][n_out] of weights wb (GGUF bytes, type t) and x [n_tok][n_in]: NMSE of 8
+// rows x 4 tokens against f64 math on the dequantized weights.
+inline double cpu_spot_nmse(DType t, const std::vector<uint8_t>& wb, const std::vector<float>& x,
+                            const std::vector<float>& y, int64_t n_in, int64_t n_out, int64_t n_tok) {
+  const size_t rb = dtype_row_bytes(t, n_in).value();
+  std::vector<float> wr(n_in), gs;
+  std::vector<double> cs;
+  for (int i = 0; i < 8; ++i) {
+    const int64_t r = (i * 7919) % n_out;
+    SK(dequantize_row(t, wb.data() + r * rb, wr.data(), n_in));
+    for (int k = 0; k < 4; ++k) {
+      const int64_t tk = (k * 131 + 3) % n_tok;
+      double s = 0;
+      for (int64_t j = 0; j < n_in; ++j) s += static_cast<double>(wr[j]) * x[tk * n_in + j];
+      cs.push_back(s);
+      gs.push_back(y[tk * n_out + r]);
+    }
+  }
+  return nmse(gs, cs);
 }
 
 template <class F>

@@ -106,20 +106,7 @@ int main(int argc, char** argv) {
         CK(cudaMemcpy(y.data(), bm.y, y.size() * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(y2.data(), bm.y2, y2.size() * 4, cudaMemcpyDeviceToHost));
         const double e_mb = nmse(y, std::vector<double>(y2.begin(), y2.end()));
-        std::vector<float> wr(n_in), gs;
-        std::vector<double> cs;
-        for (int i = 0; i < 8; ++i) {
-          const int64_t r = (i * 7919) % n_out;
-          SK(dequantize_row(t, wb.data() + r * rb, wr.data(), n_in));
-          for (int k = 0; k < 4; ++k) {
-            const int64_t tk = (k * 131 + 3) % n_tok;
-            double s = 0;
-            for (int64_t j = 0; j < n_in; ++j) s += static_cast<double>(wr[j]) * x[tk * n_in + j];
-            cs.push_back(s);
-            gs.push_back(y2[tk * n_out + r]);
-          }
-        }
-        const double e_cpu = nmse(gs, cs);
+        const double e_cpu = cpu_spot_nmse(t, wb, x, y2, n_in, n_out, n_tok);
         const bool ok = e_mb <= 1e-3 && e_cpu <= 1e-3;
         fails += !ok;
         int rot = 0;

@@ -73,22 +73,7 @@ int main(int argc, char** argv) {
       CK(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost));
       CK(cudaMemcpy(y2.data(), dy2, y2.size() * 4, cudaMemcpyDeviceToHost));
       const double e_ref = nmse(y, std::vector<double>(y2.begin(), y2.end()));
-      // CPU spot check: 8 rows x 4 tokens, f64 on the dequantized weights
-      const size_t rb = dtype_row_bytes(t, n_in).value();
-      std::vector<float> wr(n_in), gs;
-      std::vector<double> cs;
-      for (int i = 0; i < 8; ++i) {
-        const int64_t r = (i * 7919) % n_out;
-        SK(dequantize_row(t, wb.data() + r * rb, wr.data(), n_in));
-        for (int k = 0; k < 4; ++k) {
-          const int64_t tk = (k * 131 + 3) % n_tok;
-          double s = 0;
-          for (int64_t j = 0; j < n_in; ++j) s += static_cast<double>(wr[j]) * x[tk * n_in + j];
-          cs.push_back(s);
-          gs.push_back(y[tk * n_out + r]);
-        }
-      }
-      const double e_cpu = nmse(gs, cs);
+      const double e_cpu = cpu_spot_nmse(t, wb, x, y, n_in, n_out, n_tok);  // 8 rows x 4 tokens, f64
       const double lim_ref = q ? 1e-8 : 1e-5;
       const bool ok = e_ref <= lim_ref && e_cpu <= 1e-3;
       fails += !ok;

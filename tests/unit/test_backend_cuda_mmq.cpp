@@ -88,6 +88,40 @@ std::vector<float> read_f32(Backend& be, const Dev& d, int64_t ne0, int64_t rows
 }
 
 
+// One product in one of three modes: 0 matmul + bias, contiguous; 1 matmul_add onto y0, x and y strided; 2 matmul,
+// no bias, strided x. `got` is y; rm / re are the model and exact references (mdl, ex: [n_tok][n_out] without bias
+// or accumulator) plus what the mode adds. `got` is empty when the op failed (the failure is reported).
+struct ModeRun {
+  std::vector<float> got;
+  std::vector<double> rm, re;
+};
+ModeRun run_mode(Backend& be, const Tensor& w, int mode, const std::vector<float>& x, const std::vector<float>& y0,
+                 const std::vector<float>& bias, const std::vector<double>& mdl, const std::vector<double>& ex,
+                 int64_t n_in, int64_t n_out, int64_t nt) {
+  const int64_t xp = mode == 0 ? n_in : n_in + 24, yp = mode == 1 ? n_out + 5 : n_out;
+  Dev xd = dev_f32(be, x.data(), n_in, nt, xp);
+  Dev yd = dev_f32(be, y0.data(), n_out, nt, yp);
+  Dev bd = dev_f32(be, bias.data(), n_out, 1, n_out);
+  Dev tmp = dev_f32(be, nullptr, n_out, nt, n_out);
+  const Status st = mode == 0   ? be.matmul(w, xd.t, bd.t, yd.t)
+                    : mode == 1 ? be.matmul_add(w, xd.t, Tensor{}, tmp.t, yd.t)
+                                : be.matmul(w, xd.t, Tensor{}, yd.t);
+  ModeRun r;
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  if (!st.is_ok()) return r;
+  r.got = read_f32(be, yd, n_out, nt, yp);
+  r.rm.resize(r.got.size());
+  r.re.resize(r.got.size());
+  for (int64_t k = 0; k < nt; ++k)
+    for (int64_t r0 = 0; r0 < n_out; ++r0) {
+      const size_t i = static_cast<size_t>(k * n_out + r0);
+      const double add = mode == 0 ? bias[r0] : mode == 1 ? y0[i] : 0.0;
+      r.rm[i] = mdl[i] + add;
+      r.re[i] = ex[i] + add;
+    }
+  return r;
+}
+
 bool is_float(DType t) { return t == DType::F16 || t == DType::BF16; }
 
 // x as the kernel sees it: q8_1 of quantize.cu (quantized types) or rounded to the weight type (F16 / BF16).
@@ -188,24 +222,10 @@ TEST(CudaMmq, EveryTypeMatchesModelExactAndGemv) {
 #ifdef KILN_HAVE_CUDA
         cuda::mmq_set_tile_override(tile);
 #endif
-        const int64_t xp = mode == 0 ? n_in : n_in + 24, yp = mode == 1 ? n_out + 5 : n_out;
-        Dev xd = dev_f32(gpu, x.data(), n_in, nt, xp);
-        Dev yd = dev_f32(gpu, y0.data(), n_out, nt, yp);
-        Dev bd = dev_f32(gpu, bias.data(), n_out, 1, n_out);
-        Dev tmp = dev_f32(gpu, nullptr, n_out, nt, n_out);
-        Status st = mode == 0   ? gpu.matmul(*w, xd.t, bd.t, yd.t)
-                    : mode == 1 ? gpu.matmul_add(*w, xd.t, Tensor{}, tmp.t, yd.t)
-                                : gpu.matmul(*w, xd.t, Tensor{}, yd.t);
-        ASSERT_TRUE(st.is_ok()) << st.to_string();
-        const std::vector<float> got = read_f32(gpu, yd, n_out, nt, yp);
-        std::vector<double> rm(got.size()), re(got.size());
-        for (int64_t k = 0; k < nt; ++k)
-          for (int64_t r = 0; r < n_out; ++r) {
-            const size_t i = static_cast<size_t>(k * n_out + r);
-            const double add = mode == 0 ? bias[r] : mode == 1 ? y0[i] : 0.0;
-            rm[i] = mdl[i] + add;
-            re[i] = ex[i] + add;
-          }
+        const ModeRun mr = run_mode(gpu, *w, mode, x, y0, bias, mdl, ex, n_in, n_out, nt);
+        if (mr.got.empty()) continue;
+        const std::vector<float>& got = mr.got;
+        const std::vector<double>&rm = mr.rm, &re = mr.re;
         std::ostringstream what;
         what << dtype_name(t) << " n_in " << n_in << " n_out " << n_out << " n_tok " << nt << " mode " << mode
              << " tile " << tile;
@@ -214,6 +234,7 @@ TEST(CudaMmq, EveryTypeMatchesModelExactAndGemv) {
         ++checked;
         // (c) GEMM row == GEMV of that token alone (first, a middle one, last), quantized types, mode 0
         if (mode == 0 && !is_float(t)) {
+          Dev bd = dev_f32(gpu, bias.data(), n_out, 1, n_out);
           for (int64_t k : {int64_t{0}, nt / 2, nt - 1}) {
             Dev x1 = dev_f32(gpu, x.data() + k * n_in, n_in, 1, n_in);
             Dev y1 = dev_f32(gpu, nullptr, n_out, 1, n_out);
@@ -332,24 +353,10 @@ TEST(CudaBlas, EveryTypeMatchesModelAndExact) {
     }
     const double lim_ex = t == DType::BF16 ? 6e-5 : 1e-6;
     for (int mode = 0; mode < 3; ++mode) {  // as EveryTypeMatchesModelExactAndGemv
-      const int64_t xp = mode == 0 ? n_in : n_in + 24, yp = mode == 1 ? n_out + 5 : n_out;
-      Dev xd = dev_f32(gpu, x.data(), n_in, nt, xp);
-      Dev yd = dev_f32(gpu, y0.data(), n_out, nt, yp);
-      Dev bd = dev_f32(gpu, bias.data(), n_out, 1, n_out);
-      Dev tmp = dev_f32(gpu, nullptr, n_out, nt, n_out);
-      Status st = mode == 0   ? gpu.matmul(*w, xd.t, bd.t, yd.t)
-                  : mode == 1 ? gpu.matmul_add(*w, xd.t, Tensor{}, tmp.t, yd.t)
-                              : gpu.matmul(*w, xd.t, Tensor{}, yd.t);
-      ASSERT_TRUE(st.is_ok()) << st.to_string();
-      const std::vector<float> got = read_f32(gpu, yd, n_out, nt, yp);
-      std::vector<double> rm(got.size()), re(got.size());
-      for (int64_t k = 0; k < nt; ++k)
-        for (int64_t r = 0; r < n_out; ++r) {
-          const size_t i = static_cast<size_t>(k * n_out + r);
-          const double add = mode == 0 ? bias[r] : mode == 1 ? y0[i] : 0.0;
-          rm[i] = mdl[i] + add;
-          re[i] = ex[i] + add;
-        }
+      const ModeRun mr = run_mode(gpu, *w, mode, x, y0, bias, mdl, ex, n_in, n_out, nt);
+      if (mr.got.empty()) continue;
+      const std::vector<float>& got = mr.got;
+      const std::vector<double>&rm = mr.rm, &re = mr.re;
       std::ostringstream what;
       what << dtype_name(t) << " n_in " << n_in << " n_out " << n_out << " n_tok " << nt << " mode " << mode;
       EXPECT_LE(test::nmse_d(got, rm), 1e-9) << what.str() << " (vs the numerics model)";

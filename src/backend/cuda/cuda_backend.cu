@@ -381,11 +381,9 @@ MatmulParams CudaBackend::matmul_params(const Tensor& w, const Tensor& x, const 
                       fstride(dst), accumulate};
 }
 
-// Whether a product of `type` weights over n_tok rows of n_in reads q8_1 activations (the GEMVs and mmq of
-// quantized weights), asked before the product's other operands exist (rms_norm_for_matmul, matmul groups): the
-// selector's token rule does not depend on them.
-bool CudaBackend::reads_q8_1(DType type, int64_t n_in, int64_t n_tok) const {
-  if (!mmvq_supports(type)) return false;
+// The selector's pick for a product of `type` weights over n_tok rows of n_in, asked before the product's other
+// operands exist (rms_norm_for_matmul, matmul groups): the selector's token rule does not depend on them.
+MatmulKernel CudaBackend::probe_matmul(DType type, int64_t n_in, int64_t n_tok) const {
   MatmulParams p{};
   p.type = type;
   p.n_in = n_in;
@@ -393,20 +391,18 @@ bool CudaBackend::reads_q8_1(DType type, int64_t n_in, int64_t n_tok) const {
   p.n_out = 1;
   const auto rb = dtype_row_bytes(type, n_in);
   p.w_row_bytes = rb.is_ok() ? rb.value() : 0;
-  const MatmulKernel k = select_matmul(p, cc_);
+  return select_matmul(p, cc_);
+}
+
+// Whether such a product reads q8_1 activations (the GEMVs, mmq and gemm of quantized weights).
+bool CudaBackend::reads_q8_1(DType type, int64_t n_in, int64_t n_tok) const {
+  if (!mmvq_supports(type)) return false;
+  const MatmulKernel k = probe_matmul(type, n_in, n_tok);
   return k == MatmulKernel::kMmvq || k == MatmulKernel::kMmq || k == MatmulKernel::kGemm;
 }
 
 bool CudaBackend::takes_gemv_group(DType type, int64_t n_in, int64_t n_tok) const {
-  if (!mmvq_fast_supports(type)) return false;
-  MatmulParams p{};
-  p.type = type;
-  p.n_in = n_in;
-  p.n_tok = n_tok;
-  p.n_out = 1;
-  const auto rb = dtype_row_bytes(type, n_in);
-  p.w_row_bytes = rb.is_ok() ? rb.value() : 0;
-  return select_matmul(p, cc_) == MatmulKernel::kMmvq;
+  return mmvq_fast_supports(type) && probe_matmul(type, n_in, n_tok) == MatmulKernel::kMmvq;
 }
 
 Status CudaBackend::blas_scratch(const MatmulParams& p, BlasScratch* sc) {

@@ -82,6 +82,7 @@ class CudaBackend final : public Backend {
                                     bool accumulate);
   // What the matmul selector (launch.h select_matmul) picks for a product of `type` weights, n_in x n_tok
   // activations: whether it reads q8_1 activations, whether it is a GEMV that a group launch may take.
+  MatmulKernel probe_matmul(DType type, int64_t n_in, int64_t n_tok) const;
   bool reads_q8_1(DType type, int64_t n_in, int64_t n_tok) const;
   bool takes_gemv_group(DType type, int64_t n_in, int64_t n_tok) const;
   // The cuBLAS handle (created on first use, outside a capture) and the scratch launch_blas needs for p.

@@ -88,6 +88,34 @@ std::vector<float> read_f32(Backend& be, const Dev& d, int64_t ne0, int64_t rows
 }
 
 
+// One product's operands: random weights of type t (GGUF bytes wb, their values wf) uploaded as w, bias, x
+// [nt][n_in] and an accumulator y0 [nt][n_out]. w is invalid when the upload failed (reported).
+struct Product {
+  std::vector<uint8_t> wb;
+  std::vector<float> wf, bias, x, y0;
+  Tensor w;
+};
+Product make_product(Backend& be, DType t, int64_t n_in, int64_t n_out, int64_t nt, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  Product p;
+  p.wb = random_weights(t, n_in, n_out, rng);
+  const size_t rb = dtype_row_bytes(t, n_in).value();
+  p.wf.resize(static_cast<size_t>(n_in * n_out));
+  for (int64_t r = 0; r < n_out; ++r)
+    EXPECT_TRUE(dequantize_row(t, p.wb.data() + r * rb, p.wf.data() + r * n_in, n_in).is_ok());
+  const int64_t ne[4] = {n_in, n_out, 1, 1};
+  auto w = be.import_weight(t, ne, p.wb.data(), p.wb.size());
+  EXPECT_TRUE(w.is_ok()) << w.status().to_string();
+  if (w.is_ok()) p.w = w.value();
+  p.bias.resize(static_cast<size_t>(n_out));
+  p.x.resize(static_cast<size_t>(n_in * nt));
+  p.y0.resize(static_cast<size_t>(n_out * nt));
+  for (auto& b : p.bias) b = nd(rng);
+  for (auto& v : p.x) v = 1.5f * nd(rng);
+  for (auto& v : p.y0) v = nd(rng);
+  return p;
+}
+
 // One product in one of three modes: 0 matmul + bias, contiguous; 1 matmul_add onto y0, x and y strided; 2 matmul,
 // no bias, strided x. `got` is y; rm / re are the model and exact references (mdl, ex: [n_tok][n_out] without bias
 // or accumulator) plus what the mode adds. `got` is empty when the op failed (the failure is reported).
@@ -176,26 +204,16 @@ std::vector<Shape> shapes_for(DType t) {
 TEST(CudaMmq, EveryTypeMatchesModelExactAndGemv) {
   NEED_GPU();
   std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.f, 1.f);
   int checked = 0;
   force("mmq");
   for (DType t : kMmqTypes) {
     if (!gpu.supports(Op::kMatmul, t)) continue;
     for (const Shape& sh : shapes_for(t)) {
       const int64_t n_in = sh.n_in, n_out = sh.n_out, nt = sh.n_tok;
-      const auto wb = random_weights(t, n_in, n_out, rng);
-      const size_t rb = dtype_row_bytes(t, n_in).value();
-      std::vector<float> wf(static_cast<size_t>(n_in * n_out));
-      for (int64_t r = 0; r < n_out; ++r)
-        ASSERT_TRUE(dequantize_row(t, wb.data() + r * rb, wf.data() + r * n_in, n_in).is_ok());
-      const int64_t ne[4] = {n_in, n_out, 1, 1};
-      auto w = gpu.import_weight(t, ne, wb.data(), wb.size());
-      ASSERT_TRUE(w.is_ok()) << w.status().to_string();
-      std::vector<float> bias(static_cast<size_t>(n_out)), x(static_cast<size_t>(n_in * nt)),
-          y0(static_cast<size_t>(n_out * nt));
-      for (auto& b : bias) b = nd(rng);
-      for (auto& v : x) v = 1.5f * nd(rng);
-      for (auto& v : y0) v = nd(rng);
+      Product pr = make_product(gpu, t, n_in, n_out, nt, rng);
+      if (!pr.w.valid()) continue;
+      const std::vector<float>&wf = pr.wf, &bias = pr.bias, &x = pr.x, &y0 = pr.y0;
+      const Tensor* w = &pr.w;
       // the two references per (token, row): the numerics model and exact math (without bias / accumulator)
       std::vector<double> mdl(y0.size()), ex(y0.size());
       for (int64_t k = 0; k < nt; ++k) {
@@ -303,7 +321,6 @@ TEST(CudaMmq, StridedDstGapsUntouched) {
 TEST(CudaBlas, EveryTypeMatchesModelAndExact) {
   NEED_GPU();
   std::mt19937 rng(13);
-  std::normal_distribution<float> nd(0.f, 1.f);
   int checked = 0;
   struct Case { DType t; Shape sh; };
   std::vector<Case> cases;
@@ -320,19 +337,10 @@ TEST(CudaBlas, EveryTypeMatchesModelAndExact) {
     const DType t = c.t;
     if (!gpu.supports(Op::kMatmul, t)) continue;
     const int64_t n_in = c.sh.n_in, n_out = c.sh.n_out, nt = c.sh.n_tok;
-    const auto wb = random_weights(t, n_in, n_out, rng);
-    const size_t rb = dtype_row_bytes(t, n_in).value();
-    std::vector<float> wf(static_cast<size_t>(n_in * n_out));
-    for (int64_t r = 0; r < n_out; ++r)
-      ASSERT_TRUE(dequantize_row(t, wb.data() + r * rb, wf.data() + r * n_in, n_in).is_ok());
-    const int64_t ne[4] = {n_in, n_out, 1, 1};
-    auto w = gpu.import_weight(t, ne, wb.data(), wb.size());
-    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
-    std::vector<float> bias(static_cast<size_t>(n_out)), x(static_cast<size_t>(n_in * nt)),
-        y0(static_cast<size_t>(n_out * nt));
-    for (auto& b : bias) b = nd(rng);
-    for (auto& v : x) v = 1.5f * nd(rng);
-    for (auto& v : y0) v = nd(rng);
+    Product pr = make_product(gpu, t, n_in, n_out, nt, rng);
+    if (!pr.w.valid()) continue;
+    const std::vector<float>&wf = pr.wf, &bias = pr.bias, &x = pr.x, &y0 = pr.y0;
+    const Tensor* w = &pr.w;
     std::vector<float> w16(wf.size());
     for (size_t i = 0; i < wf.size(); ++i) w16[i] = is_float(t) ? wf[i] : fp16_to_f32(f32_to_fp16(wf[i]));
     std::vector<double> mdl(y0.size()), ex(y0.size());

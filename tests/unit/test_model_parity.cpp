@@ -85,7 +85,22 @@ struct Fixture {
   double spread = 0;
   int free_run_steps = 0;
   double margin = 0.25;
+  // Rows whose reference argmax the exact model contradicts (tests/data/parity_exact_rows.json): not decisive.
+  std::vector<int> exact_rows;
 };
+
+// tests/data/parity_exact_rows.json (written by dev/parity_exact.sh): per fixture, the rows where the model's exact
+// function (f64 dot products of the dequantized weights and f32 activations, every other op in f32) gives another
+// argmax than llama.cpp's reference although the reference margin is above the decisive margin. There llama.cpp's
+// own activation quantization (q8_0 / q8_K blocks) decided the reference; an engine with more exact activations
+// may legitimately differ, so these rows are not decisive. Their NMSE is still checked.
+std::vector<int> exact_rows(const std::string& stem) {
+  std::ifstream f(test::data_path("parity_exact_rows.json"));
+  if (!f) return {};
+  const nlohmann::json j = nlohmann::json::parse(f);
+  if (!j.at("rows").contains(stem)) return {};
+  return j.at("rows").at(stem).get<std::vector<int>>();
+}
 
 // The devices of this build present on this machine ("cpu", "cuda:0", ...).
 std::vector<std::string> devices() {
@@ -123,6 +138,7 @@ Fixture* load_fixture(const std::string& stem, const std::string& device = "cpu"
   fx->spread = e.at("llamacpp_self_spread_max_nmse").get<double>();
   fx->free_run_steps = e.at("free_run_checked_steps").get<int>();
   fx->margin = j.at("decisive_margin").get<double>();
+  fx->exact_rows = exact_rows(stem);
   return (cache[key] = std::move(fx)).get();
 }
 
@@ -185,7 +201,12 @@ TEST_P(Parity, LogitsMatchLlamaCpp) {
     EXPECT_LE(e, L) << c.stem << " b=" << c.n_batch << " row " << r;
     std::vector<float> srt(ref, ref + nv);
     std::partial_sort(srt.begin(), srt.begin() + 2, srt.end(), std::greater<float>());
-    if (srt[0] - srt[1] > fx->margin) {
+    const bool exact_differs =
+        std::find(fx->exact_rows.begin(), fx->exact_rows.end(), r) != fx->exact_rows.end();
+    if (srt[0] - srt[1] > fx->margin && exact_differs)
+      std::printf("[parity] %s row %d: not decisive (parity_exact_rows.json); this run %d, reference %d\n",
+                  c.stem.c_str(), r, argmax(mine, nv), argmax(ref, nv));
+    if (srt[0] - srt[1] > fx->margin && !exact_differs) {
       ++decisive;
       const bool same = argmax(mine, nv) == argmax(ref, nv);
       agree += same;

@@ -13,11 +13,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_kernels.h"
 #include "quant/reference.h"
+
+#ifndef KILN_CPU_EXACT_MATMUL
+#define KILN_CPU_EXACT_MATMUL 0
+#endif
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -193,7 +198,10 @@ Status matmul_fast(const MatmulArgs* a, int n, ThreadPool& pool, const detail::F
   return Status::ok();
 }
 
-// Scalar vec_dot per (row, token), threaded; activations in standard blocks as matmul_ref.
+// Scalar vec_dot per (row, token), threaded; activations in standard blocks as matmul_ref. A build with
+// -DKILN_CPU_EXACT_MATMUL=1 (a parity oracle, dev/parity_exact.sh; never a release build) computes instead each
+// output as the f64 dot product of the dequantized weight row and the f32 activations: the model's exact function,
+// free of any activation rounding.
 Status matmul_scalar(const MatmulArgs& a, ThreadPool& pool) {
   const DType at = detail::act_type(a.wtype);
   const detail::VecDotFn dot = detail::ref_vec_dot(a.wtype);
@@ -211,8 +219,21 @@ Status matmul_scalar(const MatmulArgs& a, ThreadPool& pool) {
       const int64_t o0 = next.fetch_add(chunk, std::memory_order_relaxed);
       if (o0 >= a.n_out) break;
       const int64_t o1 = o0 + chunk < a.n_out ? o0 + chunk : a.n_out;
+#if KILN_CPU_EXACT_MATMUL
+      std::vector<float> wr(static_cast<size_t>(a.n_in));
+      for (int64_t o = o0; o < o1; ++o) {
+        (void)dequantize_row(a.wtype, w + o * a.w_row_bytes, wr.data(), a.n_in);
+        for (int64_t t = 0; t < a.n_tok; ++t) {
+          double s = 0;
+          for (int64_t i = 0; i < a.n_in; ++i) s += static_cast<double>(wr[i]) * a.x[t * a.x_stride + i];
+          a.y[t * a.y_stride + o] = static_cast<float>(s);
+        }
+      }
+      (void)dot;
+#else
       for (int64_t o = o0; o < o1; ++o)
         for (int64_t t = 0; t < a.n_tok; ++t) a.y[t * a.y_stride + o] = dot(w + o * a.w_row_bytes, act + t * rb, a.n_in);
+#endif
     }
   });
   return Status::ok();

@@ -2,7 +2,8 @@
 # One device call over a source snapshot (run from the repo root on the GPU machine):
 #   dev/cuda/snap_run.sh SRC "stages"      SRC: a tree (e.g. a carried .carry/snap made by `git archive` plus the
 #                                          files under test) whose tests/data may be missing (the root's is used)
-# stages: test (ctest -L cuda), ab (kiln bench tg128/pp512 with KILN_CUDA_PDL=0/1, 2 rounds),
+# stages: test (ctest -L cuda), ab (kiln bench tg128/pp512 with KILN_CUDA_PDL=0/1 and KILN_CUDA_MATMUL=$AB_MATMUL
+#         (default: the selector's own pick), 2 rounds),
 #         bench (3 rounds kiln vs llama.cpp from .carry/peer-bin, copy ceiling), extra checks in $EXTRA (a script
 #         run with the build dir as $1). Build in /tmp/kb (kept while the machine is warm). Logs to $OUT.
 set -uo pipefail
@@ -31,9 +32,9 @@ if [[ " $STAGES " == *" test "* ]]; then  # ctest -L cuda: the CUDA op tests, te
 fi
 if [ -n "${EXTRA:-}" ]; then bash "$SRC/$EXTRA" $B 2>&1 | tee "$OUT/extra.log" | tail -40; echo "== extra $(el) s"; fi
 if [[ " $STAGES " == *" ab "* ]]; then
-  for r in ${AB_ROUNDS:-1 2}; do for pdl in ${AB_PDL:-0 1}; do for rr in ${AB_RR:-4}; do
-    echo "pdl=$pdl rr=$rr round $r: $(KILN_CUDA_MMVQ_RR=$rr KILN_CUDA_PDL=$pdl KILN_CUDA_GRAPH_STATS=1 $K bench -m $M -p 512 -n 128 -r 3 2>&1 | grep -E 'pp512|tg128|graph' | tr -s ' ' | tr '\n' ' ')"
-  done; done; done | tee "$OUT/ab.txt"
+  for r in ${AB_ROUNDS:-1 2}; do for pdl in ${AB_PDL:-0 1}; do
+    echo "pdl=$pdl matmul=${AB_MATMUL:-rule} round $r: $(KILN_CUDA_MATMUL=${AB_MATMUL:-} KILN_CUDA_PDL=$pdl KILN_CUDA_GRAPH_STATS=1 $K bench -m $M -p 512 -n 128 -r 3 2>&1 | grep -E 'pp512|tg128|graph' | tr -s ' ' | tr '\n' ' ')"
+  done; done | tee "$OUT/ab.txt"
   echo "== ab $(el) s"
 fi
 if [[ " $STAGES " == *" bench "* ]]; then

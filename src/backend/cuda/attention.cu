@@ -33,16 +33,6 @@ struct Shape {
   int n_rep, n_split, chunk, dmax;
 };
 
-// Upper bound of the split count (KILN_CUDA_ATTN_SPLITS=N overrides kMaxSplit for A/B runs, 1..128).
-int max_split() {
-  static const int n = [] {
-    const char* e = std::getenv("KILN_CUDA_ATTN_SPLITS");
-    const int v = e ? std::atoi(e) : 0;
-    return v >= 1 && v <= 128 ? v : kMaxSplit;
-  }();
-  return n;
-}
-
 Shape shape_of(const AttnParams& p) {
   Shape s;
   s.n_rep = p.n_head / p.n_head_kv;
@@ -54,7 +44,7 @@ Shape shape_of(const AttnParams& p) {
     const int items = std::max(1, p.n_tok * p.n_head_kv);
     const int want = ceil_div(kBlocksPerSm * std::max(p.n_sm, 1), items);
     const int by_len = std::max(1, span / kMinSplitLen);
-    s.n_split = std::clamp(std::min(want, by_len), 1, max_split());
+    s.n_split = std::clamp(std::min(want, by_len), 1, kMaxSplit);
   }
   s.chunk = s.n_split == 1 ? INT_MAX : ceil_div(ceil_div(span, s.n_split), kTile) * kTile;
   return s;
@@ -395,13 +385,9 @@ VecKernel vec_kernel_nr(int n_rep) {
 }
 
 // The selector of the decode kernel: f16 cache, hd_k == hd_v in {64, 128, 256}, n_rep in {1, 2, 4, 8}, 16-byte
-// aligned K/V rows; else attn_kernel. KILN_CUDA_ATTN_VEC=0 forces attn_kernel (A/B runs).
+// aligned K/V rows; else attn_kernel.
 VecKernel vec_kernel(const AttnParams& p) {
-  static const bool off = [] {
-    const char* e = std::getenv("KILN_CUDA_ATTN_VEC");
-    return e && e[0] == '0';
-  }();
-  if (off || p.kv_type != DType::F16 || p.hd_k != p.hd_v || p.n_head % p.n_head_kv != 0) return nullptr;
+  if (p.kv_type != DType::F16 || p.hd_k != p.hd_v || p.n_head % p.n_head_kv != 0) return nullptr;
   if ((p.k_slot_bytes | p.v_slot_bytes | p.k_head_bytes | p.v_head_bytes) % 16 != 0 ||
       (reinterpret_cast<uintptr_t>(p.k) | reinterpret_cast<uintptr_t>(p.v)) % 16 != 0)
     return nullptr;

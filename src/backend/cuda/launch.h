@@ -188,16 +188,16 @@ struct MatmulParams {
   float* y;
   size_t y_stride;
   bool accumulate;  // y += W x (+ bias)
-  // GEMV kernels: load the first weights before pdl_wait (set by the launchers from weight_prefetch()).
+  // GEMV kernels: load the first weights before pdl_wait (weights are never written during a step, so they need not
+  // wait for the previous kernel; false only in measurements of that overlap).
   bool prefetch = true;
 };
 // Integer GEMV for n_tok <= kGemvMaxTok tokens of quantized weights, activations from launch_quantize_act: one
 // launch per kMmvqMaxTok tokens (the weights are read once per pass). The selector (select_matmul) takes the GEMVs
-// (mmvq, mmvq group, mmvf) up to gemv_max_tok() tokens (kGemvMaxTok; KILN_CUDA_GEMV_TOK=16..32 for A/B runs).
+// (mmvq, mmvq group, mmvf) up to kGemvMaxTok tokens.
 // H200, llama3-8b q4_k_m, P sequences decoding together (kiln bench -np P -d 128), GEMV / mmq for 17..P tokens:
 // P 32 1153 / 841 t/s (mmq's grid is one token tile wide and latency-bound), P 64 1143 / 1482.
 constexpr int kMmvqMaxTok = 16, kGemvMaxTok = 32;
-int gemv_max_tok();
 // Rows [t0, t0 + n) of quantized activations.
 ActQ act_rows(const ActQ& a, int64_t t0, int64_t n);
 bool mmvq_supports(DType t);
@@ -223,13 +223,6 @@ struct MmvqGroup {
   bool prefetch = true;  // as MatmulParams::prefetch
 };
 Status launch_mmvq_group(DType t, const MmvqGroup& g, const ActQ& a, cudaStream_t s);
-// Whether the GEMV kernels issue their first weight loads before pdl_wait (weights are never written during a
-// step, so they need not wait for the previous kernel). KILN_CUDA_PREFETCH=0 turns it off (A/B runs).
-bool weight_prefetch();
-// Rows per block of the bandwidth GEMV at one token (2; KILN_CUDA_MMVQ_RR=1|2|4 overrides it for A/B runs).
-int mmvq_fast_rows_1tok();
-// Rows per block at 4..16 tokens: 4 (KILN_CUDA_MMVQ_RRB=1: the former 1, SwiGLU 2, for A/B runs).
-int mmvq_fast_rows_batch();
 // Float-weight GEMV (F32/F16/BF16) for n_tok <= kGemvMaxTok (passes of kMmvqMaxTok); needs n_in % 8 == 0 and
 // 16-byte aligned rows.
 bool mmvf_supports(DType t);
@@ -249,8 +242,8 @@ bool mmq_supports(DType t);
 // Whether the current device runs the int8 tensor-core kernels (mmq, mmvq_mma): compute capability >= 8.0 and
 // code built for compute_80 or newer (mma.cuh).
 bool int8_mma_ok();
-// Whether 3..32-token products of Q4_K / Q6_K take the tensor-core GEMV (mmvq_mma.cuh): int8_mma_ok() and not
-// KILN_CUDA_MMVQ_MMA=0 (A/B runs: the dp4a GEMV in passes of 16 tokens).
+// Whether 3..32-token products of Q4_K / Q6_K take the tensor-core GEMV (mmvq_mma.cuh): int8_mma_ok(); else the
+// dp4a GEMV in passes of 16 tokens.
 bool mmvq_mma_on();
 bool mmq_usable(const MatmulParams& p);
 Status launch_mmq(const MatmulParams& p, const ActQ& a, cudaStream_t s);

@@ -1,7 +1,7 @@
 // The one matmul selector: which kernel computes y (+)= W x (+ bias) for one product on the current device. The
 // backend's dispatch (CudaBackend::matmul_run, the grouped GEMVs, rms_norm_for_matmul's fused quantization) and
 // supports() ask it; nothing else picks a matmul kernel.
-//   n_tok <= gemv_max_tok()   quantized weights: mmvq (the dp4a / tensor-core GEMVs, mmvq.cu); F16/BF16/F32: mmvf
+//   n_tok <= kGemvMaxTok      quantized weights: mmvq (the dp4a / tensor-core GEMVs, mmvq.cu); F16/BF16/F32: mmvf
 //   above                     blas (dequantize to f16 + cuBLAS, gemm_blas.cu) from the type's measured crossover
 //                             (kBlasFrom below), else mmq (the int8 / f16 mma.sync GEMM, mmq.cuh)
 //   anything else             gemm (the f32 tiled GEMM, gemm.cu: sm_75 without cuBLAS's types, odd alignments)
@@ -87,7 +87,7 @@ MatmulKernel select_matmul(const MatmulParams& p, int cc) {
   if (!gemm_supports(p.type)) return MatmulKernel::kNone;
   const MatmulKernel forced = override_kernel();
   if (forced != MatmulKernel::kNone && usable(forced, p, cc)) return forced;
-  if (p.n_tok <= gemv_max_tok()) {
+  if (p.n_tok <= kGemvMaxTok) {
     if (mmvq_supports(p.type)) return MatmulKernel::kMmvq;
     if (mmvf_usable(p)) return MatmulKernel::kMmvf;
   }

@@ -77,7 +77,6 @@ template <DType T, int NC>
 Status run_nc(const MatmulParams& p, cudaStream_t s) {
   auto* const kernel = mmvf_kernel<T, NC>;
   MatmulParams q = p;
-  q.prefetch = weight_prefetch();
   KILN_TRY(launch_pdl(kernel, dim3(static_cast<unsigned>((p.n_out + kWarps - 1) / kWarps)), dim3(kWarps * kWarp), 0, s, q));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
@@ -97,7 +96,7 @@ Status run(const MatmulParams& p, cudaStream_t s) {
 bool mmvf_supports(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 bool mmvf_usable(const MatmulParams& p) {
-  return mmvf_supports(p.type) && p.n_tok <= gemv_max_tok() && p.n_in % 8 == 0 && p.w_row_bytes % 16 == 0 &&
+  return mmvf_supports(p.type) && p.n_tok <= kGemvMaxTok && p.n_in % 8 == 0 && p.w_row_bytes % 16 == 0 &&
          reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
          p.x_stride % 4 == 0;
 }

@@ -15,58 +15,9 @@ bool mmvq_supports(DType t) {
   }
 }
 
-// KILN_CUDA_MMVQ_FAST=0: Q4_K / Q6_K on the warp-per-row kernel (A/B measurements only).
-bool mmvq_fast_supports(DType t) {
-  static const bool on = [] {
-    const char* e = std::getenv("KILN_CUDA_MMVQ_FAST");
-    return !(e && e[0] == '0');
-  }();
-  return on && (t == DType::Q4_K || t == DType::Q6_K);
-}
+bool mmvq_fast_supports(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
 
-bool weight_prefetch() {
-  static const bool on = [] {
-    const char* e = std::getenv("KILN_CUDA_PREFETCH");
-    return !(e && e[0] == '0');
-  }();
-  return on;
-}
-
-// H200, llama3-8b q4_k_m tg128 (2 rounds each): RR 4 226.8/226.3, RR 2 228.6/228.4, RR 1 213.5/211.9 t/s; RR 2 at
-// 56 registers (SwiGLU 64) keeps 8-9 blocks per SM resident against 6 at RR 4 (80 / 88).
-int mmvq_fast_rows_1tok() {
-  static const int rr = [] {
-    const char* e = std::getenv("KILN_CUDA_MMVQ_RR");
-    const int v = e ? std::atoi(e) : 0;
-    return v == 1 || v == 2 || v == 4 ? v : 2;
-  }();
-  return rr;
-}
-
-bool mmvq_mma_on() {
-  static const bool env_on = [] {
-    const char* e = std::getenv("KILN_CUDA_MMVQ_MMA");
-    return !(e && e[0] == '0');
-  }();
-  return env_on && int8_mma_ok();
-}
-
-int mmvq_fast_rows_batch() {
-  static const int rr = [] {
-    const char* e = std::getenv("KILN_CUDA_MMVQ_RRB");
-    return e && e[0] == '1' ? 1 : 4;
-  }();
-  return rr;
-}
-
-int gemv_max_tok() {
-  static const int n = [] {
-    const char* e = std::getenv("KILN_CUDA_GEMV_TOK");
-    const int v = e ? std::atoi(e) : 0;
-    return v >= kMmvqMaxTok && v <= kGemvMaxTok ? v : kGemvMaxTok;
-  }();
-  return n;
-}
+bool mmvq_mma_on() { return int8_mma_ok(); }
 
 ActQ act_rows(const ActQ& a, int64_t t0, int64_t n) {
   ActQ b = a;

@@ -81,7 +81,6 @@ Status mmvq_launch_nc(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
   const unsigned grid = static_cast<unsigned>((p.n_out + kMmvqWarps - 1) / kMmvqWarps);
   auto* const kernel = mmvq_kernel<T, NC>;
   MatmulParams q = p;
-  q.prefetch = weight_prefetch();
   KILN_TRY(launch_pdl(kernel, dim3(grid), dim3(kMmvqWarps * kWarp), 0, s, q, a));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();

@@ -242,31 +242,24 @@ Status mmvq_fast_launch(MmvqGroup g, const ActQ& a, cudaStream_t s) {
     g.blk_end[i] = blocks;
   }
   if (blocks == 0) return Status::ok();
-  g.prefetch = weight_prefetch();
   auto* const kernel = mmvq_fast_kernel<T, NC, RR, SW>;
   KILN_TRY(launch_pdl(kernel, dim3(blocks), dim3(kMmvqFastThreads), 0, s, g, a));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }
 
-// Rows per block (RR) by token count: at 1 token mmvq_fast_rows_1tok() (mmvq.cu: 2, or KILN_CUDA_MMVQ_RR for A/B
-// runs; with SwiGLU at least 2: a gate and an up row); 2 tokens: 2 (SwiGLU 4); 4..16 tokens:
-// mmvq_fast_rows_batch() (4, SwiGLU 4 = 2 gate + 2 up rows: each activation load serves 4 rows; at 1 row per block
-// the 8-token q/k/v product read 16 times its weight bytes of activations through L1 and ran at 0.48 TB/s).
+// Rows per block (RR) by token count: 1 token: 2 (H200, llama3-8b q4_k_m tg128, 2 rounds each: RR 4 226.8/226.3,
+// RR 2 228.6/228.4, RR 1 213.5/211.9 t/s; RR 2 at 56 registers (SwiGLU 64) keeps 8-9 blocks per SM resident
+// against 6 at RR 4); 2 tokens: 2 (SwiGLU 4: a gate and an up row each twice); 4..16 tokens: 4 (SwiGLU 4 = 2 gate
+// + 2 up rows: each activation load serves 4 rows; at 1 row per block the 8-token q/k/v product read 16 times its
+// weight bytes of activations through L1 and ran at 0.48 TB/s).
 template <DType T, bool SW>
 Status mmvq_fast_nc(const MmvqGroup& g, const ActQ& a, cudaStream_t s) {
-  if (g.n_tok <= 1) {
-    const int rr = mmvq_fast_rows_1tok();
-    if constexpr (!SW)
-      if (rr == 1) return mmvq_fast_launch<T, 1, SW, 1>(g, a, s);
-    if (rr <= 2) return mmvq_fast_launch<T, 1, SW, 2>(g, a, s);
-    return mmvq_fast_launch<T, 1, SW, 4>(g, a, s);
-  }
+  if (g.n_tok <= 1) return mmvq_fast_launch<T, 1, SW, 2>(g, a, s);
   if (g.n_tok <= 2) return mmvq_fast_launch<T, 2, SW, SW ? 4 : 2>(g, a, s);
-  const bool wide = mmvq_fast_rows_batch() == 4;
-  if (g.n_tok <= 4) return wide ? mmvq_fast_launch<T, 4, SW, 4>(g, a, s) : mmvq_fast_launch<T, 4, SW, SW ? 2 : 1>(g, a, s);
-  if (g.n_tok <= 8) return wide ? mmvq_fast_launch<T, 8, SW, 4>(g, a, s) : mmvq_fast_launch<T, 8, SW, SW ? 2 : 1>(g, a, s);
-  return wide ? mmvq_fast_launch<T, 16, SW, 4>(g, a, s) : mmvq_fast_launch<T, 16, SW, SW ? 2 : 1>(g, a, s);
+  if (g.n_tok <= 4) return mmvq_fast_launch<T, 4, SW, 4>(g, a, s);
+  if (g.n_tok <= 8) return mmvq_fast_launch<T, 8, SW, 4>(g, a, s);
+  return mmvq_fast_launch<T, 16, SW, 4>(g, a, s);
 }
 
 // 1..2 tokens: the dp4a GEMV above; 3..32 (mmvq_mma_on()): the tensor-core GEMV (mmvq_mma.cuh); else dp4a.

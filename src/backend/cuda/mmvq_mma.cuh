@@ -255,7 +255,6 @@ Status mmvq_mma_launch(MmvqGroup g, const ActQ& a, cudaStream_t s) {
     g.blk_end[i] = blocks;
   }
   if (blocks == 0) return Status::ok();
-  g.prefetch = weight_prefetch();
   KILN_TRY(launch_pdl(mmvq_mma_kernel<T, NT, SW>, dim3(blocks), dim3(kMmaThreads), 0, s, g, a));
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();

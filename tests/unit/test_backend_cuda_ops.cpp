@@ -110,6 +110,43 @@ TEST(CudaOps, MatmulEveryTypeAndTokenCount) {
   }
 }
 
+// A recorded graph (Backend::graph_*) of a 4-token step, then a 32-token step that grows the activation scratch
+// the graph's kernels point into: running the step's key again (replay, or capture anew) still gives the first
+// result bit for bit. Without graphs (KILN_CUDA_GRAPHS=0) it checks the eager path the same way.
+TEST(CudaOps, GraphStepAfterScratchGrowth) {
+  NEED_GPU();
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int64_t n_in = 256, n_out = 67;
+  const auto wb = random_weights(DType::Q4_K, n_in, n_out, rng);
+  const int64_t ne[4] = {n_in, n_out, 1, 1};
+  auto w = gpu.import_weight(DType::Q4_K, ne, wb.data(), wb.size());
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  std::vector<float> x4(n_in * 4), x32(n_in * 32);
+  for (auto& v : x4) v = nd(rng);
+  for (auto& v : x32) v = nd(rng);
+  Dev xs = upload(gpu, DType::F32, x4.data(), x4.size() * 4, n_in, 4);
+  Dev ys = upload(gpu, DType::F32, nullptr, n_out * 4 * 4, n_out, 4);
+  Dev xb = upload(gpu, DType::F32, x32.data(), x32.size() * 4, n_in, 32);
+  Dev yb = upload(gpu, DType::F32, nullptr, n_out * 32 * 4, n_out, 32);
+  constexpr uint64_t kKey = 0x4b1;
+  auto step = [&] {  // as model/state.cpp runs a step: replay, else begin / ops / end
+    if (gpu.graph_replay(kKey)) return Status::ok();
+    KILN_TRY(gpu.graph_begin(kKey));
+    KILN_TRY(gpu.matmul(*w, xs.t, Tensor{}, ys.t));
+    return gpu.graph_end(kKey);
+  };
+  ASSERT_TRUE(step().is_ok());  // eager
+  ASSERT_TRUE(step().is_ok());  // captured (and launched)
+  const std::vector<float> ref = download<float>(gpu, ys.t, n_out * 4);
+  ASSERT_TRUE(gpu.matmul(*w, xb.t, Tensor{}, yb.t).is_ok());  // 32 tokens: the q8_1 scratch grows
+  const std::vector<float> poison(n_out * 4, std::nanf(""));
+  ASSERT_TRUE(gpu.write(ys.t, 0, poison.data(), poison.size() * 4).is_ok());
+  ASSERT_TRUE(step().is_ok());
+  const std::vector<float> got = download<float>(gpu, ys.t, n_out * 4);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], ref[i]) << "output " << i;
+}
+
 TEST(CudaOps, GetRowsEveryType) {
   NEED_GPU();
   std::mt19937 rng(3);

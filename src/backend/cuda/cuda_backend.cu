@@ -265,7 +265,13 @@ Status CudaBackend::ensure_scratch(void** buf, size_t* have, size_t need, const 
                       "KILN_CUDA_GRAPHS=0)", name_.c_str(), what);
   }
   KILN_CUDA_TRY(cudaStreamSynchronize(stream_));
-  if (*buf) KILN_CUDA_TRY(cudaFree(*buf));
+  if (*buf) {
+    KILN_CUDA_TRY(cudaFree(*buf));
+    // Recorded graphs hold the old address (a decode step captured before a longer prompt grew the buffer): they
+    // go, and their steps are captured again at their next run.
+    for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
+    graphs_.clear();
+  }
   *buf = nullptr;
   *have = 0;
   const size_t n = std::max(need, *have * 2);
@@ -886,7 +892,8 @@ Status CudaBackend::gated_delta_net(const DeltaNetArgs& a, const AttnBatch& m, c
 // A step shape (key) runs eagerly the first time (which sizes the scratch buffers), is captured the second time
 // and replayed from then on. Kernel arguments are device pointers into buffers that live as long as the state and
 // host counts that are part of the key, so a replay with a new plan (new ids, positions, slots, tables) is the
-// same as running the ops.
+// same as running the ops. A scratch buffer that grows (ensure_scratch: a longer step after a capture) moves, and
+// every recorded graph goes with its old address.
 
 bool CudaBackend::graph_replay(uint64_t key) {
   if (!graphs_enabled_) return false;

@@ -4,7 +4,7 @@
 #   dev/cuda/gemm_call.sh "stages"
 # stages (in this order):
 #   build   kiln for sm_90 into build/device (kept while the machine is warm); llama.cpp's CUDA tools from the
-#           carried subset in the background (its own session: later calls on the warm machine use them)
+#           carried subset in the background (setsid: it outlives the call, later calls on the warm machine use them)
 #   ops     the matmul op tests (CudaMmq, CudaBlas, CudaOps.Matmul*)
 #   select  dev/cuda/matmul_select_bench: mmq vs dequantize + cuBLAS per type and token count ($SELECT_TYPES)
 #   ctest   ctest -L cuda (op tests, backend-parametric ops, parity on the carried fixtures)
@@ -28,7 +28,7 @@ B=build/device K=build/device/bin/kiln L=/tmp/peer-build/bin M=/tmp/m8b.gguf
 FX=$PWD/.carry/fx; [ -d "$FX" ] || FX=/nonexistent
 if has build; then
   if [ ! -x $L/llama-bench ] && [ ! -d /tmp/peer-src ] && [ -f .carry/peer-src.tar.xz ]; then
-    # in its own session: it outlives this call (the machine stays warm for the next one)
+    # setsid: it outlives this call (the machine stays warm for the next one)
     mkdir -p /tmp/peer-src && tar -xJf .carry/peer-src.tar.xz -C /tmp/peer-src && cp .carry/llamacpp-cuda.sh /tmp/
     setsid nohup bash -c 'nice -n 5 bash /tmp/llamacpp-cuda.sh /tmp/peer-src 90 > /tmp/peer-build.log 2>&1; touch /tmp/peer-build.done' >/dev/null 2>&1 < /dev/null &
   fi

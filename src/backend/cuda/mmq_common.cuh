@@ -116,6 +116,17 @@ __device__ __forceinline__ void mmq_store(const MatmulParams& p, const float (&a
     }
 }
 
+// The MMA accumulators of a warp tile (MT x NT m16n8 tiles, 4 floats each) set to 0.
+template <int MT, int NT>
+__device__ __forceinline__ void mmq_zero_acc(float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+}
+
 // ---- the pipelined kernels' cp.async groups and shared-memory loads ---------------------------------------------
 __device__ __forceinline__ void mmq_cp_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

@@ -187,12 +187,7 @@ __global__ void __launch_bounds__(64 * WC, MINB) mmq_p_kernel(MatmulParams p, Ac
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * BN, r0 = static_cast<int64_t>(blockIdx.y) * BM;
   const int n_stage = static_cast<int>(p.n_in / KS);
   float acc[MT][NT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+  mmq_zero_acc(acc);
   // prologue: stages 0 .. SL - 2 in flight; stage 0's scales
 #pragma unroll
   for (int s = 0; s < SL - 1; ++s) mmq_p_issue<T, NTH>(sm, p, a, r0, t0, s, n_stage);

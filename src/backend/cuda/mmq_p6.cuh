@@ -233,12 +233,7 @@ __global__ void __launch_bounds__(64 * WC, WC == 4 ? 1 : 2) mmq_p6_kernel(Matmul
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * BN, r0 = static_cast<int64_t>(blockIdx.y) * BM;
   const int n_stage = static_cast<int>(p.n_in / kMmqPK);
   float acc[MT][NT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+  mmq_zero_acc(acc);
   mmq_p6_issue<T, NTH>(sm, p, a, r0, t0, 0, n_stage);
   mmq_p6_issue<T, NTH>(sm, p, a, r0, t0, 1, n_stage);
   mmq_cp_wait_group<1>();

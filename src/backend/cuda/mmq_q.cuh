@@ -205,12 +205,7 @@ __global__ void __launch_bounds__(64 * WC, mmq_q_min_blocks<T, MT, NT, WC>()) mm
   const int n_sub = static_cast<int>(p.n_in / 32);
   const int n_stage = (n_sub + kMmqBKQ / 32 - 1) / (kMmqBKQ / 32);
   float acc[MT][NT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+  mmq_zero_acc(acc);
   MmqWRegs<BM, NTH> wr;
   mmq_q_load_x<NTH>(sm, 0, a, t0, 0, n_sub);
   mmq_q_fetch_w<T>(wr, p, r0, 0, n_sub);

@@ -1,12 +1,14 @@
 // The one matmul selector: which kernel computes y (+)= W x (+ bias) for one product on the current device. The
 // backend's dispatch (CudaBackend::matmul_run, the grouped GEMVs, rms_norm_for_matmul's fused quantization) and
-// supports() ask it; nothing else picks a matmul kernel.
+// supports() (its first rule: a weight type no kernel takes) ask it; nothing else picks a matmul kernel.
 //   n_tok <= kGemvMaxTok      quantized weights: mmvq (the dp4a / tensor-core GEMVs, mmvq.cu); F16/BF16/F32: mmvf
 //   above                     blas (dequantize to f16 + cuBLAS, gemm_blas.cu) from the type's measured crossover
 //                             (kBlasFrom below), else mmq (the int8 / f16 mma.sync GEMM, mmq.cuh)
 //   anything else             gemm (the f32 tiled GEMM, gemm.cu: sm_75 without cuBLAS's types, odd alignments)
 // KILN_CUDA_MATMUL=mmvq|mmvf|mmq|gemm|blas (developer A/B runs; tests call matmul_set_override) forces a kernel
 // wherever that kernel can run the product, else the rule decides.
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -17,8 +19,11 @@ namespace {
 
 // The fewest tokens from which dequantize + cuBLAS beats mmq, per weight type, measured on the H200 (132 SMs) with
 // dev/cuda/matmul_select_bench over the llama3-8b projections (q/o 4096x4096, k/v 1024x4096, gate/up 14336x4096,
-// down 4096x14336) at 33..4096 tokens: the smallest token count at which blas is faster on the sum of the four
-// (docs/BENCHMARKS.md has the table). 0: blas never (mmq wherever it runs).
+// down 4096x14336) at 33..4096 tokens: the smallest count from which blas stays faster on one layer's products
+// (2 q/o + 2 k/v + 2 gate/up + 1 down; docs/BENCHMARKS.md has the table). Measured: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K,
+// F16, BF16, all 33 (blas 0.62-0.78x of mmq's time at 33 tokens, 0.20-0.33x at 4096); Q4_1, Q5_0, Q5_1, Q2_K and
+// Q3_K take the same (their mmq is no faster than Q4_0's / Q6_K's, their dequantization costs the same). Per shape,
+// mmq still wins gate/up at 33-64 tokens (8-36%); the rule does not split by shape yet. 0: blas never.
 struct BlasFrom {
   DType type;
   int64_t n_tok;
@@ -35,8 +40,8 @@ int64_t blas_from(DType t) {
   return 0;
 }
 
-MatmulKernel g_override = MatmulKernel::kNone;
-bool g_override_read = false;
+// matmul_set_override's kernel (-1: none set, the environment's KILN_CUDA_MATMUL decides).
+std::atomic<int> g_forced{-1};
 
 MatmulKernel parse_kernel(const char* s) {
   if (!s) return MatmulKernel::kNone;
@@ -47,11 +52,16 @@ MatmulKernel parse_kernel(const char* s) {
 }
 
 MatmulKernel override_kernel() {
-  if (!g_override_read) {
-    g_override = parse_kernel(std::getenv("KILN_CUDA_MATMUL"));
-    g_override_read = true;
-  }
-  return g_override;
+  const int f = g_forced.load(std::memory_order_relaxed);
+  if (f >= 0) return static_cast<MatmulKernel>(f);
+  static const MatmulKernel env = [] {
+    const char* e = std::getenv("KILN_CUDA_MATMUL");
+    const MatmulKernel k = parse_kernel(e);
+    if (e && *e && k == MatmulKernel::kNone)
+      std::fprintf(stderr, "KILN_CUDA_MATMUL=%s is not a matmul kernel (mmvq, mmvf, mmq, gemm, blas): ignored\n", e);
+    return k;
+  }();
+  return env;
 }
 
 bool usable(MatmulKernel k, const MatmulParams& p, int cc) {
@@ -79,8 +89,7 @@ const char* matmul_kernel_name(MatmulKernel k) {
 }
 
 void matmul_set_override(const char* name) {
-  g_override = parse_kernel(name);
-  g_override_read = true;
+  g_forced.store(static_cast<int>(parse_kernel(name)), std::memory_order_relaxed);
 }
 
 MatmulKernel select_matmul(const MatmulParams& p, int cc) {

@@ -152,12 +152,7 @@ __global__ void __launch_bounds__(kMmqThreads, mmq_min_blocks<T>()) mmq_f_kernel
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kMmqBN, r0 = static_cast<int64_t>(blockIdx.y) * kMmqBM;
   const int n_stage = static_cast<int>((p.n_in + kMmqBKF - 1) / kMmqBKF);
   float acc[2][4][4];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.0f;
+  mmq_zero_acc(acc);
   float4 xr[4];
   mmq_f_load_w(sm, 0, p, r0, 0);
   mmq_f_load_x(xr, p, t0, 0);

@@ -15,6 +15,9 @@
 #   big     pp2048 in 2048-token steps on both sides (kiln -b 2048, llama.cpp -ub 2048)
 #   chunk   matmul_select_bench on Q4_K with 16..128 MiB of dequantized-weight scratch (rows per cuBLAS call)
 #   e2e_next  qwen3.5-9b and gemma3-12b pp512, kiln and llama.cpp
+#   prof    where a P-sequence decode step goes (P in $PROF_NP, default 64): GPU time against the host interval
+#           (KILN_CUDA_GRAPH_STATS), then per kernel (nsys with graph nodes traced, else ncu's duration of each
+#           launch, graphs off), summed by kernel name over the profiled steps
 # Logs go to $OUT; the last lines printed are the tables.
 set -uo pipefail
 STAGES=" ${1:-build ops} "
@@ -73,6 +76,23 @@ if has san; then
       --gtest_filter='CudaBlas.*:CudaMmq.StridedDstGapsUntouched' > "$OUT/san_$tool.log" 2>&1
     echo "== compute-sanitizer $tool rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/san_$tool.log" | tail -1)"
   done
+fi
+if has prof; then
+  [ -f $M ] || $K synth --shape llama3-8b --type q4_k_m -o $M >/dev/null || exit 1
+  for np in ${PROF_NP:-64}; do
+    echo "np$np graph stats: $(KILN_CUDA_GRAPH_STATS=1 $K bench -m $M -p 0 -n 64 -d 128 -np $np -r 1 2>&1 | grep -iE 'graph|tg64' | tr -s ' ' | tr '\n' ';')"
+    if command -v nsys >/dev/null; then
+      nsys profile -o /tmp/np$np --force-overwrite true --cuda-graph-trace=node -t cuda $K bench -m $M -p 0 -n 16 -d 0 -np $np -r 1 >/dev/null 2>&1
+      nsys stats --report cuda_gpu_kern_sum --format csv /tmp/np$np.nsys-rep > "$OUT/prof_np$np.csv" 2>/dev/null
+      echo "nsys np$np:"; head -28 "$OUT/prof_np$np.csv" | cut -c1-220
+    else
+      KILN_CUDA_GRAPHS=0 timeout 300 ncu --metrics gpu__time_duration.sum --csv --launch-skip 400 --launch-count 1500 \
+        $K bench -m $M -p 0 -n 8 -d 0 -np $np -r 1 > "$OUT/prof_np$np.csv" 2>/dev/null
+      echo "ncu np$np (ns total, count, name):"
+      grep gpu__time_duration "$OUT/prof_np$np.csv" | awk -F'","' '{n=$5; sub(/\(.*/,"",n); t[n]+=$NF; c[n]++} END {for (k in t) printf "%12.0f %5d %s\n", t[k], c[k], substr(k,1,90)}' | sort -rn | head -25
+    fi
+  done | tee "$OUT/prof.txt"
+  echo "== prof $(el) s"
 fi
 if has e2e || has e2e_next || has big; then
   for i in $(seq 1 60); do [ -f /tmp/peer-build.done ] || [ ! -d /tmp/peer-src ] && break; sleep 5; done

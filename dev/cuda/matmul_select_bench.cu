@@ -1,5 +1,6 @@
-// The measurement behind the matmul selector's crossover table (src/backend/cuda/matmul_select.cu kBlasFrom): mmq
-// (q8_1 quantization + the mma.sync GEMM) against blas (dequantize to f16 + cuBLAS, gemm_blas.cu) on the llama3-8b
+// The measurement behind the matmul selector's crossover tables (src/backend/cuda/matmul_select.cu): mmq (q8_1
+// quantization + the mma.sync GEMM, split-K where its grid is small, with the backend's workspace) against blas
+// (dequantize to f16 + cuBLAS, gemm_blas.cu) and, up to kGemvMaxTok tokens, the GEMV (mmvq) on the llama3-8b
 // projections (q/o 4096x4096, k/v 1024x4096, gate/up 14336x4096, down 4096x14336) per weight type and token count.
 // Each case: both outputs checked against each other (they differ only in the activations' rounding, q8_1 vs f16:
 // NMSE <= 1e-3) and a CPU f64 spot check of 8 rows x 4 tokens (<= 1e-3); then the median of 9 event-timed launches
@@ -38,6 +39,12 @@ std::vector<int64_t> parse_list(const char* s, std::vector<int64_t> def) {
   return v;
 }
 
+std::string strprintf_ms(double ms) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4f", ms);
+  return b;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,7 +54,8 @@ int main(int argc, char** argv) {
   const DType all_types[] = {DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::F16,
                              DType::BF16};
   const char* only = argc > 1 ? argv[1] : nullptr;
-  const std::vector<int64_t> toks = parse_list(argc > 2 ? argv[2] : nullptr, {33, 64, 128, 256, 512, 1024, 2048, 4096});
+  const std::vector<int64_t> toks =
+      parse_list(argc > 2 ? argv[2] : nullptr, {8, 16, 32, 33, 64, 128, 256, 512, 1024, 2048, 4096});
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   const int cc = prop.major * 10 + prop.minor;
@@ -65,18 +73,23 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&sw, sw_bytes));
   CK(cudaMalloc(&sx, sx_bytes));
   const BlasScratch sc{handle, sw, sw_bytes, sx, sx_bytes};
+  MmqSplitWs split{};  // as CudaBackend::mmq_split_ws
+  CK(cudaMalloc(&split.sem, kMmqSplitSems * sizeof(unsigned)));
+  CK(cudaMemset(split.sem, 0, kMmqSplitSems * sizeof(unsigned)));
+  CK(cudaMalloc(&split.part, kMmqSplitBytes));
+  split.part_floats = kMmqSplitBytes / sizeof(float);
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.f, 1.f);
   int fails = 0;
-  struct Row { DType t; int64_t n_tok; double mmq_ms, blas_ms; };
+  struct Row { DType t; int64_t n_tok; double mmq_ms, blas_ms, gemv_ms; };
   std::vector<Row> rows;
-  std::printf("%-5s %-8s %6s  %9s %8s  %9s %8s  %7s %9s %9s\n", "type", "shape", "n_tok", "mmq ms", "TFLOP/s",
-              "blas ms", "TFLOP/s", "blas/mmq", "nmse_mb", "nmse_cpu");
+  std::printf("%-5s %-8s %6s  %9s %8s  %9s %8s  %7s %9s %9s %9s\n", "type", "shape", "n_tok", "mmq ms", "TFLOP/s",
+              "blas ms", "TFLOP/s", "blas/mmq", "gemv ms", "nmse_mb", "nmse_cpu");
   for (DType t : all_types) {
     if (only && !strcasestr(only, dtype_name(t))) continue;  // Q4_K or q4_K (GGUF spelling)
     const bool q = t != DType::F16 && t != DType::BF16;
     const size_t first = rows.size();
-    for (int64_t n_tok : toks) rows.push_back(Row{t, n_tok, 0, 0});
+    for (int64_t n_tok : toks) rows.push_back(Row{t, n_tok, 0, 0, 0});
     for (const Shape& sh : shapes) {
       const int64_t n_in = sh.n_in, n_out = sh.n_out;
       const auto wb = random_weights(t, n_in, n_out, rng);
@@ -93,6 +106,7 @@ int main(int argc, char** argv) {
         BenchMatmul bm = bench_matmul_alloc(std::vector<uint8_t>(16), x, n_in, n_out, n_tok, q);
         MatmulParams p{t, wcopy[0], rb, n_in, n_out, n_tok, bm.x, static_cast<size_t>(n_in), nullptr, bm.y,
                        static_cast<size_t>(n_out), false};
+        p.split = split;
         MatmulParams p2 = p;
         p2.y = bm.y2;
         if (!mmq_usable(p) || !blas_usable(p, cc)) {
@@ -119,23 +133,38 @@ int main(int argc, char** argv) {
           p2.w = wcopy[rot++ % 3];
           SK(launch_blas(p2, sc, 0));
         });
+        // the GEMV where the selector may take it (quantized: mmvq; F16/BF16: mmvf on f32 x)
+        float ms_gemv = 0;
+        if (n_tok <= kGemvMaxTok) {
+          MatmulParams p3 = p2;
+          ms_gemv = median_ms([&] {
+            p3.w = wcopy[rot++ % 3];
+            if (q) {
+              SK(launch_quantize_act(bm.x, static_cast<size_t>(n_in), bm.a, 0));
+              SK(launch_mmvq(p3, bm.a, 0));
+            } else {
+              SK(launch_mmvf(p3, 0));
+            }
+          });
+        }
         const double fl = 2.0 * n_out * n_in * n_tok;
-        std::printf("%-5s %-8s %6lld  %9.4f %8.1f  %9.4f %8.1f  %7.2f %9.2e %9.2e%s\n", dtype_name(t), sh.name,
+        std::printf("%-5s %-8s %6lld  %9.4f %8.1f  %9.4f %8.1f  %7.2f %9.4f %9.2e %9.2e%s\n", dtype_name(t), sh.name,
                     static_cast<long long>(n_tok), ms_mmq, fl / ms_mmq * 1e-9, ms_blas, fl / ms_blas * 1e-9,
-                    ms_blas / ms_mmq, e_mb, e_cpu, ok ? "" : "  FAIL");
+                    ms_blas / ms_mmq, ms_gemv, e_mb, e_cpu, ok ? "" : "  FAIL");
         std::fflush(stdout);
         rows[first + ti].mmq_ms += sh.per_layer * ms_mmq;
         rows[first + ti].blas_ms += sh.per_layer * ms_blas;
+        rows[first + ti].gemv_ms += sh.per_layer * ms_gemv;
         bench_matmul_free(bm);
       }
       for (auto& c : wcopy) CK(cudaFree(c));
     }
   }
   std::printf("\none llama3-8b layer's products (2 q/o + 2 k/v + 2 gate/up + 1 down), ms:\n");
-  std::printf("| type | n_tok | mmq | blas | blas / mmq |\n|---|---:|---:|---:|---:|\n");
+  std::printf("| type | n_tok | gemv | mmq | blas | blas / mmq |\n|---|---:|---:|---:|---:|---:|\n");
   for (const Row& r : rows)
-    std::printf("| %s | %lld | %.4f | %.4f | %.2f |\n", dtype_name(r.t), static_cast<long long>(r.n_tok), r.mmq_ms,
-                r.blas_ms, r.blas_ms / r.mmq_ms);
+    std::printf("| %s | %lld | %s | %.4f | %.4f | %.2f |\n", dtype_name(r.t), static_cast<long long>(r.n_tok),
+                r.gemv_ms > 0 ? strprintf_ms(r.gemv_ms).c_str() : "-", r.mmq_ms, r.blas_ms, r.blas_ms / r.mmq_ms);
   std::printf("crossover (smallest n_tok from which blas stays faster):");
   for (DType t : all_types) {
     int64_t from = 0;
@@ -150,5 +179,7 @@ int main(int argc, char** argv) {
   }
   std::printf("\n%s\n", fails ? "matmul_select_bench: a check FAILED" : "matmul_select_bench: all checks passed");
   blas_destroy(handle);
+  CK(cudaFree(split.sem));
+  CK(cudaFree(split.part));
   return fails ? 1 : 0;
 }

@@ -205,7 +205,7 @@ Result<StepOutputs> Engine::step(std::span<const BatchToken> tokens, std::span<c
 }
 
 Status Engine::forward(const Batch& batch, std::vector<float>* logits) {
-  if (logits) logits->clear();
+  size_t used = 0;  // floats of `logits` written (its storage is kept: no zero fill of rows about to be copied)
   const StepCaps& caps = state_->caps();
   const int64_t n_vocab = model_.hparams().n_vocab;
   const std::vector<BatchToken>& all = batch.tokens;
@@ -221,12 +221,14 @@ Status Engine::forward(const Batch& batch, std::vector<float>* logits) {
     auto out = step(chunk, kinds_);
     if (!out) return out.status();
     if (logits && out->n_out > 0) {
-      const size_t at = logits->size();
-      logits->resize(at + static_cast<size_t>(out->n_out * n_vocab));
-      std::memcpy(logits->data() + at, out->logits, static_cast<size_t>(out->n_out * n_vocab) * sizeof(float));
+      const size_t n = static_cast<size_t>(out->n_out * n_vocab);
+      if (logits->size() < used + n) logits->resize(used + n);
+      std::memcpy(logits->data() + used, out->logits, n * sizeof(float));
+      used += n;
     }
     i = e;
   }
+  if (logits) logits->resize(used);
   return Status::ok();
 }
 

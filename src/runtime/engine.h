@@ -35,7 +35,8 @@ class Engine {
   // step. On error nothing is committed (the reservations are dropped).
   Result<StepOutputs> step(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds);
   // Any batch: split into steps within the caps (in order; a sequence's tokens stay in order); for every
-  // want_logits token, in batch order, n_vocab logits into `logits` (resized; may be null: nothing fetched).
+  // want_logits token, in batch order, n_vocab logits into `logits` (resized; may be null: the rows still come back
+  // to the step's host staging, as every step's outputs do, and are not copied further).
   Status forward(const Batch& batch, std::vector<float>* logits);
 
   // ---- hybrid models (ModelState::has_recurrent_state: linear-attention layers with per-sequence state) ----

@@ -309,6 +309,51 @@ TEST(CudaMmq, StridedDstGapsUntouched) {
   force("");
 }
 
+// Split-K (backend/cuda/mmq_common.cuh mmq_finish): a grid of few output tiles over a long K runs up to 16 blocks
+// per tile whose partials the last block to arrive sums in a fixed order. Checks: the same product twice gives the
+// same bits with other products (other tile counts and splits) in between, i.e. the tile counters reset themselves
+// and the order does not depend on which block arrives last; and it is the numerics model's result (NMSE <= 1e-10,
+// the bound of EveryTypeMatchesModelExactAndGemv, whose 4096-wide shapes split too).
+TEST(CudaMmq, SplitKDeterministicAcrossLaunches) {
+  NEED_GPU();
+  std::mt19937 rng(21);
+  force("mmq");
+  int checked = 0;
+  for (DType t : {DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q4_0, DType::F16}) {
+    if (!gpu.supports(Op::kMatmul, t)) continue;
+    const int64_t n_in = 8192, n_out = 96, nt = 40;  // 1-2 row tiles x 1 token tile: the largest split
+    Product a = make_product(gpu, t, n_in, n_out, nt, rng);
+    Product b = make_product(gpu, t, 1024, 1000, 70, rng);
+    if (!a.w.valid() || !b.w.valid()) continue;
+    const auto run = [&](const Product& pr, int64_t ni, int64_t no, int64_t k) {
+      Dev xd = dev_f32(gpu, pr.x.data(), ni, k, ni);
+      Dev yd = dev_f32(gpu, nullptr, no, k, no);
+      Dev bd = dev_f32(gpu, pr.bias.data(), no, 1, no);
+      EXPECT_TRUE(gpu.matmul(pr.w, xd.t, bd.t, yd.t).is_ok());
+      return read_f32(gpu, yd, no, k, no);
+    };
+    const std::vector<float> first = run(a, n_in, n_out, nt);
+    run(b, 1024, 1000, 70);
+    const std::vector<float> second = run(a, n_in, n_out, nt);
+    ASSERT_EQ(first.size(), second.size());
+    EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * 4), 0)
+        << dtype_name(t) << ": a split product differs between two launches";
+    std::vector<double> mdl(first.size());
+    for (int64_t k = 0; k < nt; ++k) {
+      const std::vector<double> xa = model_x(t, a.x.data() + k * n_in, n_in);
+      for (int64_t r = 0; r < n_out; ++r) {
+        double sm = 0;
+        for (int64_t i = 0; i < n_in; ++i) sm += static_cast<double>(a.wf[r * n_in + i]) * xa[i];
+        mdl[k * n_out + r] = sm + a.bias[r];
+      }
+    }
+    EXPECT_LE(test::nmse_d(first, mdl), 1e-10) << dtype_name(t) << " (split-K vs the numerics model)";
+    ++checked;
+  }
+  force("");
+  EXPECT_GT(checked, 0);
+}
+
 // The dequantize + cuBLAS path (backend/cuda/gemm_blas.cu) forced on every type it takes, from one token up,
 // contiguous and strided, bias and accumulate; one shape whose f16 copy is larger than one chunk
 // (launch.h kBlasChunkBytes: 128 MiB = 16384 rows of 4096). Checks per case:

@@ -89,6 +89,7 @@ CudaBackend::~CudaBackend() {
   if (attn_buf_) cudaFree(attn_buf_);
   blas_destroy(blas_);
   if (blas_ws_) cudaFree(blas_ws_);
+  if (split_ws_) cudaFree(split_ws_);
   if (blas_w_) cudaFree(blas_w_);
   if (blas_x_) cudaFree(blas_x_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -426,9 +427,21 @@ Status CudaBackend::blas_scratch(const MatmulParams& p, BlasScratch* sc) {
   return Status::ok();
 }
 
+Status CudaBackend::mmq_split_ws(MmqSplitWs* ws) {
+  const size_t sem_bytes = kMmqSplitSems * sizeof(unsigned);
+  if (!split_ws_) {
+    KILN_TRY(ensure_scratch(&split_ws_, &split_ws_bytes_, sem_bytes + kMmqSplitBytes, "mmq split-K"));
+    KILN_CUDA_TRY(cudaMemsetAsync(split_ws_, 0, sem_bytes, stream_));  // the counters start at 0 (mmq_finish)
+  }
+  ws->sem = static_cast<unsigned*>(split_ws_);
+  ws->part = reinterpret_cast<float*>(static_cast<char*>(split_ws_) + sem_bytes);
+  ws->part_floats = (split_ws_bytes_ - sem_bytes) / sizeof(float);
+  return Status::ok();
+}
+
 Status CudaBackend::matmul_run(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst,
                                bool accumulate, const ActQ* act) {
-  const MatmulParams p = matmul_params(w, x, bias, dst, accumulate);
+  MatmulParams p = matmul_params(w, x, bias, dst, accumulate);
   const MatmulKernel k = select_matmul(p, cc_);
   switch (k) {
     case MatmulKernel::kMmvf: return launch_mmvf(p, stream_);
@@ -447,7 +460,9 @@ Status CudaBackend::matmul_run(const Tensor& w, const Tensor& x, const Tensor& b
         }
       }
       if (k == MatmulKernel::kMmvq) return launch_mmvq(p, a, stream_);
-      return k == MatmulKernel::kMmq ? launch_mmq(p, a, stream_) : launch_gemm(p, a, stream_);
+      if (k == MatmulKernel::kGemm) return launch_gemm(p, a, stream_);
+      KILN_TRY(mmq_split_ws(&p.split));
+      return launch_mmq(p, a, stream_);
     }
     default: break;
   }

@@ -87,6 +87,8 @@ class CudaBackend final : public Backend {
   bool takes_gemv_group(DType type, int64_t n_in, int64_t n_tok) const;
   // The cuBLAS handle (created on first use, outside a capture) and the scratch launch_blas needs for p.
   Status blas_scratch(const MatmulParams& p, BlasScratch* sc);
+  // The mmq split-K workspace (launch.h MmqSplitWs; allocated once, kMmqSplitBytes, counters zeroed).
+  Status mmq_split_ws(MmqSplitWs* ws);
   // x quantized into the activation scratch (grown when needed, outside a capture).
   Result<ActQ> quantize_act(const Tensor& x);
   Result<ActQ> act_layout(int64_t n_in, int64_t n_tok);
@@ -140,6 +142,8 @@ class CudaBackend final : public Backend {
   size_t blas_w_bytes_ = 0;
   void* blas_x_ = nullptr;
   size_t blas_x_bytes_ = 0;
+  void* split_ws_ = nullptr;
+  size_t split_ws_bytes_ = 0;
   // CUDA graphs (graph hooks of backend.h): one executable graph per step shape key.
   bool graphs_enabled_ = true;
   bool capturing_ = false;

@@ -177,6 +177,16 @@ struct RmsNormParams;
 bool rms_norm_quant_usable(const RmsNormParams& p);
 Status launch_rms_norm_quant(const RmsNormParams& p, const ActQ& a, cudaStream_t s);
 
+// The mmq split-K workspace (CudaBackend owns one, kMmqSplitBytes): per output tile, S partial tiles (f32, the
+// fragments in thread order) and an arrival counter; counters start at 0 and the last block of a tile resets its own,
+// so the buffer is reusable by the next launch on the stream without a memset.
+constexpr size_t kMmqSplitBytes = size_t{32} << 20;
+constexpr int kMmqSplitSems = 16384;  // tiles per launch that may split (a split grid has at most ~4 waves of tiles)
+struct MmqSplitWs {
+  unsigned* sem = nullptr;  // [kMmqSplitSems]
+  float* part = nullptr;
+  size_t part_floats = 0;
+};
 struct MatmulParams {
   DType type;
   const uint8_t* w;
@@ -191,6 +201,10 @@ struct MatmulParams {
   // GEMV kernels: load the first weights before pdl_wait (weights are never written during a step, so they need not
   // wait for the previous kernel; false only in measurements of that overlap).
   bool prefetch = true;
+  // mmq split-K (mmq_common.cuh mmq_finish): the caller's workspace (null: never split) and, set by the launcher
+  // (mmq.cuh mmq_split_count), k_split = S: blockIdx.z takes K stages [z*n/S, (z+1)*n/S).
+  MmqSplitWs split{};
+  int k_split = 1;
 };
 // Integer GEMV for n_tok <= kGemvMaxTok tokens of quantized weights, activations from launch_quantize_act: one
 // launch per kMmvqMaxTok tokens (the weights are read once per pass). The selector (select_matmul) takes the GEMVs

@@ -30,6 +30,7 @@
 //   mmq_fp_kernel F16 = BF16: PS 96/90/90/90  PM 132/128/128/128  PL 132/128/128/128  P2S 96/88/88/88
 //                       P2M 132/128/128/128  PUM (128 x 128, 3 slots) 120 (all)
 //   sm_75: empty bodies (4 registers), never launched (mmq_usable).
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 
@@ -146,6 +147,19 @@ int mmq_pick_tile(const MatmulParams& p) {
     case DType::F16: case DType::BF16: return gm < n_sm ? kMmqTileP2S : gm <= 2 * n_sm ? kMmqTilePM : kMmqTileP2M;
     default: return mmq_pick_tile_q(p);
   }
+}
+
+// Split-K (mmq_common.cuh mmq_finish): a grid of fewer than half a wave of tiles (decode-sized token counts, the
+// k/v projections) gets S blocks per tile, S = the resident slots over the tiles (one wave, no tail wave), at most
+// kMmqSplitMax, each split at least kMmqSplitMinStages stages long, within the workspace. Half a wave or more is
+// left alone: the partials' traffic would buy little.
+int mmq_split_count(const MatmulParams& p, int64_t tiles, int per_sm, int n_stage, int bm, int bn) {
+  if (!p.split.part || !p.split.sem || tiles <= 0 || tiles > kMmqSplitSems) return 1;
+  const int64_t slots = static_cast<int64_t>(per_sm) * sm_count();
+  if (2 * tiles > slots) return 1;
+  int64_t s = std::min<int64_t>({slots / tiles, n_stage / kMmqSplitMinStages, kMmqSplitMax,
+                                 static_cast<int64_t>(p.split.part_floats / (static_cast<size_t>(tiles) * bm * bn))});
+  return static_cast<int>(std::max<int64_t>(s, 1));
 }
 
 int mmq_fallback_tile(const MatmulParams& p, int tile) {

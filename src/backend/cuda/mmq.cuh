@@ -83,6 +83,29 @@ namespace kiln::cuda {
 
 // ---- launch ----------------------------------------------------------------------------------------------------
 // launch_pdl (common.cuh): both kernels call pdl_enter() first, before any global memory access.
+// Resident blocks per SM of a kernel at its block size and dynamic shared memory (after any opt-in), per device.
+template <auto Kern>
+int mmq_blocks_per_sm(int threads, size_t smem) {
+  static thread_local int done_dev = -1, n = 1;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return 1;
+  if (done_dev != dev) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Kern, threads, smem) != cudaSuccess || n < 1) n = 1;
+    done_dev = dev;
+  }
+  return n;
+}
+// The launch of an mmq kernel with its split-K count (mmq_split_count, mmq.cu): grid (token tiles, row tiles, S).
+template <auto Kern, class... Args>
+Status mmq_launch_split(int bm, int bn, int kstage, int threads, size_t smem, cudaStream_t s, const MatmulParams& p,
+                        const Args&... args) {
+  MatmulParams q = p;
+  const int64_t tx = (p.n_tok + bn - 1) / bn, ty = (p.n_out + bm - 1) / bm;
+  q.k_split = mmq_split_count(p, tx * ty, mmq_blocks_per_sm<Kern>(threads, smem),
+                              static_cast<int>((p.n_in + kstage - 1) / kstage), bm, bn);
+  const dim3 grid(static_cast<unsigned>(tx), static_cast<unsigned>(ty), static_cast<unsigned>(q.k_split));
+  return launch_pdl(Kern, grid, dim3(threads), smem, s, q, args...);
+}
 template <DType T, int MT, int NT, int WC>
 Status mmq_run_q(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
   constexpr int BM = 32 * MT, BN = 8 * WC * NT;
@@ -97,12 +120,12 @@ Status mmq_run_q(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
       done_dev = dev;
     }
   }
-  const dim3 grid(static_cast<unsigned>((p.n_tok + BN - 1) / BN), static_cast<unsigned>((p.n_out + BM - 1) / BM));
-  return launch_pdl(mmq_q_kernel<T, MT, NT, WC>, grid, dim3(64 * WC), kSmem, s, p, a);
+  return mmq_launch_split<mmq_q_kernel<T, MT, NT, WC>>(BM, BN, kMmqBKQ, 64 * WC, kSmem, s, p, a);
 }
 // A kernel with dynamic shared memory above the default limit: the opt-in set once per device and kernel.
 template <auto Kern, class... Args>
-Status mmq_launch_dyn(size_t smem, dim3 grid, dim3 block, cudaStream_t s, const Args&... args) {
+Status mmq_launch_dyn(int bm, int bn, int kstage, size_t smem, int threads, cudaStream_t s, const MatmulParams& p,
+                      const Args&... args) {
   static thread_local int done_dev = -1;
   int dev = 0;
   KILN_CUDA_TRY(cudaGetDevice(&dev));
@@ -110,20 +133,19 @@ Status mmq_launch_dyn(size_t smem, dim3 grid, dim3 block, cudaStream_t s, const 
     KILN_CUDA_TRY(cudaFuncSetAttribute(Kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     done_dev = dev;
   }
-  return launch_pdl(Kern, grid, block, smem, s, args...);
+  return mmq_launch_split<Kern>(bm, bn, kstage, threads, smem, s, p, args...);
 }
 template <DType T, int MT, int NT, int WC, int KS, int SL, int MINB, bool UNR>
 Status mmq_run_p(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
   constexpr int BM = 32 * MT, BN = 8 * WC * NT;
-  const dim3 grid(static_cast<unsigned>((p.n_tok + BN - 1) / BN), static_cast<unsigned>((p.n_out + BM - 1) / BM));
   if constexpr (T == DType::F16 || T == DType::BF16)
-    return mmq_launch_dyn<mmq_fp_kernel<T, MT, NT, WC, SL, MINB>>(sizeof(MmqFPSmem<BM, BN, SL>), grid, dim3(64 * WC),
-                                                                 s, p);
+    return mmq_launch_dyn<mmq_fp_kernel<T, MT, NT, WC, SL, MINB>>(BM, BN, kMmqBKF, sizeof(MmqFPSmem<BM, BN, SL>),
+                                                                 64 * WC, s, p);
   else if constexpr (T == DType::Q6_K || T == DType::Q8_0 || (T == DType::Q4_K && KS == 0))
-    return mmq_launch_dyn<mmq_p6_kernel<T, MT, NT, WC>>(sizeof(MmqP6Smem<BM, BN>), grid, dim3(64 * WC), s, p, a);
+    return mmq_launch_dyn<mmq_p6_kernel<T, MT, NT, WC>>(BM, BN, kMmqPK, sizeof(MmqP6Smem<BM, BN>), 64 * WC, s, p, a);
   else
-    return mmq_launch_dyn<mmq_p_kernel<T, MT, NT, WC, KS, SL, MINB, UNR>>(sizeof(MmqPSmem<T, BM, BN, KS, SL>), grid,
-                                                                         dim3(64 * WC), s, p, a);
+    return mmq_launch_dyn<mmq_p_kernel<T, MT, NT, WC, KS, SL, MINB, UNR>>(BM, BN, KS, sizeof(MmqPSmem<T, BM, BN, KS, SL>),
+                                                                         64 * WC, s, p, a);
 }
 // The pipelined kernel's 16-byte cp.async of weight blocks, activation rows and ds.
 inline bool mmq_p_aligned(const MatmulParams& p, const ActQ& a) {
@@ -210,9 +232,7 @@ Status mmq_run(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
   if (tile >= kMmqTilePS) tile = mmq_fallback_tile(p, tile);
   if constexpr (T == DType::F16 || T == DType::BF16) {
     (void)a;
-    const dim3 grid(static_cast<unsigned>((p.n_tok + kMmqBN - 1) / kMmqBN),
-                    static_cast<unsigned>((p.n_out + kMmqBM - 1) / kMmqBM));
-    return launch_pdl(mmq_f_kernel<T>, grid, dim3(kMmqThreads), 0, s, p);
+    return mmq_launch_split<mmq_f_kernel<T>>(kMmqBM, kMmqBN, kMmqBKF, kMmqThreads, 0, s, p);
   } else {
     // the per-16 types (Q2_K, Q3_K, Q6_K): 64 x 64 or 128 x 128 (on 64 x 128 / 128 x 64 ptxas spills 12-48 bytes at
     // 255 registers on every arch: two MMA results and two scales per output)

@@ -10,6 +10,11 @@ namespace kiln::cuda {
 
 constexpr int kMmqThreads = 128, kMmqBM = 64, kMmqBN = 64, kMmqPitch = 80;  // pitch: bytes per smem row
 constexpr int kMmqBKQ = 64, kMmqBKF = 32;                                   // K elements per stage
+// Split-K (mmq_finish): at most kMmqSplitMax blocks per tile, each at least kMmqSplitMinStages stages long.
+constexpr int kMmqSplitMax = 16, kMmqSplitMinStages = 4;
+// The split count of a launch of `tiles` output tiles of bm x bn whose kernel keeps per_sm blocks resident and runs
+// n_stage K stages (mmq.cu).
+int mmq_split_count(const MatmulParams& p, int64_t tiles, int per_sm, int n_stage, int bm, int bn);
 // The pipelined kernels' default stage (mmq_p.cuh, mmq_p6.cuh): 128 K, 144-byte activation rows.
 constexpr int kMmqPK = 128, kMmqPXPitch = 144;
 template <DType T> constexpr bool mmq_half16() { return T == DType::Q2_K || T == DType::Q3_K || T == DType::Q6_K; }
@@ -114,6 +119,57 @@ __device__ __forceinline__ void mmq_store(const MatmulParams& p, const float (&a
           *y = (p.accumulate ? *y : 0.0f) + acc[mt][nt][2 * h + e] + b;
         }
     }
+}
+
+// ---- split-K ------------------------------------------------------------------------------------------------------
+// Few output tiles (the decode-sized token counts: 33..256 tokens give 1-4 token tiles) leave most SMs idle, each
+// block running the whole K loop. With p.k_split = S > 1 the grid has S blocks per tile (blockIdx.z); block z
+// computes the stages [z*n/S, (z+1)*n/S) of its tile (mmq_k_range), writes its fragments to the workspace, and the
+// last block to arrive at the tile's counter sums the S partials in the order z = 0, 1, .., S-1 (whichever block
+// is last: the result does not depend on the arrival order) and runs the epilogue (bias, accumulate, tails).
+// Numerics: the f32 sum of a split differs from the unsplit loop's only in the summation order.
+struct MmqKRange {
+  int begin, end;
+};
+__device__ __forceinline__ MmqKRange mmq_k_range(const MatmulParams& p, int n_stage) {
+  const int z = static_cast<int>(blockIdx.z), S = p.k_split;
+  return {static_cast<int>(static_cast<int64_t>(z) * n_stage / S),
+          static_cast<int>(static_cast<int64_t>(z + 1) * n_stage / S)};
+}
+
+// The epilogue of every mmq kernel: mmq_store, after the split-K reduction when the grid is split. Partial layout:
+// tile (blockIdx.y * gridDim.x + blockIdx.x), split z, fragment element i, thread: [tile][z][i][NTH] (coalesced).
+template <int NTH, int MT, int NT>
+__device__ __forceinline__ void mmq_finish(const MatmulParams& p, float (&acc)[MT][NT][4], int64_t r0, int64_t t0,
+                                           int wm, int wn, int g, int tig) {
+  if (p.k_split > 1) {
+    constexpr int kE = MT * NT * 4;
+    __shared__ unsigned mmq_last;
+    const unsigned tile = blockIdx.y * gridDim.x + blockIdx.x;
+    const int S = p.k_split, z = static_cast<int>(blockIdx.z), tid = static_cast<int>(threadIdx.x);
+    float* part = p.split.part + static_cast<size_t>(tile) * S * kE * NTH;
+    float* mine = part + static_cast<size_t>(z) * kE * NTH + tid;
+#pragma unroll
+    for (int i = 0; i < kE; ++i) __stcg(mine + i * NTH, (&acc[0][0][0])[i]);
+    __threadfence();  // this block's partial is visible device-wide before it counts itself in
+    __syncthreads();
+    if (tid == 0) {
+      const unsigned prior = atomicAdd(&p.split.sem[tile], 1u);
+      mmq_last = prior == static_cast<unsigned>(S - 1);
+      if (mmq_last) p.split.sem[tile] = 0;  // every block of the tile has arrived: ready for the next launch
+    }
+    __syncthreads();
+    if (!mmq_last) return;
+    __threadfence();
+#pragma unroll
+    for (int i = 0; i < kE; ++i) {
+      float v = 0.0f;
+      for (int zz = 0; zz < S; ++zz)
+        v += zz == z ? (&acc[0][0][0])[i] : __ldcg(part + (static_cast<size_t>(zz) * kE + i) * NTH + tid);
+      (&acc[0][0][0])[i] = v;
+    }
+  }
+  mmq_store<MT, NT>(p, acc, r0, t0, wm, wn, g, tig);
 }
 
 // The MMA accumulators of a warp tile (MT x NT m16n8 tiles, 4 floats each) set to 0.

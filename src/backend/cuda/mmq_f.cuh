@@ -64,12 +64,13 @@ __global__ void __launch_bounds__(64 * WC, MINB) mmq_fp_kernel(MatmulParams p) {
   const int wm = warp & 1, wn = warp >> 1, g = lane >> 2, tig = lane & 3;
   const int rb = wm * 16 * MT, nb = wn * 8 * NT;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * BN, r0 = static_cast<int64_t>(blockIdx.y) * BM;
-  const int n_stage = static_cast<int>((p.n_in + kMmqBKF - 1) / kMmqBKF);
+  const MmqKRange kr = mmq_k_range(p, static_cast<int>((p.n_in + kMmqBKF - 1) / kMmqBKF));  // split-K
+  const int n_stage = kr.end;
   float acc[MT][NT][4];
   mmq_zero_acc(acc);
 #pragma unroll
-  for (int s = 0; s < SL - 1; ++s) mmq_fp_issue<NTH>(sm, p, r0, t0, s, n_stage);
-  for (int st = 0; st < n_stage; ++st) {
+  for (int s = 0; s < SL - 1; ++s) mmq_fp_issue<NTH>(sm, p, r0, t0, kr.begin + s, n_stage);
+  for (int st = kr.begin; st < n_stage; ++st) {
     mmq_cp_wait_group<SL - 2>();  // stage st landed
     __syncthreads();                        // ... for every thread; every warp done with stage st - 1
     mmq_fp_issue<NTH>(sm, p, r0, t0, st + SL - 1, n_stage);
@@ -92,7 +93,7 @@ __global__ void __launch_bounds__(64 * WC, MINB) mmq_fp_kernel(MatmulParams p) {
         for (int nt = 0; nt < NT; ++nt) mma_f_k16<kBf16>(acc[mt][nt], A[mt], B[nt]);
     }
   }
-  mmq_store<MT, NT>(p, acc, r0, t0, wm, wn, g, tig);
+  mmq_finish<NTH>(p, acc, r0, t0, wm, wn, g, tig);
 #endif
 }
 
@@ -150,17 +151,18 @@ __global__ void __launch_bounds__(kMmqThreads, mmq_min_blocks<T>()) mmq_f_kernel
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int wm = warp & 1, wn = warp >> 1, g = lane >> 2, tig = lane & 3;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kMmqBN, r0 = static_cast<int64_t>(blockIdx.y) * kMmqBM;
-  const int n_stage = static_cast<int>((p.n_in + kMmqBKF - 1) / kMmqBKF);
+  const MmqKRange kr = mmq_k_range(p, static_cast<int>((p.n_in + kMmqBKF - 1) / kMmqBKF));  // split-K
+  const int n_stage = kr.end;
   float acc[2][4][4];
   mmq_zero_acc(acc);
   float4 xr[4];
-  mmq_f_load_w(sm, 0, p, r0, 0);
-  mmq_f_load_x(xr, p, t0, 0);
+  mmq_f_load_w(sm, 0, p, r0, kr.begin);
+  mmq_f_load_x(xr, p, t0, kr.begin);
   mmq_f_store_x<kBf16>(sm, 0, xr);
   mmq_cp_wait();
   __syncthreads();
-  for (int st = 0; st < n_stage; ++st) {
-    const int buf = st & 1;
+  for (int st = kr.begin; st < n_stage; ++st) {
+    const int buf = (st - kr.begin) & 1;
     const bool more = st + 1 < n_stage;
     if (more) {
       mmq_f_load_w(sm, buf ^ 1, p, r0, st + 1);
@@ -192,7 +194,7 @@ __global__ void __launch_bounds__(kMmqThreads, mmq_min_blocks<T>()) mmq_f_kernel
     mmq_cp_wait();
     __syncthreads();
   }
-  mmq_store<2, 4>(p, acc, r0, t0, wm, wn, g, tig);
+  mmq_finish<kMmqThreads>(p, acc, r0, t0, wm, wn, g, tig);
 #endif
 }
 

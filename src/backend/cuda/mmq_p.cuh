@@ -185,16 +185,17 @@ __global__ void __launch_bounds__(64 * WC, MINB) mmq_p_kernel(MatmulParams p, Ac
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int wm = warp & 1, wn = warp >> 1, g = lane >> 2, tig = lane & 3;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * BN, r0 = static_cast<int64_t>(blockIdx.y) * BM;
-  const int n_stage = static_cast<int>(p.n_in / KS);
+  const MmqKRange kr = mmq_k_range(p, static_cast<int>(p.n_in / KS));  // this block's stages (split-K)
+  const int n_stage = kr.end;
   float acc[MT][NT][4];
   mmq_zero_acc(acc);
-  // prologue: stages 0 .. SL - 2 in flight; stage 0's scales
+  // prologue: stages begin .. begin + SL - 2 in flight; the first stage's scales
 #pragma unroll
-  for (int s = 0; s < SL - 1; ++s) mmq_p_issue<T, NTH>(sm, p, a, r0, t0, s, n_stage);
+  for (int s = 0; s < SL - 1; ++s) mmq_p_issue<T, NTH>(sm, p, a, r0, t0, kr.begin + s, n_stage);
   mmq_cp_wait_group<SL - 3>();
   __syncthreads();
-  mmq_p_scales<T, NTH>(sm, 0);
-  for (int st = 0; st < n_stage; ++st) {
+  mmq_p_scales<T, NTH>(sm, kr.begin);
+  for (int st = kr.begin; st < n_stage; ++st) {
     // stage st + 1 landed (this thread's copies; the barrier: everyone's), stage st's scales visible, and every
     // warp is done with stage st - 1 (its slot and scale buffer are free)
     mmq_cp_wait_group<SL - 3>();
@@ -204,7 +205,7 @@ __global__ void __launch_bounds__(64 * WC, MINB) mmq_p_kernel(MatmulParams p, Ac
     mmq_p_compute<T, MT, NT, UNR>(sm, st, acc, wm, wn, lane);
   }
   mmq_cp_wait_group<0>();
-  mmq_store<MT, NT>(p, acc, r0, t0, wm, wn, g, tig);
+  mmq_finish<NTH>(p, acc, r0, t0, wm, wn, g, tig);
 #endif
 }
 

@@ -231,15 +231,16 @@ __global__ void __launch_bounds__(64 * WC, WC == 4 ? 1 : 2) mmq_p6_kernel(Matmul
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int wm = warp & 1, wn = warp >> 1, g = lane >> 2, tig = lane & 3;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * BN, r0 = static_cast<int64_t>(blockIdx.y) * BM;
-  const int n_stage = static_cast<int>(p.n_in / kMmqPK);
+  const MmqKRange kr = mmq_k_range(p, static_cast<int>(p.n_in / kMmqPK));  // this block's stages (split-K)
+  const int n_stage = kr.end;
   float acc[MT][NT][4];
   mmq_zero_acc(acc);
-  mmq_p6_issue<T, NTH>(sm, p, a, r0, t0, 0, n_stage);
-  mmq_p6_issue<T, NTH>(sm, p, a, r0, t0, 1, n_stage);
+  mmq_p6_issue<T, NTH>(sm, p, a, r0, t0, kr.begin, n_stage);
+  mmq_p6_issue<T, NTH>(sm, p, a, r0, t0, kr.begin + 1, n_stage);
   mmq_cp_wait_group<1>();
   __syncthreads();
-  mmq_p6_decode<T, NTH>(sm, 0);
-  for (int st = 0; st < n_stage; ++st) {
+  mmq_p6_decode<T, NTH>(sm, kr.begin);
+  for (int st = kr.begin; st < n_stage; ++st) {
     // stage st + 1 landed, stage st decoded (visible after the barrier), every warp done with stage st - 1
     mmq_cp_wait_group<0>();
     __syncthreads();
@@ -247,7 +248,7 @@ __global__ void __launch_bounds__(64 * WC, WC == 4 ? 1 : 2) mmq_p6_kernel(Matmul
     if (st + 1 < n_stage) mmq_p6_decode<T, NTH>(sm, st + 1);
     mmq_p6_compute<T, MT, NT>(sm, st, acc, wm, wn, lane);
   }
-  mmq_store<MT, NT>(p, acc, r0, t0, wm, wn, g, tig);
+  mmq_finish<NTH>(p, acc, r0, t0, wm, wn, g, tig);
 #endif
 }
 

@@ -203,17 +203,18 @@ __global__ void __launch_bounds__(64 * WC, mmq_q_min_blocks<T, MT, NT, WC>()) mm
   const int wm = warp & 1, wn = warp >> 1, g = lane >> 2, tig = lane & 3;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * BN, r0 = static_cast<int64_t>(blockIdx.y) * BM;
   const int n_sub = static_cast<int>(p.n_in / 32);
-  const int n_stage = (n_sub + kMmqBKQ / 32 - 1) / (kMmqBKQ / 32);
+  const MmqKRange kr = mmq_k_range(p, (n_sub + kMmqBKQ / 32 - 1) / (kMmqBKQ / 32));  // split-K
+  const int n_stage = kr.end;
   float acc[MT][NT][4];
   mmq_zero_acc(acc);
   MmqWRegs<BM, NTH> wr;
-  mmq_q_load_x<NTH>(sm, 0, a, t0, 0, n_sub);
-  mmq_q_fetch_w<T>(wr, p, r0, 0, n_sub);
+  mmq_q_load_x<NTH>(sm, 0, a, t0, kr.begin, n_sub);
+  mmq_q_fetch_w<T>(wr, p, r0, kr.begin, n_sub);
   mmq_q_put_w<T>(sm, 0, wr);
   mmq_cp_wait();
   __syncthreads();
-  for (int st = 0; st < n_stage; ++st) {
-    const int buf = st & 1;
+  for (int st = kr.begin; st < n_stage; ++st) {
+    const int buf = (st - kr.begin) & 1;
     const bool more = st + 1 < n_stage;
     if (more) {
       mmq_q_load_x<NTH>(sm, buf ^ 1, a, t0, st + 1, n_sub);
@@ -226,7 +227,7 @@ __global__ void __launch_bounds__(64 * WC, mmq_q_min_blocks<T, MT, NT, WC>()) mm
     mmq_cp_wait();
     __syncthreads();
   }
-  mmq_store<MT, NT>(p, acc, r0, t0, wm, wn, g, tig);
+  mmq_finish<NTH>(p, acc, r0, t0, wm, wn, g, tig);
 #endif
 }
 

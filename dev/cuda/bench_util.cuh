@@ -89,8 +89,12 @@ inline double cpu_spot_nmse(DType t, const std::vector<uint8_t>& wb, const std::
   return nmse(gs, cs);
 }
 
+// The median over `reps` samples of one launch's time, each sample `inner` launches back to back between two events
+// divided by `inner`: the GPU's time per launch including the gaps between kernels as a CUDA graph replays them,
+// without the host's launch latency (a single launch between two events measures mostly that for kernels of
+// ~10-50 us).
 template <class F>
-inline float median_ms(F&& launch, int warm = 3, int reps = 9) {
+inline float median_ms(F&& launch, int warm = 3, int reps = 9, int inner = 10) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
@@ -99,12 +103,12 @@ inline float median_ms(F&& launch, int warm = 3, int reps = 9) {
   std::vector<float> ms;
   for (int i = 0; i < reps; ++i) {
     CK(cudaEventRecord(e0));
-    launch();
+    for (int j = 0; j < inner; ++j) launch();
     CK(cudaEventRecord(e1));
     CK(cudaEventSynchronize(e1));
     float m = 0;
     CK(cudaEventElapsedTime(&m, e0, e1));
-    ms.push_back(m);
+    ms.push_back(m / static_cast<float>(inner));
   }
   std::sort(ms.begin(), ms.end());
   CK(cudaEventDestroy(e0));

@@ -15,6 +15,7 @@
 #   big     pp2048 in 2048-token steps on both sides (kiln -b 2048, llama.cpp -ub 2048)
 #   chunk   matmul_select_bench on Q4_K with 16..128 MiB of dequantized-weight scratch (rows per cuBLAS call)
 #   e2e_next  qwen3.5-9b and gemma3-12b pp512, kiln and llama.cpp
+#   ekiln   kiln alone (no llama.cpp build needed): pp512 / tg128 and P sequences decoding, 2 rounds
 #   prof    where a P-sequence decode step goes (P in $PROF_NP, default 64): GPU time against the host interval
 #           (KILN_CUDA_GRAPH_STATS), then per kernel (nsys with graph nodes traced, else ncu's duration of each
 #           launch, graphs off), summed by kernel name over the profiled steps
@@ -76,6 +77,14 @@ if has san; then
       --gtest_filter='CudaBlas.*:CudaMmq.StridedDstGapsUntouched' > "$OUT/san_$tool.log" 2>&1
     echo "== compute-sanitizer $tool rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/san_$tool.log" | tail -1)"
   done
+fi
+if has ekiln; then
+  [ -f $M ] || $K synth --shape llama3-8b --type q4_k_m -o $M >/dev/null || exit 1
+  for r in 1 2; do
+    echo "kiln round $r: $(kb -p 512 -n 128 -r 3)"
+    echo "kiln np round $r: $(kb -p 0 -n 128 -d 128 -np ${NPL:-1,8,16,32,64} -r 2)"
+  done | tee "$OUT/ekiln.txt"
+  echo "== ekiln $(el) s"
 fi
 if has prof; then
   [ -f $M ] || $K synth --shape llama3-8b --type q4_k_m -o $M >/dev/null || exit 1

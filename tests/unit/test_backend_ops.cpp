@@ -71,10 +71,17 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <string>
 #include <sstream>
 
 #include "common/backend_test_util.h"
 #include "quant/blocks.h"
+
+#ifdef KILN_HAVE_CUDA
+namespace kiln::cuda {
+const char* matmul_kernel_for(DType t, int64_t n_in, int64_t n_out, int64_t n_tok);  // matmul_select.cu
+}  // namespace kiln::cuda
+#endif
 
 namespace kiln {
 namespace {
@@ -248,7 +255,7 @@ struct ActModel {
   // Weights rounded to f16 before the products (the CUDA many-token path dequantizes into f16 rows).
   bool w_f16 = false;
 };
-std::optional<ActModel> act_model(const std::string& backend, DType w, int64_t n_tok) {
+std::optional<ActModel> act_model(const std::string& backend, DType w, int64_t n_in, int64_t n_out, int64_t n_tok) {
   const bool quantized = dtype_traits(w).is_quantized;
   if (backend == "cpu" || backend == test::kCpuRefId) {
     switch (w) {
@@ -258,13 +265,19 @@ std::optional<ActModel> act_model(const std::string& backend, DType w, int64_t n
       default: return ActModel{DType::Q8_K, 1e-10};
     }
   }
-  // CUDA up to 32 tokens (launch.h kGemvMaxTok, the GEMVs): q8_1 blocks of 32 with f32 scales and sums, integer dot
-  // products, f32 scaling (quantize.cu, mmvq.cu). Modelled exactly up to f32 summation order: 1e-10 as for the CPU.
-  // Above (matmul_select.cu: dequantize + cuBLAS, gemm_blas.cu): weights and x rounded to f16, f32 accumulation;
-  // 1e-9: the device's fused d*q+m and the host dequantizer's dl*q-ml round to different f16 in ~2^-12 of the
-  // weights (~6e-11), plus f32 accumulation.
-  if (backend.rfind("cuda", 0) == 0 && quantized)
-    return n_tok > 32 ? ActModel{DType::F16, 1e-9, false, true} : ActModel{DType::Q8_1, 1e-10, true};
+  // CUDA, the GEMVs and the GEMM (matmul_select.cu: mmvq, mmq): q8_1 blocks of 32 with f32 scales and sums, integer
+  // dot products, f32 scaling (quantize.cu, mmvq.cu, mmq.cuh). Modelled exactly up to f32 summation order: 1e-10 as
+  // for the CPU. Where the selector takes dequantize + cuBLAS (gemm_blas.cu): weights and x rounded to f16, f32
+  // accumulation; 1e-9: the device's fused d*q+m and the host dequantizer's dl*q-ml round to different f16 in
+  // ~2^-12 of the weights (~6e-11), plus f32 accumulation.
+  if (backend.rfind("cuda", 0) == 0 && quantized) {
+#ifdef KILN_HAVE_CUDA
+    const bool blas = std::string(cuda::matmul_kernel_for(w, n_in, n_out, n_tok)) == "blas";
+#else
+    const bool blas = n_tok > 32;
+#endif
+    return blas ? ActModel{DType::F16, 1e-9, false, true} : ActModel{DType::Q8_1, 1e-10, true};
+  }
   return std::nullopt;
 }
 
@@ -421,7 +434,7 @@ void check_matmul_exact(const MatmulCase& c, const std::vector<float>& got, cons
 // Check (2): the backend's documented activation quantization, dot products in double.
 void check_matmul_model(const std::string& backend, const MatmulCase& c, const std::vector<float>& got,
                         const std::string& what) {
-  const std::optional<ActModel> m = act_model(backend, c.t, c.n_tok);
+  const std::optional<ActModel> m = act_model(backend, c.t, c.n_in, c.n_out, c.n_tok);
   if (!m) return;
   const int64_t n = c.n_in;
   const size_t rb = static_cast<size_t>(dtype_row_bytes(c.t, n).value());

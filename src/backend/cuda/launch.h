@@ -289,6 +289,9 @@ enum class MatmulKernel { kNone, kMmvq, kMmvf, kMmq, kGemm, kBlas };
 const char* matmul_kernel_name(MatmulKernel k);
 MatmulKernel select_matmul(const MatmulParams& p, int cc);
 void matmul_set_override(const char* name);
+// The selector's kernel name for a contiguous, aligned n_out x n_in product of n_tok tokens on the current device
+// (tests: which numerics model applies).
+const char* matmul_kernel_for(DType t, int64_t n_in, int64_t n_out, int64_t n_tok);
 
 // ---- attention.cu ----------------------------------------------------------------------------------------------
 struct AttnParams {

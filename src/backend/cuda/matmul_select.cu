@@ -1,13 +1,14 @@
 // The one matmul selector: which kernel computes y (+)= W x (+ bias) for one product on the current device. The
 // backend's dispatch (CudaBackend::matmul_run, the grouped GEMVs, rms_norm_for_matmul's fused quantization) and
 // supports() (its first rule: a weight type no kernel takes) ask it; nothing else picks a matmul kernel.
-//   n_tok <= kGemvMaxTok      quantized weights: mmvq (the dp4a / tensor-core GEMVs, mmvq.cu); F16/BF16/F32: mmvf
-//   above                     blas (dequantize to f16 + cuBLAS, gemm_blas.cu) from the type's measured crossover
-//                             (kBlasFrom below), else mmq (the int8 / f16 mma.sync GEMM, mmq.cuh)
-//   anything else             gemm (the f32 tiled GEMM, gemm.cu: sm_75 without cuBLAS's types, odd alignments)
+//   n_tok <= the type's gemv_to   quantized weights: mmvq (the dp4a / tensor-core GEMVs, mmvq.cu); F16/BF16/F32: mmvf
+//   n_tok >= the type's blas_from  blas (dequantize to f16 + cuBLAS, gemm_blas.cu)
+//   between                        mmq (the int8 / f16 mma.sync GEMM, split-K on small grids, mmq.cuh)
+//   anything else                  gemm (the f32 tiled GEMM, gemm.cu: sm_75 without cuBLAS's types, odd alignments)
 // KILN_CUDA_MATMUL=mmvq|mmvf|mmq|gemm|blas (developer A/B runs; tests call matmul_set_override) forces a kernel
 // wherever that kernel can run the product, else the rule decides.
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,27 +18,31 @@
 namespace kiln::cuda {
 namespace {
 
-// The fewest tokens from which dequantize + cuBLAS beats mmq, per weight type, measured on the H200 (132 SMs) with
-// dev/cuda/matmul_select_bench over the llama3-8b projections (q/o 4096x4096, k/v 1024x4096, gate/up 14336x4096,
-// down 4096x14336) at 33..4096 tokens: the smallest count from which blas stays faster on one layer's products
-// (2 q/o + 2 k/v + 2 gate/up + 1 down; docs/BENCHMARKS.md has the table). Measured: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K,
-// F16, BF16, all 33 (blas 0.62-0.78x of mmq's time at 33 tokens, 0.20-0.33x at 4096); Q4_1, Q5_0, Q5_1, Q2_K and
-// Q3_K take the same (their mmq is no faster than Q4_0's / Q6_K's, their dequantization costs the same). Per shape,
-// mmq still wins gate/up at 33-64 tokens (8-36%); the rule does not split by shape yet. 0: blas never.
-struct BlasFrom {
+// Per weight type, the token counts where the kernels change, measured on the H200 (132 SMs) with
+// dev/cuda/matmul_select_bench over one llama3-8b layer's products (2 q/o 4096x4096 + 2 k/v 1024x4096 + 2 gate/up
+// 14336x4096 + 1 down 4096x14336) at 8, 16, 32, 33, 64 .. 4096 tokens (docs/BENCHMARKS.md has the table):
+//   gemv_to: the most tokens for which the GEMV is faster than the better of mmq and blas (between two measured
+//            counts: where the GEMV's time, linear in the tokens, crosses it);
+//   blas_from: the fewest tokens from which blas stays faster than mmq.
+// Measured: Q4_0, Q8_0, Q4_K, Q6_K, F16 (BF16 as F16: the same GEMV and cuBLAS path); Q4_1, Q5_0, Q5_1 take Q4_0's
+// (the same dp4a GEMV, their mmq no faster than Q4_0's); Q2_K, Q3_K, Q5_K the rule measured before split-K mmq
+// (GEMV to kGemvMaxTok, blas from 33). Per shape, mmq (split-K) wins gate/up and down at 8-64 tokens of Q4_K by
+// 13-36% and blas q/o and k/v by 23-44%; the rule does not split by shape.
+struct Crossover {
   DType type;
-  int64_t n_tok;
+  int64_t gemv_to, blas_from;
 };
-constexpr BlasFrom kBlasFrom[] = {
-    {DType::Q4_0, 33}, {DType::Q4_1, 33}, {DType::Q5_0, 33}, {DType::Q5_1, 33}, {DType::Q8_0, 33},
-    {DType::Q2_K, 33}, {DType::Q3_K, 33}, {DType::Q4_K, 33}, {DType::Q5_K, 33}, {DType::Q6_K, 33},
-    {DType::F16, 33},  {DType::BF16, 33},
+constexpr Crossover kCrossover[] = {
+    {DType::Q4_0, 16, 17}, {DType::Q4_1, 16, 17}, {DType::Q5_0, 16, 17}, {DType::Q5_1, 16, 17},
+    {DType::Q8_0, 12, 128}, {DType::Q2_K, 32, 33}, {DType::Q3_K, 32, 33}, {DType::Q4_K, 32, 64},
+    {DType::Q5_K, 32, 33},  {DType::Q6_K, 32, 33}, {DType::F16, 4, 5},    {DType::BF16, 4, 5},
 };
+static_assert(kGemvMaxTok >= 32, "kCrossover's gemv_to values are at most 32");
 
-int64_t blas_from(DType t) {
-  for (const BlasFrom& b : kBlasFrom)
-    if (b.type == t) return b.n_tok;
-  return 0;
+Crossover crossover(DType t) {
+  for (const Crossover& c : kCrossover)
+    if (c.type == t) return c;
+  return {t, kGemvMaxTok, 0};  // F32: its GEMV, then mmq/gemm (no blas)
 }
 
 // matmul_set_override's kernel (-1: none set, the environment's KILN_CUDA_MATMUL decides).
@@ -92,16 +97,31 @@ void matmul_set_override(const char* name) {
   g_forced.store(static_cast<int>(parse_kernel(name)), std::memory_order_relaxed);
 }
 
+const char* matmul_kernel_for(DType t, int64_t n_in, int64_t n_out, int64_t n_tok) {
+  int dev = 0, ma = 0, mi = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev) ||
+      cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev))
+    return "none";
+  const auto rb = dtype_row_bytes(t, n_in);
+  if (!rb) return "none";
+  // No memory is touched: pointers only need the alignment of a fresh allocation.
+  const auto at = [](uintptr_t a) { return reinterpret_cast<float*>(a); };
+  MatmulParams p{t, reinterpret_cast<const uint8_t*>(uintptr_t{1} << 20), rb.value(), n_in, n_out, n_tok,
+                 at(uintptr_t{2} << 20), static_cast<size_t>(n_in), nullptr, at(uintptr_t{3} << 20),
+                 static_cast<size_t>(n_out), false};
+  return matmul_kernel_name(select_matmul(p, 10 * ma + mi));
+}
+
 MatmulKernel select_matmul(const MatmulParams& p, int cc) {
   if (!gemm_supports(p.type)) return MatmulKernel::kNone;
   const MatmulKernel forced = override_kernel();
   if (forced != MatmulKernel::kNone && usable(forced, p, cc)) return forced;
-  if (p.n_tok <= kGemvMaxTok) {
+  const Crossover c = crossover(p.type);
+  if (p.n_tok <= c.gemv_to) {
     if (mmvq_supports(p.type)) return MatmulKernel::kMmvq;
     if (mmvf_usable(p)) return MatmulKernel::kMmvf;
   }
-  const int64_t from = blas_from(p.type);
-  if (from > 0 && p.n_tok >= from && blas_usable(p, cc)) return MatmulKernel::kBlas;
+  if (c.blas_from > 0 && p.n_tok >= c.blas_from && blas_usable(p, cc)) return MatmulKernel::kBlas;
   if (mmq_usable(p)) return MatmulKernel::kMmq;
   if (blas_usable(p, cc)) return MatmulKernel::kBlas;  // devices without mmq (sm_75): cuBLAS's f16 tensor cores
   return MatmulKernel::kGemm;

@@ -6,6 +6,7 @@
 #   build   kiln for sm_90 into build/device (kept while the machine is warm); llama.cpp's CUDA tools from the
 #           carried subset in the background (setsid: it outlives the call, later calls on the warm machine use them)
 #   ops     the matmul op tests (CudaMmq, CudaBlas, CudaOps.Matmul*)
+#   splitt  the split-K tests alone (CudaMmq.SplitK*, StridedDstGapsUntouched)
 #   select  dev/cuda/matmul_select_bench: mmq vs dequantize + cuBLAS per type and token count ($SELECT_TYPES)
 #   ctest   ctest -L cuda (op tests, backend-parametric ops, parity on the carried fixtures)
 #   san     compute-sanitizer memcheck / racecheck on the blas op test
@@ -49,6 +50,10 @@ if has ops; then
   timeout 200 $B/tests/test_backend_cuda_ops --gtest_filter='CudaOps.Matmul*' > "$OUT/ops_matmul.log" 2>&1; echo "== CudaOps.Matmul* rc=$?"
   grep -hE "^\[  (FAILED|PASSED) |Failure|Which is|nmse|vs the" "$OUT"/ops_*.log | head -30
 fi
+if has splitt; then
+  timeout 120 $B/tests/test_backend_cuda_mmq --gtest_filter='CudaMmq.SplitK*:CudaMmq.StridedDst*' > "$OUT/ops_split.log" 2>&1
+  echo "== split-K tests rc=$? $(el) s"; grep -hE "^\[  (FAILED|PASSED) |Failure|Which is|nmse" "$OUT/ops_split.log" | head -12
+fi
 if has opsb; then
   timeout 200 $B/tests/test_backend_ops --gtest_filter='*Matmul*cuda*' > "$OUT/ops_backend.log" 2>&1; echo "== BackendOps Matmul cuda rc=$?"
   grep -hE "^\[  (FAILED|PASSED) |Failure|actual" "$OUT/ops_backend.log" | head -12
@@ -63,7 +68,7 @@ if has chunk; then  # the weight scratch's size: rows per cuBLAS call (L2-reside
   done | tee "$OUT/chunk.txt"
 fi
 if has ctest; then
-  (cd $B && timeout 400 ctest -L cuda -j8 --output-on-failure --timeout 380 > "$OUT/ctest.log" 2>&1); rc=$?
+  (cd $B && timeout ${CTEST_TIMEOUT:-400} ctest -L cuda -j8 ${CTEST_EXCLUDE:+-E "$CTEST_EXCLUDE"} --output-on-failure --timeout 380 > "$OUT/ctest.log" 2>&1); rc=$?
   echo "== ctest -L cuda rc=$rc $(el) s"
   grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)" "$OUT/ctest.log" | head -20
   grep -h "\[parity\]" "$OUT/ctest.log" | grep -i cuda | sort | head -60 > "$OUT/parity_cuda.txt"

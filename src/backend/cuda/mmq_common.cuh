@@ -147,8 +147,8 @@ __device__ __forceinline__ void mmq_finish(const MatmulParams& p, float (&acc)[M
     __shared__ unsigned mmq_last;
     const unsigned tile = blockIdx.y * gridDim.x + blockIdx.x;
     const int S = p.k_split, z = static_cast<int>(blockIdx.z), tid = static_cast<int>(threadIdx.x);
-    float* part = p.split.part + static_cast<size_t>(tile) * S * kE * NTH;
-    float* mine = part + static_cast<size_t>(z) * kE * NTH + tid;
+    const float* part = p.split.part + static_cast<size_t>(tile) * S * kE * NTH + tid;
+    float* mine = p.split.part + static_cast<size_t>(tile) * S * kE * NTH + static_cast<size_t>(z) * kE * NTH + tid;
 #pragma unroll
     for (int i = 0; i < kE; ++i) __stcg(mine + i * NTH, (&acc[0][0][0])[i]);
     __threadfence();  // this block's partial is visible device-wide before it counts itself in
@@ -161,11 +161,14 @@ __device__ __forceinline__ void mmq_finish(const MatmulParams& p, float (&acc)[M
     __syncthreads();
     if (!mmq_last) return;
     __threadfence();
+    // every partial, this block's too, read back in the order z = 0, 1, .., S-1 (element-major, 4 loads of an
+    // element in flight; split-major loops over the kE elements, or 32-bit offsets, spilled 24-128 bytes on the
+    // 168-register tile P2M)
 #pragma unroll
     for (int i = 0; i < kE; ++i) {
       float v = 0.0f;
-      for (int zz = 0; zz < S; ++zz)
-        v += zz == z ? (&acc[0][0][0])[i] : __ldcg(part + (static_cast<size_t>(zz) * kE + i) * NTH + tid);
+#pragma unroll 4
+      for (int zz = 0; zz < S; ++zz) v += __ldcg(part + (static_cast<size_t>(zz) * kE + i) * NTH);
       (&acc[0][0][0])[i] = v;
     }
   }

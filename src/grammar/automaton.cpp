@@ -230,14 +230,24 @@ void compute_follow(Automaton& a) {
 
 Result<Automaton> build_automaton(const Ast& ast, const Limits& limits) {
   Automaton a;
-  const std::vector<uint32_t> order = reachable_rules(ast);
-  std::vector<uint32_t> index(ast.rules.size(), kInf);
-  for (uint32_t i = 0; i < order.size(); ++i) index[order[i]] = i;
 
+  // Inlined rules disappear as rules: only the root and the rules still called get automata.
+  const std::vector<uint8_t> inline_rule = choose_inline_rules(ast, reachable_rules(ast));
   std::vector<RuleDfa> dfas;
   uint64_t nfa_used = 0, dfa_used = 0;
-  for (uint32_t r : order) {
-    KILN_ASSIGN_OR_RETURN(RuleDfa d, build_rule_dfa(ast.rules[r], limits, &nfa_used, &dfa_used));
+  std::vector<uint32_t> order;
+  std::vector<uint32_t> index(ast.rules.size(), kInf);
+  order.push_back(ast.root);
+  index[ast.root] = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const uint32_t r = order[i];
+    KILN_ASSIGN_OR_RETURN(RuleDfa d, build_rule_dfa(ast, r, inline_rule, limits, &nfa_used, &dfa_used));
+    for (const auto& s : d.states)
+      for (const auto& c : s.calls)
+        if (index[c.rule] == kInf) {
+          index[c.rule] = static_cast<uint32_t>(order.size());
+          order.push_back(c.rule);
+        }
     a.rule_names.push_back(ast.rules[r].name);
     a.rule_start.push_back(a.num_positions);
     a.num_positions += static_cast<uint32_t>(d.states.size());

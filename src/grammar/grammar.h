@@ -85,6 +85,7 @@ class VocabIndex {
   const std::vector<int32_t>& eog_ids() const { return vocab_.eog_ids; }
   bool is_eog(int32_t id) const;
   const TokenTrie& trie() const { return *trie_; }
+  size_t trie_nodes() const;
 
  private:
   VocabIndex() = default;

@@ -23,13 +23,20 @@ struct Nfa {
   std::vector<State> states;
 };
 
+// Inlined rules nest at most this deep; deeper references stay calls (the result is the same language).
+constexpr int kMaxInlineDepth = 32;
+// A rule is inlined when its automaton (with its own inlined callees) has at most this many NFA states.
+constexpr uint32_t kInlineMaxStates = 160;
+
 class NfaBuilder {
  public:
-  NfaBuilder(const AstRule& rule, const Limits& limits, uint64_t* used) : rule_(rule), limits_(limits), used_(used) {}
+  NfaBuilder(const Ast& ast, const AstRule& rule, const std::vector<uint8_t>& inline_rule, const Limits& limits,
+             uint64_t* used)
+      : ast_(ast), rule_(rule), inline_rule_(inline_rule), limits_(limits), used_(used) {}
 
   Result<Nfa> run(uint32_t* final_state) {
     const uint32_t start = add();
-    const uint32_t end = emit(rule_.body, start, 0);
+    const uint32_t end = emit(rule_.body, start, 0, 0);
     if (!ok_) return status_;
     *final_state = end;
     return std::move(nfa_);
@@ -53,7 +60,7 @@ class NfaBuilder {
     if (ok_) nfa_.states[from].eps.push_back(to);
   }
 
-  uint32_t emit(const AstNode& n, uint32_t from, int depth) {
+  uint32_t emit(const AstNode& n, uint32_t from, int depth, int inline_depth) {
     if (!ok_) return from;
     if (depth > 4 * limits_.max_nesting + 8) {  // AST depth follows parenthesis nesting; a guard all the same
       ok_ = false;
@@ -79,13 +86,15 @@ class NfaBuilder {
         return end;
       }
       case AstNode::Kind::kRef: {
+        if (inline_rule_[n.rule] && inline_depth < kMaxInlineDepth)
+          return emit(ast_.rules[n.rule].body, from, 0, inline_depth + 1);
         const uint32_t end = add();
         if (ok_) nfa_.states[from].calls.push_back({n.rule, end});
         return end;
       }
       case AstNode::Kind::kSeq: {
         uint32_t cur = from;
-        for (const AstNode& k : n.kids) cur = emit(k, cur, depth + 1);
+        for (const AstNode& k : n.kids) cur = emit(k, cur, depth + 1, inline_depth);
         return cur;
       }
       case AstNode::Kind::kAlt: {
@@ -93,24 +102,24 @@ class NfaBuilder {
         for (const AstNode& k : n.kids) {
           const uint32_t s = add();
           eps(from, s);
-          eps(emit(k, s, depth + 1), end);
+          eps(emit(k, s, depth + 1, inline_depth), end);
         }
         return end;
       }
       case AstNode::Kind::kRepeat: {
         const AstNode& k = n.kids[0];
         uint32_t cur = from;
-        for (uint32_t i = 0; i < n.min && ok_; ++i) cur = emit(k, cur, depth + 1);
+        for (uint32_t i = 0; i < n.min && ok_; ++i) cur = emit(k, cur, depth + 1, inline_depth);
         if (n.max == kUnbounded) {
           const uint32_t loop = add();
           eps(cur, loop);
-          eps(emit(k, loop, depth + 1), loop);
+          eps(emit(k, loop, depth + 1, inline_depth), loop);
           return loop;
         }
         const uint32_t end = add();
         eps(cur, end);
         for (uint32_t i = n.min; i < n.max && ok_; ++i) {
-          cur = emit(k, cur, depth + 1);
+          cur = emit(k, cur, depth + 1, inline_depth);
           eps(cur, end);
         }
         return end;
@@ -119,7 +128,9 @@ class NfaBuilder {
     return from;
   }
 
+  const Ast& ast_;
   const AstRule& rule_;
+  const std::vector<uint8_t>& inline_rule_;
   const Limits& limits_;
   uint64_t* used_;
   bool ok_ = true;
@@ -155,11 +166,170 @@ void closure(const Nfa& nfa, StateSet* set, std::vector<uint8_t>* mark) {
   std::sort(set->begin(), set->end());
 }
 
+
+// Moore's partition refinement: states start split by finality and are split again by the blocks their edges
+// lead to, until nothing changes. Equivalent states (same future) become one; the start stays state 0.
+RuleDfa minimize(const RuleDfa& d) {
+  const size_t n = d.states.size();
+  std::vector<uint32_t> block(n);
+  for (size_t i = 0; i < n; ++i) block[i] = d.states[i].final ? 1 : 0;
+  size_t count = 0;
+  std::vector<uint32_t> sig;
+  for (;;) {
+    std::unordered_map<std::vector<uint32_t>, uint32_t, SetHash> ids;
+    std::vector<uint32_t> next(n);
+    for (size_t i = 0; i < n; ++i) {
+      const auto& s = d.states[i];
+      sig.clear();
+      sig.push_back(block[i]);
+      // Byte edges with adjacent ranges into the same block merged, so equal behaviour gives equal signatures.
+      uint32_t lo = 0, hi = 0, to = UINT32_MAX;
+      for (const auto& e : s.bytes) {
+        if (to == block[e.to] && hi + 1 == e.lo) {
+          hi = e.hi;
+          continue;
+        }
+        if (to != UINT32_MAX) sig.insert(sig.end(), {lo, hi, to});
+        lo = e.lo, hi = e.hi, to = block[e.to];
+      }
+      if (to != UINT32_MAX) sig.insert(sig.end(), {lo, hi, to});
+      sig.push_back(UINT32_MAX);
+      for (const auto& c : s.calls) sig.insert(sig.end(), {c.rule, block[c.to]});
+      next[i] = ids.emplace(sig, static_cast<uint32_t>(ids.size())).first->second;
+    }
+    block.swap(next);
+    if (ids.size() == count) break;
+    count = ids.size();
+  }
+  // Renumber blocks in order of first appearance, so the start state's block is 0.
+  std::vector<uint32_t> id(count, UINT32_MAX);
+  uint32_t k = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (id[block[i]] == UINT32_MAX) id[block[i]] = k++;
+  RuleDfa out;
+  out.states.resize(k);
+  std::vector<uint8_t> done(k, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t b = id[block[i]];
+    if (done[b]) continue;
+    done[b] = 1;
+    RuleDfa::State& s = out.states[b];
+    s.final = d.states[i].final;
+    for (const auto& e : d.states[i].bytes) {
+      const uint32_t to = id[block[e.to]];
+      if (!s.bytes.empty() && s.bytes.back().to == to && s.bytes.back().hi + 1 == e.lo) {
+        s.bytes.back().hi = e.hi;
+      } else {
+        s.bytes.push_back({e.lo, e.hi, to});
+      }
+    }
+    for (const auto& c : d.states[i].calls) s.calls.push_back({c.rule, id[block[c.to]]});
+  }
+  return out;
+}
+
+// An estimate of a node's NFA states, saturating above `cap` (only "small or not" matters).
+uint32_t nfa_size(const Ast& ast, const AstNode& n, const std::vector<uint32_t>& rule_size,
+                  const std::vector<uint8_t>& inline_rule, uint32_t cap) {
+  uint64_t s = 0;
+  switch (n.kind) {
+    case AstNode::Kind::kEmpty:
+      return 0;
+    case AstNode::Kind::kChars:
+      s = 1;
+      for (const CodeRange& r : n.ranges)
+        for (const Utf8Sequence& q : utf8_sequences(r.lo, r.hi)) s += static_cast<uint64_t>(q.n - 1);
+      break;
+    case AstNode::Kind::kRef:
+      s = inline_rule[n.rule] ? rule_size[n.rule] : 1;
+      break;
+    case AstNode::Kind::kSeq:
+    case AstNode::Kind::kAlt:
+      s = n.kids.size() + 1;
+      for (const AstNode& k : n.kids) s += nfa_size(ast, k, rule_size, inline_rule, cap);
+      break;
+    case AstNode::Kind::kRepeat: {
+      const uint64_t copies = n.max == kUnbounded ? uint64_t{n.min} + 1 : n.max;
+      s = copies * nfa_size(ast, n.kids[0], rule_size, inline_rule, cap) + 2;
+      break;
+    }
+  }
+  return static_cast<uint32_t>(std::min<uint64_t>(s, cap + 1));
+}
+
+void collect_refs(const AstNode& n, std::vector<uint32_t>* out) {
+  if (n.kind == AstNode::Kind::kRef) out->push_back(n.rule);
+  for (const AstNode& k : n.kids) collect_refs(k, out);
+}
+
 }  // namespace
 
-Result<RuleDfa> build_rule_dfa(const AstRule& rule, const Limits& limits, uint64_t* nfa_used, uint64_t* dfa_used) {
+std::vector<uint8_t> choose_inline_rules(const Ast& ast, const std::vector<uint32_t>& reachable) {
+  // Tarjan's strongly connected components, iteratively; components come out callees first, so every rule's
+  // inlined callees are sized before the rule itself.
+  const size_t nr = ast.rules.size();
+  std::vector<std::vector<uint32_t>> refs(nr);
+  for (uint32_t r : reachable) {
+    collect_refs(ast.rules[r].body, &refs[r]);
+    std::sort(refs[r].begin(), refs[r].end());
+    refs[r].erase(std::unique(refs[r].begin(), refs[r].end()), refs[r].end());
+  }
+  std::vector<uint8_t> inline_rule(nr, 0);
+  std::vector<uint32_t> rule_size(nr, 0), index(nr, UINT32_MAX), low(nr, 0);
+  std::vector<uint8_t> on_stack(nr, 0);
+  std::vector<uint32_t> stack;
+  std::vector<std::pair<uint32_t, size_t>> call;  // (rule, next ref to visit)
+  uint32_t counter = 0;
+  for (uint32_t root : reachable) {
+    if (index[root] != UINT32_MAX) continue;
+    call.push_back({root, 0});
+    index[root] = low[root] = counter++;
+    stack.push_back(root);
+    on_stack[root] = 1;
+    while (!call.empty()) {
+      auto& [v, i] = call.back();
+      if (i < refs[v].size()) {
+        const uint32_t w = refs[v][i++];
+        if (index[w] == UINT32_MAX) {
+          index[w] = low[w] = counter++;
+          stack.push_back(w);
+          on_stack[w] = 1;
+          call.push_back({w, 0});
+        } else if (on_stack[w]) {
+          low[v] = std::min(low[v], index[w]);
+        }
+        continue;
+      }
+      const uint32_t done = v;
+      call.pop_back();
+      if (!call.empty()) low[call.back().first] = std::min(low[call.back().first], low[done]);
+      if (low[done] != index[done]) continue;
+      std::vector<uint32_t> comp;
+      for (;;) {
+        const uint32_t w = stack.back();
+        stack.pop_back();
+        on_stack[w] = 0;
+        comp.push_back(w);
+        if (w == done) break;
+      }
+      const bool recursive =
+          comp.size() > 1 || std::binary_search(refs[done].begin(), refs[done].end(), done);
+      if (recursive || done == ast.root) continue;
+      rule_size[done] = nfa_size(ast, ast.rules[done].body, rule_size, inline_rule, kInlineMaxStates);
+      inline_rule[done] = rule_size[done] <= kInlineMaxStates;
+    }
+  }
+  return inline_rule;
+}
+
+namespace {
+}  // namespace
+
+Result<RuleDfa> build_rule_dfa(const Ast& ast, uint32_t rule_index, const std::vector<uint8_t>& inline_rule,
+                               const Limits& limits, uint64_t* nfa_used, uint64_t* dfa_used) {
+  const AstRule& rule = ast.rules[rule_index];
   uint32_t nfa_final = 0;
-  KILN_ASSIGN_OR_RETURN(Nfa nfa, NfaBuilder(rule, limits, nfa_used).run(&nfa_final));
+  KILN_ASSIGN_OR_RETURN(Nfa nfa, NfaBuilder(ast, rule, inline_rule, limits, nfa_used).run(&nfa_final));
   std::vector<uint8_t> mark(nfa.states.size(), 0);
 
   RuleDfa dfa;
@@ -232,7 +402,7 @@ Result<RuleDfa> build_rule_dfa(const AstRule& rule, const Limits& limits, uint64
     dfa.states[i].calls = std::move(calls);
     dfa.states[i].final = final;
   }
-  return dfa;
+  return minimize(dfa);
 }
 
 }  // namespace kiln::grammar

@@ -28,7 +28,14 @@ struct RuleDfa {
   std::vector<State> states;  // states[0] is the start
 };
 
-// Budgets are shared by all rules of a grammar: `nfa_used` / `dfa_used` accumulate against the limits.
-Result<RuleDfa> build_rule_dfa(const AstRule& rule, const Limits& limits, uint64_t* nfa_used, uint64_t* dfa_used);
+// The rules whose bodies are copied into their callers instead of being called (inline_rule[r] != 0): small
+// rules that are not recursive. Fewer rule boundaries means fewer tokens whose fate depends on the stack (a token
+// crossing the end of a rule is "uncertain" in the mask cache), at the price of more positions.
+std::vector<uint8_t> choose_inline_rules(const Ast& ast, const std::vector<uint32_t>& reachable);
+
+// Budgets are shared by all rules of a grammar: `nfa_used` / `dfa_used` accumulate against the limits. The DFA is
+// minimal (equivalent states merged), so copies of one inlined rule with the same continuation share positions.
+Result<RuleDfa> build_rule_dfa(const Ast& ast, uint32_t rule, const std::vector<uint8_t>& inline_rule,
+                               const Limits& limits, uint64_t* nfa_used, uint64_t* dfa_used);
 
 }  // namespace kiln::grammar

@@ -65,6 +65,8 @@ std::shared_ptr<const VocabIndex> VocabIndex::build(Vocabulary vocab) {
 
 VocabIndex::~VocabIndex() = default;
 
+size_t VocabIndex::trie_nodes() const { return trie_->nodes().size(); }
+
 bool VocabIndex::is_eog(int32_t id) const {
   return id >= 0 && static_cast<size_t>(id) < is_eog_.size() && is_eog_[id];
 }

@@ -52,19 +52,21 @@ TEST(GrammarMatcher, MaskEqualsBruteForceJsonLike) { expect_mask_equals_brute_fo
 
 TEST(GrammarMatcher, MaskEqualsBruteForceAmbiguousAndNullable) {
   // Several stacks at once (ambiguity), rules that match nothing, and pops across several levels at one byte.
-  const char* g = R"(
+  // The recursive alternatives keep a, b, c and d rules of their own (small rules are inlined into callers).
+  const char* g = R"g(
 root ::= (a | b)* "." c
-a    ::= "x" "y"? e
-b    ::= "x" "yz"? e
+a    ::= "x" "y"? e | "(" a ")"
+b    ::= "x" "yz"? e | "(" b ")"
 e    ::= ""
-c    ::= (d d)?
-d    ::= ("q" | "qq") e
-)";
+c    ::= (d d)? | "[" c "]"
+d    ::= ("q" | "qq") e | "<" d ">"
+)g";
   expect_mask_equals_brute_force(g, 4, 10, 2);
 }
 
 TEST(GrammarMatcher, MaskEqualsBruteForceUtf8) {
-  expect_mask_equals_brute_force(R"(root ::= ([α-ω] | [一-龥] | "é" [^a-z])+ "!")", 3, 8, 3);
+  expect_mask_equals_brute_force(R"g(root ::= item+ "!"
+item ::= [α-ω] | [一-龥] | "é" [^a-z] | "(" item ")")g", 3, 8, 3);
 }
 
 TEST(GrammarMatcher, EndOfGenerationOnlyWhenComplete) {

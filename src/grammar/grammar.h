@@ -36,9 +36,12 @@ struct SchemaOptions {
   bool allow_whitespace = true;
 };
 
-// A JSON schema -> GBNF. A keyword the compiler cannot enforce is an error naming it and its JSON pointer, e.g.
-// "json schema: /properties/age/multipleOf: keyword not supported".
-Result<std::string> json_schema_to_gbnf(const nlohmann::json& schema, const SchemaOptions& options = {},
+// A JSON schema -> GBNF. A keyword the compiler cannot enforce is an error naming its JSON pointer, e.g.
+// "json schema: /properties/age/multipleOf: keyword 'multipleOf' is not supported". Properties keep the schema's
+// order (hence ordered_json); the text overload parses the schema first.
+Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema, const SchemaOptions& options = {},
+                                        const Limits& limits = {});
+Result<std::string> json_schema_to_gbnf(std::string_view schema_text, const SchemaOptions& options = {},
                                         const Limits& limits = {});
 // OpenAI `response_format: {"type": "json_object"}`: any JSON object.
 std::string json_object_gbnf(const SchemaOptions& options = {});

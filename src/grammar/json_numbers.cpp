@@ -79,7 +79,9 @@ std::string nonneg_range(int64_t lo, int64_t hi) {
 
 std::string fraction_any() { return "(\".\" [0-9]{1,16})?"; }
 std::string fraction_zero() { return "(\".\" \"0\"{1,16})?"; }
-std::string fraction_nonzero() { return "\".\" [0-9]{0,15} [1-9] [0-9]{0,15}"; }
+// The first non-zero digit comes after zeros only: one way to read each fraction (an ambiguous form such as
+// [0-9]* [1-9] [0-9]* makes the automaton track every possible split).
+std::string fraction_nonzero() { return "\".\" \"0\"{0,15} [1-9] [0-9]{0,15}"; }
 
 // Non-negative decimals x (no exponent) with lo <(=) x <(=) hi, lo/hi integers >= 0, hi < 0 = unbounded.
 std::string nonneg_decimal(int64_t lo, bool lo_excl, int64_t hi, bool hi_excl) {

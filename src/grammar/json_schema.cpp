@@ -89,7 +89,7 @@ class SchemaCompiler {
   Result<std::string> run() {
     const std::string top = visit(root_, "", 0, "root-v");
     if (!ok_) return status_;
-    std::string out = "root ::= " + top + " ws\n";
+    std::string out = "root ::= " + top + " " + prim("ws") + "\n";
     for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
     if (out.size() > limits_.max_text_bytes)
       return make_error(ErrorCode::kInvalidArgument, "json schema: the grammar would be %zu bytes (limit %zu)",

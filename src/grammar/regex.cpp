@@ -437,7 +437,11 @@ std::string class_text(const Ranges& r) {
   }
   std::string s = "[";
   for (const CodeRange& c : r) {
-    append_code_point_literal(c.lo, &s);
+    if (s.size() == 1 && c.lo == '^') {
+      s += "\\x5E";  // a leading '^' would negate the class
+    } else {
+      append_code_point_literal(c.lo, &s);
+    }
     if (c.hi != c.lo) {
       s += "-";
       append_code_point_literal(c.hi, &s);

@@ -234,14 +234,14 @@ Result<Automaton> build_automaton(const Ast& ast, const Limits& limits) {
   // Inlined rules disappear as rules: only the root and the rules still called get automata.
   const std::vector<uint8_t> inline_rule = choose_inline_rules(ast, reachable_rules(ast));
   std::vector<RuleDfa> dfas;
-  uint64_t nfa_used = 0, dfa_used = 0;
+  uint64_t nfa_used = 0, dfa_used = 0, dfa_work = 0;
   std::vector<uint32_t> order;
   std::vector<uint32_t> index(ast.rules.size(), kInf);
   order.push_back(ast.root);
   index[ast.root] = 0;
   for (size_t i = 0; i < order.size(); ++i) {
     const uint32_t r = order[i];
-    KILN_ASSIGN_OR_RETURN(RuleDfa d, build_rule_dfa(ast, r, inline_rule, limits, &nfa_used, &dfa_used));
+    KILN_ASSIGN_OR_RETURN(RuleDfa d, build_rule_dfa(ast, r, inline_rule, limits, &nfa_used, &dfa_used, &dfa_work));
     for (const auto& s : d.states)
       for (const auto& c : s.calls)
         if (index[c.rule] == kInf) {

@@ -13,7 +13,9 @@ struct Limits {
   uint32_t max_rules = 10'000;            // defined rules
   uint32_t max_repeat = 10'000;           // m and n of {m,n}
   uint32_t max_nfa_states = 250'000;      // after expanding repetitions and character classes, all rules
-  uint32_t max_dfa_states = 200'000;      // positions of the automaton, all rules
+  uint32_t max_dfa_states = 100'000;      // positions of the automaton, all rules
+  uint64_t max_dfa_work = 20'000'000;     // NFA states and edges visited by the subset construction, all rules
+  uint64_t max_mask_work = 600'000'000;   // vocabulary trie nodes visited to build the token-mask cache
   uint32_t max_chain_words = 4'000'000;   // the precomputed rule-entry chains (ambiguity and nesting of calls)
   uint32_t max_stacks = 4'096;            // parse stacks alive at once while matching (ambiguity)
 };

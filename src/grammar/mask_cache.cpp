@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <thread>
+#include <unordered_map>
 
 #include "grammar/automaton.h"
 #include "grammar/grammar.h"
@@ -24,6 +25,14 @@ namespace {
 
 constexpr uint32_t kNone = UINT32_MAX;
 
+struct VecHash {
+  size_t operator()(const std::vector<uint32_t>& v) const {
+    uint64_t h = 1469598103934665603ull;
+    for (uint32_t x : v) h = (h ^ x) * 1099511628211ull;
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+};
+
 struct Classified {
   std::vector<uint32_t> accepted;   // ranks, ascending
   std::vector<uint32_t> uncertain;  // ranks, ascending
@@ -32,10 +41,11 @@ struct Classified {
 
 class PositionWalker {
  public:
-  PositionWalker(const Automaton& a, const TokenTrie& trie, uint32_t max_stacks)
-      : a_(a), trie_(trie), max_stacks_(max_stacks) {}
+  PositionWalker(const Automaton& a, const TokenTrie& trie, uint32_t max_stacks, std::atomic<int64_t>* budget)
+      : a_(a), trie_(trie), max_stacks_(max_stacks), budget_(budget) {}
 
-  void run(uint32_t p, Classified* out) {
+  // Returns false when the shared budget of trie nodes ran out (the whole compile fails then).
+  bool run(uint32_t p, Classified* out) {
     out->accepted.clear();
     out->uncertain.clear();
     out->overflow = false;
@@ -46,7 +56,12 @@ class PositionWalker {
     frames_.clear();
     frames_.push_back({0, 1, 0, 0, p, false, false, arena_.size()});
     StackSet next;
+    int64_t visited = 0;
     while (!frames_.empty()) {
+      if (++visited == 65536) {
+        if (budget_->fetch_sub(visited) < visited) return false;
+        visited = 0;
+      }
       Frame& f = frames_.back();
       if (f.next_child >= nodes[f.node].end) {
         arena_.truncate(f.arena_mark);
@@ -111,6 +126,7 @@ class PositionWalker {
     // Ranks were appended in trie order except for whole-subtree ranges, which are in order too: a subtree is
     // appended when its root is visited, before any later sibling. Sorting is a cheap guarantee all the same.
     std::sort(out->uncertain.begin(), out->uncertain.end());
+    return budget_->fetch_sub(visited) >= visited;
   }
 
  private:
@@ -138,10 +154,57 @@ class PositionWalker {
   const Automaton& a_;
   const TokenTrie& trie_;
   uint32_t max_stacks_;
+  std::atomic<int64_t>* budget_;
   StackArena arena_;
   std::vector<uint32_t> buf_;
   std::vector<Frame> frames_;
 };
+
+// Positions whose cache entries are equal, so that one walk serves them all (a string of up to 1,000 characters
+// is a chain of thousands of positions, nearly all alike to any token). A token has at most `depth` bytes, so two
+// positions classify every token alike when they behave alike for `depth` bytes: Moore's refinement run for
+// `depth` rounds over byte transitions. It only merges positions whose walk is a plain table walk -- `simple`
+// ones (nothing pushed or popped) and ones that only leave their rule (final, nothing to match) -- of the same rule
+// (the follow set is the rule's); every other position is a class of its own and is compared by identity.
+// Returns rep[p]: the position whose entry p uses.
+std::vector<uint32_t> shared_entries(const Automaton& a, uint32_t depth) {
+  const uint32_t n = a.num_positions;
+  std::vector<uint32_t> block(n);
+  {
+    std::unordered_map<uint64_t, uint32_t> ids;
+    for (uint32_t p = 0; p < n; ++p) {
+      const bool leave_only = a.pops[p] && a.chain_begin[p] == a.chain_begin[p + 1];
+      uint64_t key;
+      if (a.simple[p]) key = (uint64_t{a.pos_rule[p]} << 2) | 1;
+      else if (leave_only) key = (uint64_t{a.pos_rule[p]} << 2) | 2;
+      else key = (uint64_t{p} << 2) | 3;
+      block[p] = ids.emplace(key, static_cast<uint32_t>(ids.size())).first->second;
+    }
+  }
+  std::vector<uint32_t> sig, next(n);
+  size_t count = 0;
+  for (uint32_t round = 0; round < depth; ++round) {
+    std::unordered_map<std::vector<uint32_t>, uint32_t, VecHash> ids;
+    for (uint32_t p = 0; p < n; ++p) {
+      const uint32_t r = a.pos_rule[p];
+      sig.assign(1, block[p]);
+      for (uint32_t c = 0; c < a.num_classes[r]; ++c) {
+        const int32_t t = a.trans[a.trans_begin[p] + c];
+        sig.push_back(t < 0 ? UINT32_MAX : block[static_cast<uint32_t>(t)]);
+      }
+      next[p] = ids.emplace(sig, static_cast<uint32_t>(ids.size())).first->second;
+    }
+    block.swap(next);
+    if (ids.size() == count) break;
+    count = ids.size();
+  }
+  std::vector<uint32_t> rep(n), first(n, UINT32_MAX);
+  for (uint32_t p = 0; p < n; ++p) {
+    if (first[block[p]] == UINT32_MAX) first[block[p]] = p;
+    rep[p] = first[block[p]];
+  }
+  return rep;
+}
 
 }  // namespace
 
@@ -159,22 +222,32 @@ class MaskCacheBuilder {
     const uint32_t n = a.num_positions;
     cg->masks_.assign(n, {});
 
+    const std::vector<uint32_t> rep = shared_entries(a, trie.max_token_bytes());
     std::vector<uint32_t> todo;
     for (uint32_t p = 0; p < n; ++p)
-      if (a.has_bytes[p]) todo.push_back(p);
+      if (a.has_bytes[p] && rep[p] == p) todo.push_back(p);
     // Each thread classifies positions into its own results; they are stored in position order afterwards so the
     // cache does not depend on the thread count.
     std::vector<Classified> results(todo.size());
     std::atomic<size_t> next{0};
+    const uint64_t max_work = cg->grammar_->limits().max_mask_work;
+    std::atomic<int64_t> budget{static_cast<int64_t>(std::min<uint64_t>(max_work, INT64_MAX / 2))};
+    std::atomic<bool> over{false};
     const auto work = [&]() {
-      PositionWalker walker(a, trie, cg->grammar_->limits().max_stacks);
-      for (size_t i; (i = next.fetch_add(1)) < todo.size();) walker.run(todo[i], &results[i]);
+      PositionWalker walker(a, trie, cg->grammar_->limits().max_stacks, &budget);
+      for (size_t i; !over.load() && (i = next.fetch_add(1)) < todo.size();)
+        if (!walker.run(todo[i], &results[i])) over = true;
     };
     const int nt = std::max(1, std::min<int>(threads, static_cast<int>(todo.size())));
     std::vector<std::thread> pool;
     for (int t = 1; t < nt; ++t) pool.emplace_back(work);
     work();
     for (auto& t : pool) t.join();
+    if (over)
+      return make_error(ErrorCode::kInvalidArgument,
+                        "grammar: the token masks of its %zu positions would visit more than %llu vocabulary trie "
+                        "nodes (the grammar is too large for this vocabulary)",
+                        todo.size(), static_cast<unsigned long long>(max_work));
 
     Stats& st = cg->stats_;
     for (size_t i = 0; i < todo.size(); ++i) {
@@ -203,6 +276,8 @@ class MaskCacheBuilder {
       st.uncertain_tokens += r.uncertain.size();
       Classified().accepted.swap(r.accepted);
     }
+    for (uint32_t p = 0; p < n; ++p)
+      if (a.has_bytes[p] && rep[p] != p) cg->masks_[p] = cg->masks_[rep[p]];
     st.positions = todo.size();
     st.memory_bytes = 4 * (cg->id_pool_.size() + cg->bit_pool_.size() + cg->rank_pool_.size()) +
                       sizeof(CompiledGrammar::PositionMask) * cg->masks_.size();

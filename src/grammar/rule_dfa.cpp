@@ -169,7 +169,11 @@ void closure(const Nfa& nfa, StateSet* set, std::vector<uint8_t>* mark) {
 
 // Moore's partition refinement: states start split by finality and are split again by the blocks their edges
 // lead to, until nothing changes. Equivalent states (same future) become one; the start stays state 0.
-RuleDfa minimize(const RuleDfa& d) {
+// A long chain (a repetition {0,N}) needs about N rounds: past a work budget the automaton is kept as it is, which
+// is correct, only larger (minimality merely shares positions).
+RuleDfa minimize(RuleDfa d) {
+  constexpr uint64_t kMaxWork = 8'000'000;
+  uint64_t work = 0;
   const size_t n = d.states.size();
   std::vector<uint32_t> block(n);
   for (size_t i = 0; i < n; ++i) block[i] = d.states[i].final ? 1 : 0;
@@ -200,6 +204,8 @@ RuleDfa minimize(const RuleDfa& d) {
     block.swap(next);
     if (ids.size() == count) break;
     count = ids.size();
+    work += n + sig.size() * n / 4;
+    if (work > kMaxWork) return d;
   }
   // Renumber blocks in order of first appearance, so the start state's block is 0.
   std::vector<uint32_t> id(count, UINT32_MAX);
@@ -326,7 +332,7 @@ namespace {
 }  // namespace
 
 Result<RuleDfa> build_rule_dfa(const Ast& ast, uint32_t rule_index, const std::vector<uint8_t>& inline_rule,
-                               const Limits& limits, uint64_t* nfa_used, uint64_t* dfa_used) {
+                               const Limits& limits, uint64_t* nfa_used, uint64_t* dfa_used, uint64_t* dfa_work) {
   const AstRule& rule = ast.rules[rule_index];
   uint32_t nfa_final = 0;
   KILN_ASSIGN_OR_RETURN(Nfa nfa, NfaBuilder(ast, rule, inline_rule, limits, nfa_used).run(&nfa_final));
@@ -337,6 +343,13 @@ Result<RuleDfa> build_rule_dfa(const Ast& ast, uint32_t rule_index, const std::v
   std::vector<StateSet> sets;
   auto intern = [&](StateSet s, uint32_t* id) -> Status {
     closure(nfa, &s, &mark);
+    // Nested optional repetitions make every position a large set of NFA states: the work is bounded too.
+    *dfa_work += s.size();
+    if (*dfa_work > limits.max_dfa_work)
+      return make_error(ErrorCode::kInvalidArgument,
+                        "grammar: rule '%s' (line %d): more than %llu steps to build the automaton (nested "
+                        "repetitions?)",
+                        rule.name.c_str(), rule.line, static_cast<unsigned long long>(limits.max_dfa_work));
     auto it = ids.find(s);
     if (it != ids.end()) {
       *id = it->second;
@@ -362,8 +375,10 @@ Result<RuleDfa> build_rule_dfa(const Ast& ast, uint32_t rule_index, const std::v
     bool final = false;
     points.clear();
     call_targets.clear();
+    size_t n_edges = 0;
     for (uint32_t s : cur) {
       if (s == nfa_final) final = true;
+      n_edges += nfa.states[s].bytes.size();
       for (const auto& e : nfa.states[s].bytes) {
         points.push_back(e.lo);
         points.push_back(static_cast<uint16_t>(e.hi + 1));
@@ -373,6 +388,7 @@ Result<RuleDfa> build_rule_dfa(const Ast& ast, uint32_t rule_index, const std::v
     std::sort(points.begin(), points.end());
     points.erase(std::unique(points.begin(), points.end()), points.end());
     std::vector<RuleDfa::ByteEdge> bytes;
+    *dfa_work += points.size() * (n_edges + 1);
     for (size_t k = 0; k + 1 < points.size(); ++k) {
       const uint16_t lo = points[k], hi = static_cast<uint16_t>(points[k + 1] - 1);
       StateSet target;
@@ -402,7 +418,7 @@ Result<RuleDfa> build_rule_dfa(const Ast& ast, uint32_t rule_index, const std::v
     dfa.states[i].calls = std::move(calls);
     dfa.states[i].final = final;
   }
-  return minimize(dfa);
+  return minimize(std::move(dfa));
 }
 
 }  // namespace kiln::grammar

@@ -33,9 +33,10 @@ struct RuleDfa {
 // crossing the end of a rule is "uncertain" in the mask cache), at the price of more positions.
 std::vector<uint8_t> choose_inline_rules(const Ast& ast, const std::vector<uint32_t>& reachable);
 
-// Budgets are shared by all rules of a grammar: `nfa_used` / `dfa_used` accumulate against the limits. The DFA is
+// Budgets are shared by all rules of a grammar: `nfa_used` / `dfa_used` / `dfa_work` accumulate against the
+// limits. The DFA is
 // minimal (equivalent states merged), so copies of one inlined rule with the same continuation share positions.
 Result<RuleDfa> build_rule_dfa(const Ast& ast, uint32_t rule, const std::vector<uint8_t>& inline_rule,
-                               const Limits& limits, uint64_t* nfa_used, uint64_t* dfa_used);
+                               const Limits& limits, uint64_t* nfa_used, uint64_t* dfa_used, uint64_t* dfa_work);
 
 }  // namespace kiln::grammar

@@ -26,6 +26,7 @@ TokenTrie::TokenTrie(const std::vector<std::string>& tokens) {
   };
   for (uint32_t rank = 0; rank < sorted_ids_.size(); ++rank) {
     const std::string& s = tokens[sorted_ids_[rank]];
+    max_bytes_ = std::max(max_bytes_, static_cast<uint32_t>(s.size()));
     size_t lcp = 0;
     if (prev) {
       const size_t m = std::min(prev->size(), s.size());

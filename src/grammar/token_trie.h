@@ -25,10 +25,12 @@ class TokenTrie {
   const std::vector<Node>& nodes() const { return nodes_; }
   uint32_t rank_to_id(uint32_t rank) const { return sorted_ids_[rank]; }
   uint32_t num_ranked() const { return static_cast<uint32_t>(sorted_ids_.size()); }
+  uint32_t max_token_bytes() const { return max_bytes_; }
 
  private:
   std::vector<Node> nodes_;
   std::vector<uint32_t> sorted_ids_;  // rank -> token id
+  uint32_t max_bytes_ = 0;
 };
 
 }  // namespace kiln::grammar

@@ -124,6 +124,18 @@ TEST(GrammarGbnf, LimitsBoundHostileInput) {
   l.max_rules = 3;
   EXPECT_EQ(error_of("root ::= a b c\na ::= \"a\"\nb ::= \"b\"\nc ::= \"c\"", l),
             "grammar: line 1, column 14: more than 3 rules");
+  l = Limits{};
+  l.max_dfa_work = 100'000;
+  EXPECT_EQ(error_of("root ::= ((\"a\"{0,20}){0,20})", l),
+            "grammar: rule 'root' (line 1): more than 100000 steps to build the automaton (nested repetitions?)");
+  l = Limits{};
+  l.max_mask_work = 1000;
+  auto g = Grammar::from_gbnf("root ::= [a-z]{0,50}", l);
+  ASSERT_TRUE(g);
+  auto cg = CompiledGrammar::compile(*g, test::gpt2_vocab());
+  ASSERT_FALSE(cg);
+  EXPECT_NE(cg.status().message().find("would visit more than 1000 vocabulary trie nodes"), std::string::npos)
+      << cg.status().message();
   // A nested repetition that llama.cpp expands into millions of rules stops at the state budget, quickly.
   EXPECT_NE(error_of("root ::= ((\"a\"{0,1000}){0,1000}){0,1000}").find("automaton states"), std::string::npos);
 }

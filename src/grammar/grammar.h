@@ -103,6 +103,7 @@ class CompiledGrammar {
  public:
   struct Stats {
     double compile_ms = 0;           // the mask cache (the Grammar itself is compiled before)
+    double share_ms = 0;             // of which: finding the positions that can share an entry
     size_t positions = 0;            // cache entries computed (positions alike for every token share one)
     size_t uncertain_tokens = 0;     // summed over positions: the tokens the stack must decide at run time
     size_t bitset_positions = 0;     // positions whose accepted set is stored as a bitset (dense)

@@ -223,6 +223,7 @@ class MaskCacheBuilder {
     cg->masks_.assign(n, {});
 
     const std::vector<uint32_t> rep = shared_entries(a, trie.max_token_bytes());
+    cg->stats_.share_ms = timer.ms();
     std::vector<uint32_t> todo;
     for (uint32_t p = 0; p < n; ++p)
       if (a.has_bytes[p] && rep[p] == p) todo.push_back(p);

@@ -126,10 +126,11 @@ int run_case(const char* name, const std::string& gbnf, const std::string& text,
     return 1;
   }
   const auto& st = (*cg)->stats();
-  std::printf("%s: %zu rules, %zu positions; grammar %.2f ms, mask cache %.1f ms (%d thread%s), %zu uncertain "
-              "tokens over all positions, %zu dense positions, %.1f MiB\n",
-              name, (*g)->num_rules(), (*g)->num_positions(), grammar_ms, st.compile_ms, threads,
-              threads == 1 ? "" : "s", st.uncertain_tokens, st.bitset_positions,
+  std::printf("%s: %zu rules, %zu positions (%zu cache entries); grammar %.2f ms, mask cache %.1f ms (%d thread%s; %.1f ms "
+              "finding shared entries), "
+              "%zu uncertain tokens over all entries, %zu dense entries, %.1f MiB\n",
+              name, (*g)->num_rules(), (*g)->num_positions(), st.positions, grammar_ms, st.compile_ms, threads,
+              threads == 1 ? "" : "s", st.share_ms, st.uncertain_tokens, st.bitset_positions,
               static_cast<double>(st.memory_bytes) / (1 << 20));
 
   std::vector<uint32_t> words(vocab->mask_words());

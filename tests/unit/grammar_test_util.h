@@ -1,4 +1,4 @@
-// Helpers for the grammar tests: small and real vocabularies, whole-string matching, and sampling under the mask
+// Shared by the grammar tests: small and real vocabularies, whole-string matching, and sampling under the mask
 // with random logits until the grammar completes.
 #pragma once
 

@@ -4,6 +4,9 @@
 //   Grammar + VocabIndex (one per model)      --compile--> CompiledGrammar    (per-position token-mask cache)
 //   CompiledGrammar                           --------->   Matcher            (one per sequence: state, masks)
 //
+// Grammar, VocabIndex and CompiledGrammar are immutable once built and may be shared by matchers on any threads
+// (a server can keep compiled grammars by schema text); a Matcher belongs to one sequence and one thread at a time.
+//
 // Per decode step: matcher.fill_mask(words) -> sample under the mask -> matcher.accept_token(id). EOS/EOG ids
 // are allowed exactly when matcher.is_complete(); accepting one terminates the matcher. rollback(k) undoes the
 // last k accepted tokens (speculative decoding). Errors are values; no call aborts on user input, and parsing,

@@ -689,6 +689,18 @@ std::string SchemaCompiler::visit_string(const ojson& s, const std::string& ptr)
 std::string SchemaCompiler::visit_number(const ojson& s, bool integer, const std::string& ptr) {
   std::optional<int64_t> lo, hi;
   bool lo_excl = false, hi_excl = false;
+  // OpenAPI's numeric formats, which ajv-formats checks: int32 is an integer in range (whatever the type says);
+  // int64, float and double hold every number the grammar writes.
+  bool int32 = false;
+  if (s.contains("format")) {
+    const std::string f = s["format"].is_string() ? s["format"].get<std::string>() : "";
+    if (f == "int32") {
+      int32 = integer = true;
+    } else if (f != "int64" && f != "float" && f != "double") {
+      fail(ptr + "/format", "format '" + f + "' is not supported for numbers (int32, int64, float, double are)");
+      return "null";
+    }
+  }
   // minimum / exclusiveMinimum (a number, or draft 4's boolean beside minimum) and the maximum side alike.
   const auto bound = [&](const char* key, const char* excl_key, bool lower, std::optional<int64_t>* out, bool* excl) {
     for (const char* k : {key, excl_key}) {
@@ -732,6 +744,10 @@ std::string SchemaCompiler::visit_number(const ojson& s, bool integer, const std
   bound("minimum", "exclusiveMinimum", true, &lo, &lo_excl);
   bound("maximum", "exclusiveMaximum", false, &hi, &hi_excl);
   if (!ok_) return "null";
+  if (int32) {
+    if (!lo || *lo < INT32_MIN) lo = INT32_MIN;
+    if (!hi || *hi > INT32_MAX) hi = INT32_MAX;
+  }
   // Draft 4's boolean exclusive flags apply to the integer bounds too.
   if (integer) {
     if (lo && lo_excl && s.contains("exclusiveMinimum") && s["exclusiveMinimum"].is_boolean()) ++*lo;

@@ -67,6 +67,17 @@ TEST(GrammarJsonSchema, NumberBounds) {
   for (const char* bad : {"01", "1.", ".5", "+1", "1e"}) EXPECT_FALSE(accepts(cg, bad)) << bad;
 }
 
+TEST(GrammarJsonSchema, NumericFormats) {
+  auto cg = schema_grammar(R"({"type":"integer","format":"int32"})");
+  ASSERT_TRUE(cg);
+  EXPECT_TRUE(accepts(cg, "2147483647"));
+  EXPECT_TRUE(accepts(cg, "-2147483648"));
+  EXPECT_FALSE(accepts(cg, "2147483648"));
+  EXPECT_FALSE(accepts(cg, "-2147483649"));
+  EXPECT_EQ(error_of(R"({"type":"number","format":"decimal"})"),
+            "json schema: /format: format 'decimal' is not supported for numbers (int32, int64, float, double are)");
+}
+
 TEST(GrammarJsonSchema, Formats) {
   auto cg = schema_grammar(R"({"type":"string","format":"date"})");
   ASSERT_TRUE(cg);

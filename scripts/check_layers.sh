@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Include-direction check: no layer includes a header of a layer above it (headers too, not only link symbols).
-#   cli/server -> runtime -> model -> backend -> quant/gguf/util   (docs/ARCHITECTURE.md, "Layers")
+#   cli/server -> runtime -> model -> backend -> quant/gguf/util   (docs/ARCHITECTURE.md, "Layers"); grammar and
+#   template sit beside util (runtime, server and cli may include them)
 # Each src/<layer> may include only the layers listed for it (its own included). Runs as a ctest
 # (layers_include_direction) and exits non-zero naming every offending file and line.
 set -euo pipefail
@@ -11,11 +12,12 @@ declare -A allowed=(
   [gguf]="gguf quant util"
   [tokenizer]="tokenizer gguf quant util"
   [template]="template util"
+  [grammar]="grammar util"
   [backend]="backend quant util"
   [model]="model backend gguf tokenizer quant util"
-  [runtime]="runtime model backend tokenizer template gguf quant util"
-  [server]="server runtime tokenizer template util"
-  [cli]="cli server runtime model backend tokenizer template gguf quant util"
+  [runtime]="runtime model backend tokenizer template grammar gguf quant util"
+  [server]="server runtime tokenizer template grammar util"
+  [cli]="cli server runtime model backend tokenizer template grammar gguf quant util"
 )
 layers=$(printf '%s\n' "${!allowed[@]}")
 bad=0

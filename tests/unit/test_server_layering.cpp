@@ -28,7 +28,7 @@ std::vector<std::string> project_includes(const fs::path& file) {
 
 TEST(ServerLayering, IncludesOnlyRuntimeTokenizerUtil) {
   const fs::path src = fs::path(KILN_SOURCE_DIR) / "src";
-  const std::set<std::string> direct_ok = {"runtime", "tokenizer", "template", "util", "server"};
+  const std::set<std::string> direct_ok = {"runtime", "tokenizer", "template", "grammar", "util", "server"};
   const std::set<std::string> never = {"model", "backend", "cli"};
   std::vector<fs::path> todo;
   for (const auto& e : fs::directory_iterator(src / "server")) todo.push_back(e.path());

@@ -6,9 +6,10 @@ in parallel (CI has 2 cores) and only the instances that are used exist. Run fro
 import os
 
 OUT = "src/backend/cuda/instances"
-MMVQ_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+MMQ_QUANT_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+MMVQ_TYPES = MMQ_QUANT_TYPES + ["IQ4_NL", "IQ4_XS", "MXFP4"]
 FAST_TYPES = ["Q4_K", "Q6_K"]  # mmvq_fast.cuh: the bandwidth GEMV (+ grouped / SwiGLU launches)
-MMQ_TYPES = MMVQ_TYPES + ["F16", "BF16"]  # mmq.cuh: the tensor-core prefill GEMM
+MMQ_TYPES = MMQ_QUANT_TYPES + ["F16", "BF16"]  # mmq.cuh: the tensor-core prefill GEMM
 
 os.makedirs(OUT, exist_ok=True)
 for t in MMVQ_TYPES:

@@ -66,19 +66,29 @@ struct TypeRecipe {
   DType base;
 };
 constexpr TypeRecipe kTypes[] = {
-    {"f16", 1, DType::F16}, {"q8_0", 7, DType::Q8_0}, {"q4_0", 2, DType::Q4_0},
-    {"q4_k_m", 15, DType::Q4_K}, {"q6_k", 18, DType::Q6_K},
+    {"f16", 1, DType::F16},           {"q8_0", 7, DType::Q8_0},         {"q4_0", 2, DType::Q4_0},
+    {"q4_k_m", 15, DType::Q4_K},      {"q6_k", 18, DType::Q6_K},        {"iq4_nl", 25, DType::IQ4_NL},
+    {"iq4_xs", 30, DType::IQ4_XS},    {"mxfp4", 38, DType::MXFP4},
 };
+constexpr const char* kTypeList = "f16, q8_0, q4_0, q4_k_m, q6_k, iq4_nl, iq4_xs, mxfp4";
 
 // llama.cpp's "more bits" layers of the _M mixes (llama-quant.cpp, use_more_bits).
 bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
 enum class Role { kEmbed, kOutput, kAttnV, kFfnDown, kMatrix };
 
-// The tensor type llama.cpp's quantizer picks for a weight matrix (norms and biases stay F32 elsewhere).
-DType matrix_type(const TypeRecipe& t, Role role, int64_t layer, int64_t n_layer) {
+// The tensor type llama.cpp's quantizer picks for a weight matrix (norms and biases stay F32 elsewhere). IQ4_NL /
+// IQ4_XS without an importance matrix: Q5_K for attn_v where 4+ query heads share a KV head and for ffn_down of
+// the first n_layer/8 layers. mxfp4 (llama.cpp's MXFP4_MOE, which keeps dense matrices in Q8_0): every matrix
+// MXFP4 so that a dense shape exercises the type, the output Q8_0 as that file type writes it.
+DType matrix_type(const TypeRecipe& t, Role role, int64_t layer, int64_t n_layer, int64_t n_gqa) {
   if (t.base == DType::F16 || t.base == DType::Q8_0 || t.base == DType::Q6_K) return t.base;
+  if (t.base == DType::MXFP4) return role == Role::kOutput ? DType::Q8_0 : DType::MXFP4;
   if (role == Role::kOutput) return DType::Q6_K;  // output.weight, or token_embd when tied
+  if (t.base == DType::IQ4_NL || t.base == DType::IQ4_XS) {
+    if ((role == Role::kAttnV && n_gqa >= 4) || (role == Role::kFfnDown && layer < n_layer / 8)) return DType::Q5_K;
+    return t.base;
+  }
   if (t.base == DType::Q4_K && (role == Role::kAttnV || role == Role::kFfnDown) && use_more_bits(layer, n_layer))
     return DType::Q6_K;
   return t.base;
@@ -117,7 +127,7 @@ class ModelBuilder {
   ModelBuilder(const Shape& s, const TypeRecipe& t, uint64_t seed) : s_(s), t_(t), seed_(seed) {}
 
   Status add_matrix(const std::string& name, Role role, int64_t layer, int64_t n_in, int64_t n_out) {
-    const DType type = matrix_type(t_, role, layer, s_.n_layer);
+    const DType type = matrix_type(t_, role, layer, s_.n_layer, s_.n_head / s_.n_head_kv);
     if (n_in % dtype_block_size(type) != 0)
       return make_error(ErrorCode::kInvalidArgument, "%s: row length %lld is not a multiple of %s's block size %lld",
                         name.c_str(), static_cast<long long>(n_in), dtype_name(type),
@@ -319,8 +329,10 @@ Result<Shape> resolve_shape(const Options& o, ArgParser& p, const TypeRecipe& t)
   }
   // Row lengths of the quantized matrices: n_embd (most; the q6_K output of the 4-bit mixes too), n_ff
   // (ffn_down) and n_head * head_dim (attn_output) must be whole blocks.
-  const int64_t blk = t.base == DType::Q4_K ? 256 : dtype_block_size(t.base);
-  const int64_t embd_blk = t.base == DType::F16 || t.base == DType::Q8_0 ? blk : 256;
+  // (the 4-bit mixes' Q5_K / Q6_K matrices: 256)
+  const bool mix = t.base == DType::Q4_K || t.base == DType::IQ4_NL || t.base == DType::IQ4_XS;
+  const int64_t blk = mix ? 256 : dtype_block_size(t.base);
+  const int64_t embd_blk = t.base == DType::F16 || t.base == DType::Q8_0 || t.base == DType::MXFP4 ? blk : 256;
   if (s.n_embd % embd_blk != 0)
     return make_error(ErrorCode::kInvalidArgument, "--embd %lld must be a multiple of %lld for --type %s",
                       static_cast<long long>(s.n_embd), static_cast<long long>(embd_blk), t.name);
@@ -352,7 +364,7 @@ int run_synth(int argc, char** argv) {
   std::string shape_help = "model shape:";
   for (const Shape& s : kShapes) shape_help += std::string(" ") + s.name;
   p.option({"--shape"}, &o.shape, "S", shape_help);
-  p.option({"--type"}, &o.type, "T", "weights: f16, q8_0, q4_0, q4_k_m, q6_k (default f16)");
+  p.option({"--type"}, &o.type, "T", std::string("weights: ") + kTypeList + " (default f16)");
   p.option({"-o", "--output"}, &o.out, "FILE", "output GGUF");
   p.option({"--vocab"}, &o.vocab, "FILE", "copy the tokenizer of this GGUF (default: a built-in byte-level BPE)");
   p.option({"--layers"}, &o.layers, "N", "override the layer count");
@@ -387,7 +399,7 @@ int run_synth(int argc, char** argv) {
     if (o.type == t.name) recipe = &t;
   if (!recipe)
     return fail("synth", make_error(ErrorCode::kInvalidArgument,
-                                    "--type '%s' is not one of f16, q8_0, q4_0, q4_k_m, q6_k", o.type.c_str()));
+                                    "--type '%s' is not one of %s", o.type.c_str(), kTypeList));
   auto shape = resolve_shape(o, p, *recipe);
   if (!shape) return fail("synth", shape.status());
   Shape s = *shape;

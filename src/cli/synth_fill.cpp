@@ -6,7 +6,12 @@
 //   Q8_0  x = d*q,          q uniform in [-127, 127]       std(q) = sqrt((255^2-1)/12) = 73.6
 //   Q4_0  x = d*(q-8),      q uniform in [0, 15]           std    = sqrt((16^2-1)/12)  = 4.61
 //   Q4_K  x = d*sc*q - dmin*m, sc = m in [8, 15], dmin = 7.5 d  ->  x = d*sc*(q-7.5), std ~ d * 11.5 * 4.61
+//   Q5_K  x = d*sc*q - dmin*m, q in [0, 31], sc = m in [8, 15], dmin = 15.5 d  ->  std ~ d * 11.5 * 9.23
 //   Q6_K  x = d*sc*(q-32),  q uniform in [0, 63], sc in [2, 5]  std ~ d * 3.5 * 18.5
+//   IQ4_NL x = d*v,          v a uniform pick of the 16 codebook values  rms(v) = sqrt(72768/16) = 67.4
+//   IQ4_XS x = d*(ls-32)*v,  ls - 32 in [8, 15]             std ~ d * 11.5 * 67.4
+//   MXFP4 x = 2^(e-128)*v,   v a uniform pick of the doubled FP4 values  rms(v) = sqrt(34.25) = 5.85; the scale is
+//         a power of two: e = 128 + round(log2(sigma / 5.85)), minus 1 on a random half of the blocks
 // so even sigma = 1/sqrt(14336) (Llama 3 8B ffn_down) keeps every d above f16's smallest normal (6.1e-5).
 // Each block's scale is jittered by +-25% so blocks differ.
 #include <cmath>
@@ -128,6 +133,51 @@ Result<gguf::Writer::FillFn> random_weights(DType type, uint64_t key, float sigm
         const float dj = d * r.jitter();
         b.d = f16(dj);
         b.dmin = f16(7.5f * fp16_to_f32(b.d));
+      });
+    }
+    case DType::Q5_K: {
+      const float d = sigma / (11.5f * 9.23f);
+      return blocks<block_q5_K>(key, [d](block_q5_K& b, Rng& r) {
+        r.bytes(b.qs, sizeof(b.qs));
+        r.bytes(b.qh, sizeof(b.qh));
+        const uint64_t bits = r.next();  // scales packed as for Q4_K (sc = m in [8, 15])
+        for (int j = 0; j < 8; ++j) {
+          const uint8_t sc = static_cast<uint8_t>(8 + ((bits >> (4 * j)) & 7));
+          if (j < 4) {
+            b.scales[j] = sc;
+            b.scales[j + 4] = sc;
+          } else {
+            b.scales[j + 4] = static_cast<uint8_t>(sc | (sc << 4));
+          }
+        }
+        b.d = f16(d * r.jitter());
+        b.dmin = f16(15.5f * fp16_to_f32(b.d));
+      });
+    }
+    case DType::IQ4_NL: {
+      const float d = sigma / 67.4f;
+      return blocks<block_iq4_nl>(key, [d](block_iq4_nl& b, Rng& r) {
+        r.bytes(b.qs, sizeof(b.qs));
+        b.d = f16(d * r.jitter());
+      });
+    }
+    case DType::IQ4_XS: {
+      const float d = sigma / (11.5f * 67.4f);
+      return blocks<block_iq4_xs>(key, [d](block_iq4_xs& b, Rng& r) {
+        r.bytes(b.qs, sizeof(b.qs));
+        const uint64_t bits = r.next();  // ls = 40 + 3 random bits: low nibble 8..15, high bits 2
+        b.scales_h = 0xAAAA;
+        for (int s = 0; s < 8; s += 2)
+          b.scales_l[s / 2] = static_cast<uint8_t>((8 + ((bits >> (3 * s)) & 7)) | ((8 + ((bits >> (3 * s + 3)) & 7)) << 4));
+        b.d = f16(d * r.jitter());
+      });
+    }
+    case DType::MXFP4: {
+      const int e = 128 + static_cast<int>(std::lround(std::log2(sigma / 5.85f)));
+      if (e < 2 || e > 254) return make_error(ErrorCode::kInvalidArgument, "synth: MXFP4 scale for std %g", sigma);
+      return blocks<block_mxfp4>(key, [e](block_mxfp4& b, Rng& r) {
+        r.bytes(b.qs, sizeof(b.qs));
+        b.e = static_cast<uint8_t>(e - static_cast<int>(r.next() & 1));
       });
     }
     case DType::Q6_K: {

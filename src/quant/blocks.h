@@ -97,6 +97,50 @@ struct block_q8_K {
 };
 static_assert(sizeof(block_q8_K) == 292);
 
+// ---- non-linear 4-bit codebooks ---------------------------------------------------------------------------------
+// IQ4_NL / IQ4_XS: a 4-bit index q selects kIq4nlValues[q] (a fixed non-uniform grid, denser near 0), times the
+// block scale. The 16 values are part of the format (GGUF files store only the indices).
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// MXFP4 (OCP microscaling FP4, E2M1): the 16 codes are the FP4 values {0, 0.5, 1, 1.5, 2, 3, 4, 6} and their
+// negatives (code 8 is -0), stored here doubled so that they are integers; the block scale is halved to match.
+inline constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+inline constexpr int QK4_NL = 32, QK_MXFP4 = 32;
+
+struct block_iq4_nl {
+  uint16_t d;              // f16 scale
+  uint8_t qs[QK4_NL / 2];  // indices: element j (0..15) low nibble of qs[j], element j+16 high nibble;
+};                         // x = d * kIq4nlValues[q]
+static_assert(sizeof(block_iq4_nl) == 18);
+
+// 8 sub-blocks of 32, each with a 6-bit scale ls (stored biased: value ls - 32) split into a low nibble
+// (scales_l[s/2] >> 4*(s%2)) and 2 high bits (scales_h >> 2*s). Sub-block s: qs[16s..16s+15] as IQ4_NL's nibbles.
+// x = d * (ls - 32) * kIq4nlValues[q].
+struct block_iq4_xs {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[QK_K / 64];
+  uint8_t qs[QK_K / 2];
+};
+static_assert(sizeof(block_iq4_xs) == 136);
+
+// One E8M0 exponent byte e (scale 2^(e-127)) and 32 FP4 codes, nibbles as IQ4_NL. x = 2^(e-127) * fp4(q)
+// = e8m0_half(e) * kMxfp4Values[q]. Blocks are 17 bytes: no alignment beyond 1.
+struct block_mxfp4 {
+  uint8_t e;
+  uint8_t qs[QK_MXFP4 / 2];
+};
+static_assert(sizeof(block_mxfp4) == 17);
+
+// 2^(e-128) as f32 (half the E8M0 scale, the factor of the doubled codes above), exact for every e: e >= 2 is the
+// normal number with exponent field e-1, e = 1 and e = 0 are the subnormals 2^-127 and 2^-128.
+inline float e8m0_half_to_f32(uint8_t e) {
+  const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
 // ---- packed sub-block scales -----------------------------------------------------------------------------------
 // q4_K / q5_K: 8 sub-blocks of 32, each with a 6-bit scale sc[j] and a 6-bit min m[j], packed in 12 bytes:
 //   j < 4:  sc[j] = s[j] & 63,                          m[j] = s[j+4] & 63

@@ -32,10 +32,10 @@ constexpr Row kRows[] = {
     {17, {"iq2_xs", 256, 74, true, false}},
     {18, {"iq3_xxs", 256, 98, true, false}},
     {19, {"iq1_s", 256, 50, true, false}},
-    {20, {"iq4_nl", 32, 18, true, false}},
+    {20, {"iq4_nl", 32, 18, true, true}},
     {21, {"iq3_s", 256, 110, true, false}},
     {22, {"iq2_s", 256, 82, true, false}},
-    {23, {"iq4_xs", 256, 136, true, false}},
+    {23, {"iq4_xs", 256, 136, true, true}},
     {24, {"i8", 1, 1, false, false}},
     {25, {"i16", 1, 2, false, false}},
     {26, {"i32", 1, 4, false, false}},
@@ -45,7 +45,7 @@ constexpr Row kRows[] = {
     {30, {"bf16", 1, 2, false, true}},
     {34, {"tq1_0", 256, 54, true, false}},
     {35, {"tq2_0", 256, 66, true, false}},
-    {39, {"mxfp4", 32, 17, true, false}},
+    {39, {"mxfp4", 32, 17, true, true}},
 };
 
 struct Table {

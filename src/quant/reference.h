@@ -10,10 +10,11 @@
 
 namespace kiln {
 
-// True when dequantize_row handles `t` (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K).
+// True when dequantize_row handles `t` (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K,
+// IQ4_NL, IQ4_XS, MXFP4).
 bool can_dequantize(DType t);
-// True when quantize_row handles `t` (F32, F16, BF16, Q8_0, Q8_1, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q8_K
-// at least; see reference.cpp for the method of each).
+// True when quantize_row handles `t` (every type dequantize_row handles; the method of each is documented at its
+// quantizer).
 bool can_quantize(DType t);
 
 // dst[0..n) = value of the n elements at src. n must be a multiple of the block size.
@@ -43,8 +44,12 @@ void dequantize_row_q4_K(const block_q4_K* x, float* y, int64_t n);
 void dequantize_row_q5_K(const block_q5_K* x, float* y, int64_t n);
 void dequantize_row_q6_K(const block_q6_K* x, float* y, int64_t n);
 void dequantize_row_q8_K(const block_q8_K* x, float* y, int64_t n);
+void dequantize_row_iq4_nl(const block_iq4_nl* x, float* y, int64_t n);
+void dequantize_row_iq4_xs(const block_iq4_xs* x, float* y, int64_t n);
+void dequantize_row_mxfp4(const block_mxfp4* x, float* y, int64_t n);
 
-// Weight quantizers (methods documented at each definition; k-quants need not match llama.cpp's bytes).
+// Weight quantizers (methods documented at each definition; k-quants and IQ4_NL/IQ4_XS need not match llama.cpp's
+// bytes).
 void quantize_row_f16(const float* x, uint16_t* y, int64_t n);
 void quantize_row_bf16(const float* x, uint16_t* y, int64_t n);
 void quantize_row_q4_0(const float* x, block_q4_0* y, int64_t n);
@@ -56,5 +61,8 @@ void quantize_row_q3_K(const float* x, block_q3_K* y, int64_t n);
 void quantize_row_q4_K(const float* x, block_q4_K* y, int64_t n);
 void quantize_row_q5_K(const float* x, block_q5_K* y, int64_t n);
 void quantize_row_q6_K(const float* x, block_q6_K* y, int64_t n);
+void quantize_row_iq4_nl(const float* x, block_iq4_nl* y, int64_t n);
+void quantize_row_iq4_xs(const float* x, block_iq4_xs* y, int64_t n);
+void quantize_row_mxfp4(const float* x, block_mxfp4* y, int64_t n);  // llama.cpp's bytes (quantize_nonlinear.cpp)
 
 }  // namespace kiln

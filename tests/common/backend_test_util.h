@@ -108,7 +108,7 @@ inline std::unique_ptr<Backend> make_cuda0() {
   ::kiln::Backend& gpu = *kiln_gpu_;
 
 // Random weight bytes of type t, `rows` rows of n_in, with sane scales (the f16 scale fields set to small positive
-// values; float types uniform in [-1, 1)).
+// values, MXFP4's E8M0 exponents to 2^-10..2^-4; float types uniform in [-1, 1)).
 inline std::vector<uint8_t> random_weights(DType t, int64_t n_in, int64_t rows, std::mt19937& rng) {
   const size_t rb = dtype_row_bytes(t, n_in).value();
   std::vector<uint8_t> w(rb * rows);
@@ -138,7 +138,8 @@ inline std::vector<uint8_t> random_weights(DType t, int64_t n_in, int64_t rows, 
       case DType::Q2_K: put(b, 80); put(b, 82); break;
       case DType::Q3_K: put(b, 108); break;
       case DType::Q6_K: put(b, 208); break;
-      default: put(b, 0); break;  // Q4_0 Q5_0 Q8_0
+      case DType::MXFP4: w[b * bs] = static_cast<uint8_t>(117 + rng() % 7); break;
+      default: put(b, 0); break;  // Q4_0 Q5_0 Q8_0 IQ4_NL IQ4_XS
     }
   }
   return w;

@@ -20,8 +20,9 @@
 namespace kiln::cpu {
 namespace {
 
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
-                        DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1,   DType::Q5_0,
+                        DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K,   DType::Q5_K,
+                        DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
 
 std::vector<SimdLevel> levels() {
   std::vector<SimdLevel> v = {SimdLevel::kScalar};
@@ -33,7 +34,7 @@ std::vector<SimdLevel> levels() {
 // Byte offsets of the f16 scale fields of one block (set to sane values after the random fill).
 std::vector<int> scale_offsets(DType t) {
   switch (t) {
-    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: return {0};
+    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: case DType::IQ4_NL: case DType::IQ4_XS: return {0};
     case DType::Q4_1: case DType::Q5_1: return {0, 2};
     case DType::Q2_K: return {80, 82};
     case DType::Q3_K: return {108};
@@ -44,7 +45,8 @@ std::vector<int> scale_offsets(DType t) {
 }
 
 // Random weights: quantized types get uniformly random bytes (every quant/scale bit pattern, including q8_0's
-// -128 and q6_K's scale -128) with f16 scales in +-[1e-3, 1e-2]; float types get N(0, 1) values.
+// -128 and q6_K's scale -128) with f16 scales in +-[1e-3, 1e-2] (MXFP4: E8M0 exponents for 2^-10..2^-4, the
+// doubled codes' half scale 2^-11..2^-5); float types get N(0, 1) values.
 std::vector<uint8_t> random_weights(DType t, int64_t n_out, int64_t n_in, size_t row_bytes, std::mt19937& rng) {
   std::vector<uint8_t> w(row_bytes * n_out + 64);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -63,6 +65,8 @@ std::vector<uint8_t> random_weights(DType t, int64_t n_out, int64_t n_in, size_t
       }
       continue;
     }
+    if (t == DType::MXFP4)
+      for (int64_t b = 0; b < n_in / bs; ++b) row[b * ts] = static_cast<uint8_t>(117 + byte(rng) % 7);
     for (int64_t b = 0; b < n_in / bs; ++b)
       for (int off : scale_offsets(t)) {
         const uint16_t h = f32_to_fp16(byte(rng) & 1 ? sd(rng) : -sd(rng));

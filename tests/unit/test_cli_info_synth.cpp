@@ -120,15 +120,21 @@ TEST(CliInfo, EveryFixtureModelAndVocab) {
 }
 
 // Expected type of a synth tensor for --type `t` (llama.cpp's recipes).
-DType expected_type(const std::string& t, const std::string& name, int layer, int n_layer, bool tied) {
+DType expected_type(const std::string& t, const std::string& name, int layer, int n_layer, bool tied, int64_t n_gqa) {
   if (name.find("norm") != std::string::npos || name.find("bias") != std::string::npos || name == "rope_freqs.weight")
     return DType::F32;
   if (t == "f16") return DType::F16;
   if (t == "q8_0") return DType::Q8_0;
   if (t == "q6_k") return DType::Q6_K;
   const bool output = name == "output.weight" || (tied && name == "token_embd.weight");
+  if (t == "mxfp4") return output ? DType::Q8_0 : DType::MXFP4;
   if (output) return DType::Q6_K;
   if (t == "q4_0") return DType::Q4_0;
+  if (t == "iq4_nl" || t == "iq4_xs") {
+    const bool v = name.find("attn_v") != std::string::npos, down = name.find("ffn_down") != std::string::npos;
+    if ((v && n_gqa >= 4) || (down && layer < n_layer / 8)) return DType::Q5_K;
+    return t == "iq4_nl" ? DType::IQ4_NL : DType::IQ4_XS;
+  }
   const bool more = layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
   if ((name.find("attn_v") != std::string::npos || name.find("ffn_down") != std::string::npos) && more)
     return DType::Q6_K;
@@ -190,7 +196,8 @@ void check_synth(const std::string& shape, const std::string& type, const std::s
     ASSERT_NE(t, nullptr) << w.name;
     EXPECT_EQ(t->n_dims, w.shape.size()) << w.name;
     for (size_t d = 0; d < w.shape.size(); ++d) EXPECT_EQ(t->ne[d], w.shape[d]) << w.name;
-    EXPECT_EQ(t->type, expected_type(type, w.name, w.layer, n_layer, tied)) << w.name << " is " << dtype_name(t->type);
+    EXPECT_EQ(t->type, expected_type(type, w.name, w.layer, n_layer, tied, n_head / n_kv))
+        << w.name << " is " << dtype_name(t->type);
   }
   // Norm weights are near 1.
   const gguf::TensorInfo* norm = f->find_tensor("output_norm.weight");
@@ -203,7 +210,11 @@ void check_synth(const std::string& shape, const std::string& type, const std::s
 }
 
 TEST(CliSynth, TinyEveryType) {
-  for (const char* t : {"f16", "q8_0", "q4_0", "q4_k_m", "q6_k"}) check_synth("tiny", t, "", 2, false, "llama");
+  for (const char* t : {"f16", "q8_0", "q4_0", "q4_k_m", "q6_k", "iq4_nl", "iq4_xs", "mxfp4"})
+    check_synth("tiny", t, "", 2, false, "llama");
+  // IQ4 mixes: Q5_K attn_v with 4 query heads per KV head, Q5_K ffn_down in the first n_layer / 8 layers
+  check_synth("llama3-8b", "iq4_xs", "--layers 8 --embd 256 --ff 768 --heads 4 --kv-heads 1 --n-vocab 700", 8, false,
+              "llama");
 }
 
 TEST(CliSynth, QwenShapesAndOverrides) {

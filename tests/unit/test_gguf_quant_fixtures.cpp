@@ -70,19 +70,21 @@ struct TypeStats {
   int tensors = 0;
 };
 
-// Compares every non-F32 tensor of every quantized model in `dir` with its F16 source; returns the number of
-// models compared. `stats` collects the max relative RMSE per type.
-int check_dequant_against_f16(const std::string& dir, std::map<std::string, TypeStats>& stats) {
+// Compares every non-F32 tensor of every quantized model in `dir` with its F16 source (in `src_dir`, default
+// `dir`); returns the number of models compared. `stats` collects the max relative RMSE per type.
+int check_dequant_against_f16(const std::string& dir, std::map<std::string, TypeStats>& stats,
+                              std::string src_dir = "") {
+  if (src_dir.empty()) src_dir = dir;
   const auto thresholds = load_thresholds(dir);
   EXPECT_FALSE(thresholds.empty()) << "no dequant_rel_rmse_max_by_type in " << dir << "/manifest.json";
   int compared = 0;
   for (const auto& [arch, type] : list_models(dir)) {
     if (type == "f16") continue;
-    const std::string src_path = dir + "/fixture-" + arch + "-f16.gguf";
+    const std::string src_path = src_dir + "/fixture-" + arch + "-f16.gguf";
     const std::string q_path = dir + "/fixture-" + arch + "-" + type + ".gguf";
     if (!fs::exists(src_path)) {
       std::printf("note: fixture-%s-%s not compared: no F16 source fixture-%s-f16.gguf in %s\n", arch.c_str(),
-                  type.c_str(), arch.c_str(), dir.c_str());
+                  type.c_str(), arch.c_str(), src_dir.c_str());
       continue;
     }
     auto src = gguf::File::open(src_path);
@@ -128,11 +130,12 @@ void print_stats(const std::map<std::string, TypeStats>& stats, const std::strin
   }
 }
 
-// Quantizes every tensor of type `type` in fixture-<arch>-<stem>.gguf from the F16 source with kiln's quantizer
-// and compares bytes. Valid for the types whose kiln quantizer is llama.cpp's reference rounding (Q8_0 and the
-// legacy Q4_0/Q4_1/Q5_0/Q5_1), which is what llama-quantize runs without an imatrix.
-void check_exact(const std::string& dir, const std::string& arch, const std::string& stem, DType type) {
-  const std::string src_path = dir + "/fixture-" + arch + "-f16.gguf";
+// Quantizes every tensor of type `type` in fixture-<arch>-<stem>.gguf from the F16 source (in `src_dir`, default
+// `dir`) with kiln's quantizer and compares bytes. Valid for the types whose kiln quantizer is llama.cpp's reference
+// rounding (Q8_0, the legacy Q4_0/Q4_1/Q5_0/Q5_1 and MXFP4), which is what llama-quantize runs without an imatrix.
+void check_exact(const std::string& dir, const std::string& arch, const std::string& stem, DType type,
+                 const std::string& src_dir = "") {
+  const std::string src_path = (src_dir.empty() ? dir : src_dir) + "/fixture-" + arch + "-f16.gguf";
   const std::string q_path = dir + "/fixture-" + arch + "-" + stem + ".gguf";
   auto src = gguf::File::open(src_path);
   auto q = gguf::File::open(q_path);
@@ -163,13 +166,15 @@ void check_exact(const std::string& dir, const std::string& arch, const std::str
   std::printf("%s: %d %s tensors byte-identical to llama-quantize's\n", q_path.c_str(), checked, dtype_name(type));
 }
 
-// kiln's k-quant quantizers (not byte-compatible by design) against llama-quantize's on the same tensors: for every
-// k-quant tensor of every model in `dir`, kiln quantizes the F16 source to the same type and its relative RMSE
-// must be within `tolerance` x llama.cpp's relative RMSE on that tensor. Returns the per-type worst ratio.
-std::map<std::string, double> check_kquant_error_level(const std::string& dir, double tolerance) {
+// kiln's k-quant and IQ4 quantizers (not byte-compatible by design) against llama-quantize's on the same tensors:
+// for every such tensor of every model in `dir`, kiln quantizes the F16 source (in `src_dir`, default `dir`) to the
+// same type and its relative RMSE must be within `tolerance` x llama.cpp's relative RMSE on that tensor. Returns
+// the per-type worst ratio.
+std::map<std::string, double> check_kquant_error_level(const std::string& dir, double tolerance,
+                                                       const std::string& src_dir = "") {
   std::map<std::string, double> worst;
   for (const auto& [arch, type] : list_models(dir)) {
-    const std::string src_path = dir + "/fixture-" + arch + "-f16.gguf";
+    const std::string src_path = (src_dir.empty() ? dir : src_dir) + "/fixture-" + arch + "-f16.gguf";
     const std::string q_path = dir + "/fixture-" + arch + "-" + type + ".gguf";
     if (type == "f16" || !fs::exists(src_path)) continue;
     auto src = gguf::File::open(src_path);
@@ -178,7 +183,7 @@ std::map<std::string, double> check_kquant_error_level(const std::string& dir, d
     if (!src.is_ok() || !q.is_ok()) continue;
     for (const gguf::TensorInfo& t : q->tensors()) {
       if (t.type != DType::Q2_K && t.type != DType::Q3_K && t.type != DType::Q4_K && t.type != DType::Q5_K &&
-          t.type != DType::Q6_K)
+          t.type != DType::Q6_K && t.type != DType::IQ4_NL && t.type != DType::IQ4_XS)
         continue;
       const gguf::TensorInfo* s = src->find_tensor(t.name);
       if (s == nullptr || s->n_elements() != t.n_elements()) continue;  // reported by the dequant test
@@ -264,6 +269,31 @@ TEST(GgufQuantFixtures, SubsetKQuantizersAtLlamaCppErrorLevel) {
 TEST(GgufQuantFixtures, FullMatrixKQuantizersAtLlamaCppErrorLevel) {
   KILN_REQUIRE_FIXTURES();
   EXPECT_EQ(check_kquant_error_level(test::fixtures_dir() + "/models", 1.1).size(), 5u);  // Q2_K..Q6_K
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// tests/data/models-quant (tools/quant_fixture): the llama F16 source (tests/data/models) quantized by llama-quantize
+// to IQ4_NL, IQ4_XS and MXFP4 (Q6_K / Q8_0 beside them).
+TEST(GgufQuantFixtures, CodebookTypesDequantWithinLlamaCppError) {
+  std::map<std::string, TypeStats> stats;
+  EXPECT_EQ(check_dequant_against_f16(test::data_path("models-quant"), stats, test::data_path("models")), 3);
+  print_stats(stats, test::data_path("models-quant"));
+  for (const char* t : {"IQ4_NL", "IQ4_XS", "MXFP4"}) EXPECT_GT(stats[t].tensors, 0) << t;
+}
+
+TEST(GgufQuantFixtures, Mxfp4QuantizerExactLlama) {
+  check_exact(test::data_path("models-quant"), "llama", "mxfp4", DType::MXFP4, test::data_path("models"));
+}
+
+// kiln's IQ4 search (plain squared error) against llama.cpp's (errors weighted by x^2), tensor by tensor.
+TEST(GgufQuantFixtures, Iq4QuantizersAtLlamaCppErrorLevel) {
+  const auto worst = check_kquant_error_level(test::data_path("models-quant"), 1.1, test::data_path("models"));
+  EXPECT_EQ(worst.count("IQ4_NL") + worst.count("IQ4_XS"), 2u);
 }
 
 }  // namespace

@@ -51,10 +51,16 @@ const char* const kModelsNext[] = {
 // KV tiling over 150 positions) that the GQA 2:1 fixtures do not.
 const char* const kModelsMqa[] = {"fixture-mqa-q4_k_m"};
 
+// models-quant/ (own manifest, the shared prompt; committed in tests/data, made by tools/quant_fixture): the llama
+// fixture's F16 source quantized by llama-quantize to the codebook types: IQ4_NL (with a Q6_K output), IQ4_XS (the
+// same) and MXFP4 (every attention and FFN matrix; token_embd and output Q8_0).
+const char* const kModelsQuant[] = {"fixture-llama-iq4_nl", "fixture-llama-iq4_xs", "fixture-llama-mxfp4"};
+
 std::vector<std::string> all_stems() {
   std::vector<std::string> v(std::begin(kModels), std::end(kModels));
   v.insert(v.end(), std::begin(kModelsNext), std::end(kModelsNext));
   v.insert(v.end(), std::begin(kModelsMqa), std::end(kModelsMqa));
+  v.insert(v.end(), std::begin(kModelsQuant), std::end(kModelsQuant));
   return v;
 }
 
@@ -66,9 +72,9 @@ int n_rows(const std::string& stem) {
 using kiln::test::read_ids;
 
 // Where a model's files are: tests/data when committed there, else the fixtures dir ("" when neither); models/,
-// models-next/ or models-mqa/ (each with its own manifest.json and prompt.txt).
+// models-next/, models-mqa/ or models-quant/ (each with its own manifest.json and prompt.txt).
 std::string model_dir(const std::string& stem) {
-  for (const char* sub : {"models", "models-next", "models-mqa"})
+  for (const char* sub : {"models", "models-next", "models-mqa", "models-quant"})
     if (std::filesystem::exists(test::data_path(std::string(sub) + "/" + stem + ".gguf")))
       return test::data_path(sub);
   const std::string fx = test::fixtures_dir();

@@ -8,6 +8,11 @@
 //   Q4_1 s = (max-min)/15                Q5_1 s = (max-min)/31
 //   Q4_K s = (max-min0)/15 per 32, Q5_K /31 per 32, Q2_K /3 per 16 (min0 = min(min, 0): the offset is never > 0)
 //   Q6_K s = amax/32 per 16              Q3_K s = amax/4 per 16
+// The codebook types have no uniform grid; their prediction is the error of their simplest scaling, computed
+// element by element here: IQ4_NL / IQ4_XS (group 32) d = max / -127 (the element of largest |x| on the codebook's
+// end value -127), every element at its nearest codebook value d * v; MXFP4 the OCP rule (scale 2^(floor(log2
+// amax) - 2), nearest E2M1 value). kiln's IQ4 quantizers try that scale among others and refit it (bound 1.1 covers
+// the f16 rounding of d and IQ4_XS's 6-bit sub-block scales); MXFP4 is exactly that rule (ratio 1).
 // The legacy types and Q8_* are exactly that scheme: measured / predicted ~ 1 (16k samples: ~1% statistical
 // spread; f16 rounding of d adds ~2^-11 relative), bound 1.1. The k-quants search for better scales than min/max
 // (measured 0.75-0.95x of the prediction) but then round the sub-block scales to 6 bits (4 bits for Q2_K), which can
@@ -27,13 +32,14 @@
 namespace kiln {
 namespace {
 
-enum class Scheme { kSymmetric, kAffine, kAffineMin0, kPerElement };
+enum class Scheme { kSymmetric, kAffine, kAffineMin0, kPerElement, kIq4, kFp4 };
 
 struct TypeModel {
   DType type;
   int group;       // elements sharing one step
   Scheme scheme;
-  float levels;    // step = amax/levels (symmetric), range/levels (affine), |x|*levels (per element)
+  float levels;    // step = amax/levels (symmetric), range/levels (affine), |x|*levels (per element); kIq4 / kFp4:
+                   // amax/levels bounds the largest rounding error near the block's amax (OneHugeOutlier)
 };
 
 const TypeModel kModels[] = {
@@ -44,11 +50,15 @@ const TypeModel kModels[] = {
     {DType::Q5_1, 32, Scheme::kAffine, 31},          {DType::Q2_K, 16, Scheme::kAffineMin0, 3},
     {DType::Q4_K, 32, Scheme::kAffineMin0, 15},      {DType::Q5_K, 32, Scheme::kAffineMin0, 31},
     {DType::Q3_K, 16, Scheme::kSymmetric, 4},        {DType::Q6_K, 16, Scheme::kSymmetric, 32},
+    // IQ4: half the codebook's widest gap (24 of 127) ~ amax/10.6; MXFP4: values in (6, 8) x scale round to 6,
+    // up to a quarter of amax
+    {DType::IQ4_NL, 32, Scheme::kIq4, 8},            {DType::IQ4_XS, 32, Scheme::kIq4, 8},
+    {DType::MXFP4, 32, Scheme::kFp4, 3.5f},
 };
 
 // How GoogleTest prints the parameter (test listings, failures): readable, not the struct's bytes.
 void PrintTo(const TypeModel& m, std::ostream* os) {
-  static const char* const kSchemes[] = {"symmetric", "affine", "affine-min0", "per-element"};
+  static const char* const kSchemes[] = {"symmetric", "affine", "affine-min0", "per-element", "iq4", "fp4"};
   *os << dtype_name(m.type) << " (group " << m.group << ", " << kSchemes[static_cast<int>(m.scheme)] << ", levels "
       << m.levels << ")";
 }
@@ -57,6 +67,26 @@ std::string type_label(const testing::TestParamInfo<TypeModel>& info) {
   std::string s = dtype_name(info.param.type);
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return s;
+}
+
+// Squared error of one group rounded on a codebook (the simplest scaling, header comment).
+double codebook_err2(Scheme scheme, const float* x, int n) {
+  static const double kIq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  static const double kFp4[15] = {-6, -4, -3, -2, -1.5, -1, -0.5, 0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  double amax = 0, max = 0;
+  for (int j = 0; j < n; ++j)
+    if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
+  if (amax == 0) return 0;
+  const double d = scheme == Scheme::kIq4 ? max / -127.0 : std::ldexp(1.0, static_cast<int>(std::floor(std::log2(amax))) - 2);
+  const double* book = scheme == Scheme::kIq4 ? kIq4 : kFp4;
+  const int nb = scheme == Scheme::kIq4 ? 16 : 15;
+  double e2 = 0;
+  for (int j = 0; j < n; ++j) {
+    double best = 1e300;
+    for (int k = 0; k < nb; ++k) best = std::min(best, std::fabs(x[j] - d * book[k]));
+    e2 += best * best;
+  }
+  return e2;
 }
 
 // Predicted rel RMSE of the min/max grid (see the header comment).
@@ -74,6 +104,10 @@ double predicted_rel_rmse(const TypeModel& m, const std::vector<float>& x) {
         const double s = std::fabs(v) * m.levels * 2;  // spacing of f16/bf16 values near v: 2 ulp-halves
         err2 += s * s / 12;
       }
+    }
+    if (m.scheme == Scheme::kIq4 || m.scheme == Scheme::kFp4) {
+      err2 += codebook_err2(m.scheme, x.data() + b, m.group);
+      continue;
     }
     double step = 0;
     if (m.scheme == Scheme::kSymmetric) step = amax / m.levels;

@@ -20,13 +20,13 @@ ActLayout act_layout(DType wtype, int64_t n_in, bool bias128) {
   l.n_pad = (n_in + 63) / 64 * 64;
   const size_t np = static_cast<size_t>(l.n_pad);
   switch (wtype) {
-    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0:
+    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: case DType::IQ4_NL: case DType::MXFP4:
       l.kind = ActKind::kQ8Block32;
       l.bias128 = bias128;
       l.d_off = np;
       l.row_bytes = align64(np + np / 32 * 8 * sizeof(float));
       break;
-    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::IQ4_XS:
       l.kind = ActKind::kQ8K;
       l.d_off = np;
       l.bsum_off = align64(l.d_off + static_cast<size_t>(n_in / QK_K) * sizeof(float));

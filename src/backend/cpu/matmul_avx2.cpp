@@ -1,15 +1,19 @@
-// AVX2 (+FMA, F16C) matmul kernels for CPUs without AVX-512 VNNI: F32/F16/BF16, Q4_0/Q8_0 and Q4_K/Q6_K; the other
-// types take the threaded scalar path. Same tiling as matmul_avx512.cpp with 256-bit vectors (16 registers, so
+// AVX2 (+FMA, F16C) matmul kernels for CPUs without AVX-512 VNNI: F32/F16/BF16, Q4_0/Q8_0/IQ4_NL/MXFP4, Q4_K/Q6_K
+// and IQ4_XS; the other types take the threaded scalar path. Same tiling as matmul_avx512.cpp with 256-bit vectors (16 registers, so
 // smaller tiles) and 32-element chunks.
 //
 // Numerics (agree with matmul_ref.cpp up to f32 summation order):
 //  - F32/F16/BF16: as the AVX-512 kernels, 8 f32 lanes per (row, token).
-//  - Q4_0/Q8_0 x Q8_0 (signed activations): w decoded to int8 in [-128, 127]; vpmaddubsw(|w|, sign(a, w)) gives
+//  - Q4_0/Q8_0/IQ4_NL/MXFP4 x Q8_0 (signed activations): w decoded to int8 in [-128, 127] (the codebook types by
+//    a vpshufb table lookup of their nibbles: IQ4_NL's values, MXFP4's doubled FP4 values with half its scale); vpmaddubsw(|w|, sign(a, w)) gives
 //    int16 pair sums of a*w (|a| <= 127 so the largest pair, 2*128*127, does not saturate), vpmaddwd with ones
 //    widens them to int32 exactly; each block's 8 lanes are converted and fma'd with d_w * d_a.
 //  - Q4_K/Q6_K x Q8_K: uint8 q (Q6_K: q in [0, 63] with -32 * sum_g sc_g * bsums_g added in int32);
 //    vpmaddubsw(q, a) -> int16 (max 2*63*127), vpmaddwd with the sub-block scale -> int32, exact per super-block;
 //    acc += (d_w d_a) * isum - (dmin_w d_a) * summs per super-block in f32 lanes.
+//  - IQ4_XS x Q8_K: w = codebook value (int8, |w| <= 127), and Q8_K's |a| <= 127: vpmaddubsw(|w|, sign(a, w))
+//    pair sums stay below 2*127*127 < 2^15; vpmaddwd with the sub-block's signed scale ls - 32 widens them to int32,
+//    exact over the super-block; acc += (d_w d_a) * isum.
 #include <immintrin.h>
 
 #include <cstring>
@@ -98,17 +102,38 @@ struct FloatKern {
 // ---- Q4_0 / Q8_0 x Q8_0 ---------------------------------------------------------------------------------------
 
 template <DType WT>
+inline constexpr size_t kB32Bytes = WT == DType::Q8_0 ? sizeof(block_q8_0)
+                                    : WT == DType::Q4_0 ? sizeof(block_q4_0)
+                                    : WT == DType::IQ4_NL ? sizeof(block_iq4_nl) : sizeof(block_mxfp4);
+
+// 32 nibbles (element j: low nibble of qs[j], element j+16: high nibble) mapped through a 16-entry int8 codebook.
+inline __m256i lookup_nibbles32(const uint8_t* qs, const int8_t* book) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i idx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+  const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(book)));
+  return _mm256_shuffle_epi8(tbl, idx);
+}
+
+template <DType WT>
 inline __m256i decode_b32(const uint8_t* row, int64_t b, float* d) {
   if constexpr (WT == DType::Q8_0) {
     const block_q8_0* x = reinterpret_cast<const block_q8_0*>(row) + b;
     *d = h2f(x->d);
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qs));
-  } else {
+  } else if constexpr (WT == DType::Q4_0) {
     const block_q4_0* x = reinterpret_cast<const block_q4_0*>(row) + b;
     *d = h2f(x->d);
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x->qs));
     const __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
     return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+  } else if constexpr (WT == DType::IQ4_NL) {
+    const block_iq4_nl* x = reinterpret_cast<const block_iq4_nl*>(row) + b;
+    *d = h2f(x->d);
+    return lookup_nibbles32(x->qs, kIq4nlValues);
+  } else {  // MXFP4: doubled FP4 values, half the E8M0 scale (quant/blocks.h)
+    const block_mxfp4* x = reinterpret_cast<const block_mxfp4*>(row) + b;
+    *d = e8m0_half_to_f32(x->e);
+    return lookup_nibbles32(x->qs, kMxfp4Values);
   }
 }
 
@@ -133,7 +158,7 @@ struct Block32Kern {
       __m256 dw[R];
       for (int r = 0; r < R; ++r) {
         float d;
-        prefetch_weights(w[r] + b * (WT == DType::Q8_0 ? sizeof(block_q8_0) : sizeof(block_q4_0)), 1);
+        prefetch_weights(w[r] + b * kB32Bytes<WT>, 1);
         wq[r] = decode_b32<WT>(w[r], b, &d);
         aw[r] = _mm256_sign_epi8(wq[r], wq[r]);  // |w| (-128 -> 128 as uint8)
         dw[r] = _mm256_set1_ps(d);
@@ -262,6 +287,60 @@ struct KQuantKern {
   }
 };
 
+// ---- IQ4_XS x Q8_K ----------------------------------------------------------------------------------------------
+
+// Sub-block s's signed scale ls - 32 (quant/blocks.h).
+inline int iq4xs_scale(const block_iq4_xs* x, int s) {
+  return (((x->scales_l[s / 2] >> (4 * (s % 2))) & 0xF) | (((x->scales_h >> (2 * s)) & 3) << 4)) - 32;
+}
+
+struct Iq4XsKern {
+  template <int R, int C>
+  static void run(const GemmJob& j, int64_t o, int64_t t) {
+    const uint8_t* w[R];
+    const uint8_t* xq[C];
+    const float* xd[C];
+    for (int r = 0; r < R; ++r) w[r] = j.w + (o + r) * j.w_row_bytes;
+    for (int c = 0; c < C; ++c) {
+      xq[c] = j.act + (t + c) * j.layout.row_bytes;
+      xd[c] = reinterpret_cast<const float*>(xq[c] + j.layout.d_off);
+    }
+    __m256 acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < j.n_in / QK_K; ++b) {
+      const block_iq4_xs* x[R];
+      for (int r = 0; r < R; ++r) {
+        x[r] = reinterpret_cast<const block_iq4_xs*>(w[r]) + b;
+        prefetch_weights(reinterpret_cast<const uint8_t*>(x[r]), (sizeof(block_iq4_xs) + 63) / 64);
+      }
+      __m256i isum[R][C];
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) isum[r][c] = _mm256_setzero_si256();
+      for (int s = 0; s < 8; ++s) {  // sub-block s: elements 32s..32s+31
+        __m256i wq[R], aw[R], sc[R];
+        for (int r = 0; r < R; ++r) {
+          wq[r] = lookup_nibbles32(x[r]->qs + 16 * s, kIq4nlValues);
+          aw[r] = _mm256_sign_epi8(wq[r], wq[r]);
+          sc[r] = _mm256_set1_epi16(static_cast<short>(iq4xs_scale(x[r], s)));
+        }
+        for (int c = 0; c < C; ++c) {
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[c] + b * QK_K + 32 * s));
+          for (int r = 0; r < R; ++r) {
+            const __m256i p = _mm256_maddubs_epi16(aw[r], _mm256_sign_epi8(xv, wq[r]));
+            isum[r][c] = _mm256_add_epi32(isum[r][c], _mm256_madd_epi16(p, sc[r]));
+          }
+        }
+      }
+      for (int c = 0; c < C; ++c)
+        for (int r = 0; r < R; ++r)
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][c]), _mm256_set1_ps(h2f(x[r]->d) * xd[c][b]), acc[r][c]);
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) store_sum(j, o, t, r, c, acc[r][c]);
+  }
+};
+
 template <class Kern, int RG, int CG>
 void gemm_with(const GemmJob& j, int64_t o0, int64_t o1) {
   if (j.n_tok == 1) drive_tiles<1, 1, Kern>(j, o0, o1);  // GEMV: one sequential weight stream (see avx512)
@@ -272,6 +351,7 @@ bool has(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16:
     case DType::Q4_0: case DType::Q8_0: case DType::Q4_K: case DType::Q6_K:
+    case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4:
       return true;
     default:
       return false;
@@ -287,6 +367,9 @@ void gemm(const GemmJob& j, int64_t o0, int64_t o1) {
     case DType::Q8_0: return gemm_with<Block32Kern<DType::Q8_0>, 1, 4>(j, o0, o1);
     case DType::Q4_K: return gemm_with<KQuantKern<DType::Q4_K>, 1, 4>(j, o0, o1);
     case DType::Q6_K: return gemm_with<KQuantKern<DType::Q6_K>, 1, 4>(j, o0, o1);
+    case DType::IQ4_NL: return gemm_with<Block32Kern<DType::IQ4_NL>, 1, 4>(j, o0, o1);
+    case DType::MXFP4: return gemm_with<Block32Kern<DType::MXFP4>, 1, 4>(j, o0, o1);
+    case DType::IQ4_XS: return gemm_with<Iq4XsKern, 1, 4>(j, o0, o1);
     default: return;
   }
 }

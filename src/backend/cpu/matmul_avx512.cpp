@@ -5,7 +5,8 @@
 // Numerics (each agrees with matmul_ref.cpp up to f32 summation order):
 //  - F32/F16/BF16: weights widened to f32 exactly, activations pre-rounded to the weight type (act layout kFloat);
 //    products are exact for F16/BF16 and fused for F32; sums in 16 f32 lanes per (row, token), reduced at the end.
-//  - Q4_0/Q5_0/Q8_0 x Q8_0: per block of 32 the weights are decoded to int8 w in [-128, 127] and the activation is
+//  - Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4 x Q8_0: per block of 32 the weights are decoded to int8 w in [-128, 127] (the
+//    codebook types by a vpshufb lookup of their nibbles; MXFP4 as doubled FP4 values with half its scale) and the activation is
 //    stored biased, u = a + 128 in uint8, so vpdpbusd(u, w) = sum a*w + 128 sum w; each 4-element lane starts
 //    from -128 * (its sum of w) (computed once per weight block), giving the exact int32 sum a*w per lane. Each
 //    lane is converted to f32 and fused-multiply-added with d_w * d_a of its block.
@@ -14,9 +15,13 @@
 //    accumulates in int32: the super-block's integer sum is exact. Q6_K adds -32 * sum_g sc_g * bsums_g (exact);
 //    Q4_K/Q5_K keep the mins term sum_j m_j * bsums separately as llama.cpp's formula does. Per super-block:
 //    acc += (d_w * d_a) * isum - (dmin_w * d_a) * summs in f32 lanes.
+//  - IQ4_XS x Q8_K: w = codebook value (int8, |w| <= 127, signed, so no vpmaddubsw on w directly) and Q8_K's
+//    |a| <= 127: vpmaddubsw(|w|, a negated where w < 0) pair sums stay below 2*127*127 < 2^15, vpdpwssd with the
+//    sub-block's signed scale ls - 32 accumulates the super-block's exact int32 sum; acc += (d_w * d_a) * isum.
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 // GCC 12's own intrinsic headers (_mm512_extractf64x4_pd, _mm512_cvtph_ps) pass _mm256_undefined_*() values and
 // then warn about them being uninitialized (GCC bug 105593); nothing in this file reads an undefined lane.
@@ -114,13 +119,41 @@ struct FloatKern {
 
 template <DType WT>
 inline constexpr int64_t kB32Bytes = WT == DType::Q8_0 ? sizeof(block_q8_0)
-                                     : WT == DType::Q4_0 ? sizeof(block_q4_0) : sizeof(block_q5_0);
+                                     : WT == DType::Q4_0 ? sizeof(block_q4_0)
+                                     : WT == DType::Q5_0 ? sizeof(block_q5_0)
+                                     : WT == DType::IQ4_NL ? sizeof(block_iq4_nl) : sizeof(block_mxfp4);
+
+// Blocks b (and b+1 when `two`) of a codebook type (IQ4_NL: f16 scale, MXFP4: E8M0 exponent; 16 nibble bytes
+// after it) as 64 int8 codebook values (zero for a missing second block) and their scales in 16 f32 lanes.
+template <DType WT>
+inline __m512i decode_book32(const uint8_t* row, int64_t b, bool two, __m512* dw) {
+  using Block = std::conditional_t<WT == DType::IQ4_NL, block_iq4_nl, block_mxfp4>;
+  const Block* x = reinterpret_cast<const Block*>(row) + b;
+  auto scale = [](const Block& blk) {
+    if constexpr (WT == DType::IQ4_NL) return h2f(blk.d);
+    else return e8m0_half_to_f32(blk.e);
+  };
+  const __m512i book = _mm512_broadcast_i32x4(_mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(WT == DType::IQ4_NL ? kIq4nlValues : kMxfp4Values)));
+  const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[0].qs));
+  __m512i v = _mm512_inserti32x4(_mm512_castsi128_si512(q0), _mm_srli_epi16(q0, 4), 1);
+  float d1 = 0.0f;
+  if (two) {
+    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[1].qs));
+    v = _mm512_inserti32x4(_mm512_inserti32x4(v, q1, 2), _mm_srli_epi16(q1, 4), 3);
+    d1 = scale(x[1]);
+  }
+  *dw = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(scale(x[0]))), _mm256_set1_ps(d1), 1);
+  return _mm512_maskz_shuffle_epi8(two ? ~0ull : 0xFFFFFFFFull, book, _mm512_and_si512(v, _mm512_set1_epi8(0x0F)));
+}
 
 // Decodes blocks b (and b+1 when `two`) of a weight row into 64 int8 (elements in order; zero for a missing second
 // block) and their scales into 16 f32 lanes (8 per block).
 template <DType WT>
 inline __m512i decode_b32(const uint8_t* row, int64_t b, bool two, __m512* dw) {
-  if constexpr (WT == DType::Q8_0) {
+  if constexpr (WT == DType::IQ4_NL || WT == DType::MXFP4) {
+    return decode_book32<WT>(row, b, two, dw);
+  } else if constexpr (WT == DType::Q8_0) {
     const block_q8_0* x = reinterpret_cast<const block_q8_0*>(row) + b;
     const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[0].qs));
     const float d0 = h2f(x[0].d);
@@ -393,6 +426,82 @@ struct KQuantKern {
   }
 };
 
+// ---- IQ4_XS weights x Q8_K activations ---------------------------------------------------------------------
+
+// Chunk k (elements 64k..64k+63: sub-blocks 2k and 2k+1, indices in qs[32k..32k+31]) as int8 codebook values.
+inline __m512i iq4xs_chunk(const block_iq4_xs* x, int k, const __m512i& book) {
+  const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x->qs + 32 * k));
+  // 128-bit lanes in element order: low nibbles of bytes 0-15, their high nibbles, the same for bytes 16-31
+  const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1);
+  const __m512i idx = _mm512_and_si512(_mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(0x0F));
+  return _mm512_shuffle_epi8(book, idx);
+}
+
+// The 8 signed sub-block scales ls - 32 as int16 lanes 0..7.
+inline __m512i iq4xs_scales(const block_iq4_xs* x) {
+  uint32_t lo;
+  std::memcpy(&lo, x->scales_l, 4);
+  const uint64_t nib = _pdep_u64(lo, 0x0F0F0F0F0F0F0F0Full);  // low nibble of scale s in byte s
+  const uint64_t hi = _pdep_u64(x->scales_h, 0x0303030303030303ull);
+  const __m128i ls = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(nib | (hi << 4))));
+  return _mm512_castsi128_si512(_mm_sub_epi16(ls, _mm_set1_epi16(32)));
+}
+
+struct Iq4XsKern {
+  template <int R, int C>
+  static void run(const GemmJob& j, int64_t o, int64_t t) {
+    const uint8_t* w[R];
+    const uint8_t* xq[C];
+    const float* xd[C];
+    for (int r = 0; r < R; ++r) w[r] = j.w + (o + r) * j.w_row_bytes;
+    for (int c = 0; c < C; ++c) {
+      xq[c] = j.act + (t + c) * j.layout.row_bytes;
+      xd[c] = reinterpret_cast<const float*>(xq[c] + j.layout.d_off);
+    }
+    __m512 acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    const __m512i book = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+    for (int64_t b = 0; b < j.n_in / QK_K; ++b) {
+      const block_iq4_xs* x[R];
+      __m512i sc16[R];
+      for (int r = 0; r < R; ++r) {
+        x[r] = reinterpret_cast<const block_iq4_xs*>(w[r]) + b;
+        prefetch_weights(reinterpret_cast<const uint8_t*>(x[r]), (sizeof(block_iq4_xs) + 63) / 64);
+        sc16[r] = iq4xs_scales(x[r]);
+      }
+      __m512i isum[R][C];
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) isum[r][c] = _mm512_setzero_si512();
+      for (int k = 0; k < 4; ++k) {
+        const __m512i idx = k4_scale_idx(k);  // int16 lanes 0..15: sub-block 2k, 16..31: 2k+1
+        __m512i aw[R], sc[R];
+        __mmask64 neg[R];
+        for (int r = 0; r < R; ++r) {
+          const __m512i wq = iq4xs_chunk(x[r], k, book);
+          aw[r] = _mm512_abs_epi8(wq);
+          neg[r] = _mm512_movepi8_mask(wq);
+          sc[r] = _mm512_permutexvar_epi16(idx, sc16[r]);
+        }
+        for (int c = 0; c < C; ++c) {
+          const __m512i xv = _mm512_loadu_si512(xq[c] + b * QK_K + 64 * k);
+          for (int r = 0; r < R; ++r) {
+            const __m512i sx = _mm512_mask_sub_epi8(xv, neg[r], _mm512_setzero_si512(), xv);  // sign(a, w)
+            isum[r][c] = _mm512_dpwssd_epi32(isum[r][c], _mm512_maddubs_epi16(aw[r], sx), sc[r]);
+          }
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const float dw = h2f(x[r]->d);
+        for (int c = 0; c < C; ++c)
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_set1_ps(dw * xd[c][b]), acc[r][c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) store_tile_sums(j, o, t, r, c, acc[r][c]);
+  }
+};
+
 template <class Kern, int RG, int CG>
 void gemm_with(const GemmJob& j, int64_t o0, int64_t o1) {
   // GEMV: one weight row at a time, so the weights are read as one sequential stream (the hardware prefetcher
@@ -406,6 +515,7 @@ bool has(DType t) {
     case DType::F32: case DType::F16: case DType::BF16:
     case DType::Q4_0: case DType::Q5_0: case DType::Q8_0:
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4:
       return true;
     default:
       return false;
@@ -420,6 +530,9 @@ void gemm(const GemmJob& j, int64_t o0, int64_t o1) {
     case DType::Q4_0: return gemm_with<Block32Kern<DType::Q4_0>, 2, 4>(j, o0, o1);
     case DType::Q5_0: return gemm_with<Block32Kern<DType::Q5_0>, 2, 4>(j, o0, o1);
     case DType::Q8_0: return gemm_with<Block32Kern<DType::Q8_0>, 2, 4>(j, o0, o1);
+    case DType::IQ4_NL: return gemm_with<Block32Kern<DType::IQ4_NL>, 2, 4>(j, o0, o1);
+    case DType::MXFP4: return gemm_with<Block32Kern<DType::MXFP4>, 2, 4>(j, o0, o1);
+    case DType::IQ4_XS: return gemm_with<Iq4XsKern, 1, 4>(j, o0, o1);
     // K-quants: C = 8 (Q6_K: 6) tokens per weight row decode while C int8 activation rows fit in L1 (n_in <= 4096),
     // else 4. Measured, 1 thread, 128 tokens, GFLOP/s: Q4_K 2048x2048 and 8192x2048: 1x4 256-263, 1x6 265-268,
     // 1x8 271-289; Q6_K 1x4 271-285, 1x8 291-304, 1x6 306-321; 2048x8192 (n_in 8192): Q4_K 1x8 221 vs 1x4 255.

@@ -282,13 +282,71 @@ float dot_q6_K(const void* w, const void* a, int64_t n) {
   return acc;
 }
 
+// IQ4_NL x Q8_0 (llama.cpp's activation type for it): per block, isum = sum_j kIq4nlValues[q_j] * a_j;
+// acc += (d_w * d_a) * isum.
+float dot_iq4_nl(const void* w, const void* a, int64_t n) {
+  const block_iq4_nl* x = static_cast<const block_iq4_nl*>(w);
+  const block_q8_0* y = static_cast<const block_q8_0*>(a);
+  float acc = 0;
+  for (int64_t b = 0; b < n / QK4_NL; ++b) {
+    int isum = 0;
+    for (int j = 0; j < 16; ++j) {
+      isum += kIq4nlValues[x[b].qs[j] & 0xF] * y[b].qs[j];
+      isum += kIq4nlValues[x[b].qs[j] >> 4] * y[b].qs[j + 16];
+    }
+    acc += (h2f(x[b].d) * h2f(y[b].d)) * static_cast<float>(isum);
+  }
+  return acc;
+}
+
+// IQ4_XS x Q8_K (llama.cpp's activation type for it): sub-block s has the signed scale ls_s - 32 (blocks.h);
+// isum = sum_s (ls_s - 32) * sum_{e in s} kIq4nlValues[q_e] * a_e, exact in int32 (|isum| <= 8*32*32*127*127);
+// acc += (d_w * d_a) * isum per super-block, as llama.cpp's x86 kernels sum it (its generic C code scales each
+// sub-block in f32 instead: the same value up to f32 rounding).
+float dot_iq4_xs(const void* w, const void* a, int64_t n) {
+  const block_iq4_xs* x = static_cast<const block_iq4_xs*>(w);
+  const block_q8_K* y = static_cast<const block_q8_K*>(a);
+  float acc = 0;
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    int isum = 0;
+    for (int s = 0; s < 8; ++s) {
+      const int ls = ((x[b].scales_l[s / 2] >> (4 * (s % 2))) & 0xF) | (((x[b].scales_h >> (2 * s)) & 3) << 4);
+      const uint8_t* qs = x[b].qs + 16 * s;
+      const int8_t* q8 = y[b].qs + 32 * s;
+      int sub = 0;
+      for (int j = 0; j < 16; ++j) sub += kIq4nlValues[qs[j] & 0xF] * q8[j] + kIq4nlValues[qs[j] >> 4] * q8[j + 16];
+      isum += (ls - 32) * sub;
+    }
+    acc += (h2f(x[b].d) * y[b].d) * static_cast<float>(isum);
+  }
+  return acc;
+}
+
+// MXFP4 x Q8_0 (llama.cpp's activation type for it): per block, isum = sum_j kMxfp4Values[q_j] * a_j (doubled FP4
+// values); acc += (d_a * 2^(e-128)) * isum.
+float dot_mxfp4(const void* w, const void* a, int64_t n) {
+  const block_mxfp4* x = static_cast<const block_mxfp4*>(w);
+  const block_q8_0* y = static_cast<const block_q8_0*>(a);
+  float acc = 0;
+  for (int64_t b = 0; b < n / QK_MXFP4; ++b) {
+    int isum = 0;
+    for (int j = 0; j < 16; ++j) {
+      isum += kMxfp4Values[x[b].qs[j] & 0xF] * y[b].qs[j];
+      isum += kMxfp4Values[x[b].qs[j] >> 4] * y[b].qs[j + 16];
+    }
+    acc += (h2f(y[b].d) * e8m0_half_to_f32(x[b].e)) * static_cast<float>(isum);
+  }
+  return acc;
+}
+
 }  // namespace
 
 DType act_type(DType wtype) {
   switch (wtype) {
-    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: return DType::Q8_0;
+    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: case DType::IQ4_NL: case DType::MXFP4: return DType::Q8_0;
     case DType::Q4_1: case DType::Q5_1: return DType::Q8_1;
-    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: return DType::Q8_K;
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::IQ4_XS:
+      return DType::Q8_K;
     default: return wtype;
   }
 }
@@ -308,6 +366,9 @@ VecDotFn ref_vec_dot(DType wtype) {
     case DType::Q4_K: return dot_q4_K;
     case DType::Q5_K: return dot_q5_K;
     case DType::Q6_K: return dot_q6_K;
+    case DType::IQ4_NL: return dot_iq4_nl;
+    case DType::IQ4_XS: return dot_iq4_xs;
+    case DType::MXFP4: return dot_mxfp4;
     default: return nullptr;
   }
 }

@@ -108,7 +108,7 @@ bool gemm_supports(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0:
     case DType::Q5_1: case DType::Q8_0: case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K:
-    case DType::Q6_K: return true;
+    case DType::Q6_K: case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4: return true;
     default: return false;
   }
 }
@@ -131,6 +131,9 @@ Status launch_gemm(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
     case DType::Q4_K: return run<DType::Q4_K>(p, a, s);
     case DType::Q5_K: return run<DType::Q5_K>(p, a, s);
     case DType::Q6_K: return run<DType::Q6_K>(p, a, s);
+    case DType::IQ4_NL: return run<DType::IQ4_NL>(p, a, s);
+    case DType::IQ4_XS: return run<DType::IQ4_XS>(p, a, s);
+    case DType::MXFP4: return run<DType::MXFP4>(p, a, s);
     default: break;
   }
   return make_error(ErrorCode::kUnsupported, "gemm: weight type %s", dtype_name(p.type));

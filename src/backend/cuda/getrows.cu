@@ -74,6 +74,9 @@ Status launch_get_rows(const GetRowsParams& p, cudaStream_t s) {
     case DType::Q4_K: return run_q<DType::Q4_K>(p, s);
     case DType::Q5_K: return run_q<DType::Q5_K>(p, s);
     case DType::Q6_K: return run_q<DType::Q6_K>(p, s);
+    case DType::IQ4_NL: return run_q<DType::IQ4_NL>(p, s);
+    case DType::IQ4_XS: return run_q<DType::IQ4_XS>(p, s);
+    case DType::MXFP4: return run_q<DType::MXFP4>(p, s);
     default: break;
   }
   return make_error(ErrorCode::kUnsupported, "get_rows: weight type %s is not supported", dtype_name(p.type));

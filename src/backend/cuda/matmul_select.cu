@@ -31,7 +31,8 @@ namespace {
 // Measured: Q4_0, Q8_0, Q4_K, Q6_K, F16 (BF16 as F16: the same GEMV and cuBLAS path); Q4_1, Q5_0, Q5_1 take Q4_0's
 // (the same dp4a GEMV, their mmq no faster than Q4_0's); Q2_K, Q3_K, Q5_K the rule measured before split-K mmq
 // (GEMV to kGemvMaxTok, blas from 33). Per shape, split-K mmq wins gate/up and down of Q4_K at 8-64 tokens by
-// 13-45% and blas q/o and k/v by 18-43%; the rule does not split by shape.
+// 13-45% and blas q/o and k/v by 18-43%; the rule does not split by shape. IQ4_NL, IQ4_XS, MXFP4: not measured
+// yet; the GEMV to kGemvMaxTok, then blas (they have no mmq kernel).
 struct Crossover {
   DType type;
   int64_t gemv_to, blas_from;
@@ -40,6 +41,7 @@ constexpr Crossover kCrossover[] = {
     {DType::Q4_0, 16, 17}, {DType::Q4_1, 16, 17}, {DType::Q5_0, 16, 17}, {DType::Q5_1, 16, 17},
     {DType::Q8_0, 12, 128}, {DType::Q2_K, 32, 33}, {DType::Q3_K, 32, 33}, {DType::Q4_K, 32, 128},
     {DType::Q5_K, 32, 33},  {DType::Q6_K, 32, 128}, {DType::F16, 2, 3},   {DType::BF16, 2, 3},
+    {DType::IQ4_NL, 32, 33}, {DType::IQ4_XS, 32, 33}, {DType::MXFP4, 32, 33},
 };
 static_assert(kGemvMaxTok >= 32, "kCrossover's gemv_to values are at most 32");
 

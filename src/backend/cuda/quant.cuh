@@ -7,7 +7,9 @@
 // The same decode feeds get_rows (value = d*q + m, the CPU's f32 operations: dl*q - ml), the integer GEMV (mmvq:
 // d * d_a * sum(q*q_a) + m * d_a * sum(q_a)) and the tiled GEMM (dequantized to shared memory), so the three agree
 // on what a block means. Alignment assumed of a block start: Q4_K/Q5_K 16 bytes (144/176-byte blocks in rows that
-// start 16-aligned), Q4_1/Q5_1/Q2_K 4, the others 2.
+// start 16-aligned), Q4_1/Q5_1/Q2_K/IQ4_XS 4, MXFP4 none (17-byte blocks: byte loads), the others 2.
+// The codebook types (IQ4_NL, IQ4_XS: kIq4nlValues; MXFP4: kMxfp4Values, the doubled FP4 values with half the
+// E8M0 scale as d) decode to their int8 codebook values, so every path sees them as d * q with m = 0.
 #pragma once
 
 #include "backend/cuda/common.cuh"
@@ -27,6 +29,9 @@ template <> struct QTraits<DType::Q3_K> { static constexpr int kElems = 256, kBy
 template <> struct QTraits<DType::Q4_K> { static constexpr int kElems = 256, kBytes = 144; };
 template <> struct QTraits<DType::Q5_K> { static constexpr int kElems = 256, kBytes = 176; };
 template <> struct QTraits<DType::Q6_K> { static constexpr int kElems = 256, kBytes = 210; };
+template <> struct QTraits<DType::IQ4_NL> { static constexpr int kElems = 32, kBytes = 18; };
+template <> struct QTraits<DType::IQ4_XS> { static constexpr int kElems = 256, kBytes = 136; };
+template <> struct QTraits<DType::MXFP4> { static constexpr int kElems = 32, kBytes = 17; };
 
 // 4 bits b0..b3 -> bit 4 of bytes 0..3 (the 5th bit of Q5 quants).
 __device__ __forceinline__ uint32_t spread4_bit4(uint32_t b) {
@@ -44,6 +49,38 @@ __device__ __forceinline__ void kq_scale_min(int j, uint32_t w0, uint32_t w1, ui
   } else {
     *sc = (b2 & 0xF) | ((b0 >> 6) << 4);
     *m = (b2 >> 4) | ((b1 >> 6) << 4);
+  }
+}
+
+// A 16-entry int8 codebook as four little-endian words (entries 4w..4w+3 in word w), built at compile time.
+struct Book16 {
+  uint32_t w[4];
+};
+__host__ __device__ constexpr Book16 make_book16(const int8_t (&v)[16]) {
+  Book16 b{};
+  for (int i = 0; i < 16; ++i) b.w[i / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(v[i])) << (8 * (i % 4));
+  return b;
+}
+
+// Four indices (one per byte of idx, each 0..15) -> their four codebook bytes, packed the same way. __byte_perm
+// picks bytes out of an 8-byte pair by 3-bit selectors: the low 3 bits of each index select within words {0, 1}
+// and within {2, 3}, then bit 3 selects between the two picks.
+__device__ __forceinline__ uint32_t book_lookup4(uint32_t idx, const Book16& t) {
+  const uint32_t sel = (idx & 0x7u) | ((idx >> 4) & 0x70u) | ((idx >> 8) & 0x700u) | ((idx >> 12) & 0x7000u);
+  const uint32_t lo = __byte_perm(t.w[0], t.w[1], sel);
+  const uint32_t hi = __byte_perm(t.w[2], t.w[3], sel);
+  const uint32_t h = (idx >> 1) & 0x04040404u;  // bit 3 of each index, moved to bit 2 of its byte
+  const uint32_t hsel = (h & 0x4u) | ((h >> 4) & 0x40u) | ((h >> 8) & 0x400u) | ((h >> 12) & 0x4000u);
+  return __byte_perm(lo, hi, 0x3210u | hsel);  // byte n: lo's n, or hi's (selector 4 + n) where the bit is set
+}
+
+// 32 nibble indices of an IQ4_NL-style block (element j: low nibble of byte j, element j+16: high nibble) from
+// the 16 index bytes as four words, into q[8] as codebook values.
+__device__ __forceinline__ void book_decode32(const uint32_t (&w)[4], const Book16& t, int (&q)[8]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    q[i] = static_cast<int>(book_lookup4(w[i] & 0x0F0F0F0Fu, t));
+    q[i + 4] = static_cast<int>(book_lookup4((w[i] >> 4) & 0x0F0F0F0Fu, t));
   }
 }
 
@@ -220,6 +257,50 @@ __device__ __forceinline__ void decode32<DType::Q6_K>(const uint8_t* b, int s, i
   const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
   d[0] = dd * static_cast<float>(sc[2 * s]);
   d[1] = dd * static_cast<float>(sc[2 * s + 1]);
+  m[0] = m[1] = 0.0f;
+}
+
+// IQ4_NL: d @0, qs[16] @2 (2-byte aligned).
+template <>
+__device__ __forceinline__ void decode32<DType::IQ4_NL>(const uint8_t* b, int, int (&q)[8], float (&d)[2],
+                                                        float (&m)[2]) {
+  constexpr Book16 kBook = make_book16(kIq4nlValues);
+  const uint32_t w[4] = {ld_u32_a2(b + 2), ld_u32_a2(b + 6), ld_u32_a2(b + 10), ld_u32_a2(b + 14)};
+  book_decode32(w, kBook, q);
+  d[0] = d[1] = h2f(ld_u16(b));
+  m[0] = m[1] = 0.0f;
+}
+
+// IQ4_XS: d @0, scales_h @2, scales_l[4] @4, qs[128] @8 (4-byte aligned); sub-block s: qs[16s..16s+15] as one
+// IQ4_NL block, scale d * (ls - 32) (quant/blocks.h).
+template <>
+__device__ __forceinline__ void decode32<DType::IQ4_XS>(const uint8_t* b, int s, int (&q)[8], float (&d)[2],
+                                                        float (&m)[2]) {
+  constexpr Book16 kBook = make_book16(kIq4nlValues);
+  const uint32_t hdr = ld_u32_a4(b), sl = ld_u32_a4(b + 4);
+  const uint8_t* qs = b + 8 + 16 * s;
+  const uint32_t w[4] = {ld_u32_a4(qs), ld_u32_a4(qs + 4), ld_u32_a4(qs + 8), ld_u32_a4(qs + 12)};
+  book_decode32(w, kBook, q);
+  const int ls = static_cast<int>(((sl >> (4 * s)) & 0xFu) | (((hdr >> (16 + 2 * s)) & 3u) << 4));
+  d[0] = d[1] = h2f(static_cast<uint16_t>(hdr)) * static_cast<float>(ls - 32);
+  m[0] = m[1] = 0.0f;
+}
+
+// MXFP4: E8M0 e @0, qs[16] @1 (17-byte blocks: byte loads). d = 2^(e-128), the half scale of the doubled codes.
+template <>
+__device__ __forceinline__ void decode32<DType::MXFP4>(const uint8_t* b, int, int (&q)[8], float (&d)[2],
+                                                       float (&m)[2]) {
+  constexpr Book16 kBook = make_book16(kMxfp4Values);
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint8_t* p = b + 1 + 4 * i;
+    w[i] = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
+           (static_cast<uint32_t>(p[3]) << 24);
+  }
+  book_decode32(w, kBook, q);
+  const uint32_t e = b[0];
+  d[0] = d[1] = __uint_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));  // e8m0_half_to_f32 (blocks.h)
   m[0] = m[1] = 0.0f;
 }
 

@@ -81,7 +81,11 @@ const std::vector<CaseResult>& corpus() {
   return results;
 }
 
-TEST(GrammarSchemaCorpus, HasAtLeastOneHundredSchemas) { EXPECT_GE(corpus().size(), 100u); }
+TEST(GrammarSchemaCorpus, HasAtLeastOneHundredSchemas) {
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(kiln::test::data_path("json-schemas"))) n += e.path().extension() == ".json";
+  EXPECT_GE(n, 100u);
+}
 
 TEST(GrammarSchemaCorpus, EverySampleIsCompleteJson) {
   size_t n = 0;

@@ -179,6 +179,10 @@ std::vector<double> model_x(DType t, const float* x, int64_t n) {
 
 const DType kMmqTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K,
                            DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16,  DType::BF16};
+// The types cuBLAS takes (dequantized to f16 rows): mmq's and the codebook types, which have no mmq kernel.
+const DType kBlasTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0,   DType::Q5_1,   DType::Q8_0,
+                            DType::Q2_K, DType::Q3_K, DType::Q4_K,   DType::Q5_K,   DType::Q6_K,
+                            DType::F16,  DType::BF16, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
 
 struct Shape {
   int64_t n_in, n_out, n_tok;
@@ -369,7 +373,7 @@ TEST(CudaBlas, EveryTypeMatchesModelAndExact) {
   int checked = 0;
   struct Case { DType t; Shape sh; };
   std::vector<Case> cases;
-  for (DType t : kMmqTypes) {
+  for (DType t : kBlasTypes) {
     const int64_t bs = is_float(t) ? 8 : dtype_block_size(t);
     for (const Shape& sh : std::vector<Shape>{{bs == 256 ? 256 : 96 - 96 % bs, 67, 1}, {512, 1000, 33},
                                               {512, 200, 100}, {4096, 200, 129}, {256, 8400, 200}})

@@ -48,7 +48,10 @@ void fill_weights(DType t, uint8_t* w, size_t bytes, std::mt19937& rng) {
   const int64_t ts = dtype_type_size(t);
   std::vector<int> offs;
   switch (t) {
-    case DType::Q8_0: case DType::Q4_0: case DType::Q5_0: offs = {0}; break;
+    case DType::Q8_0: case DType::Q4_0: case DType::Q5_0: case DType::IQ4_NL: case DType::IQ4_XS: offs = {0}; break;
+    case DType::MXFP4:  // E8M0 exponent byte: 2^-8
+      for (size_t b = 0; b + 17 <= bytes; b += 17) w[b] = 120;
+      return;
     case DType::Q4_K: case DType::Q5_K: offs = {0, 2}; break;
     case DType::Q6_K: offs = {208}; break;
     case DType::Q2_K: offs = {80, 82}; break;

@@ -388,8 +388,9 @@ Result<std::vector<kiln::DeviceInfo>> driver_error() {
 }
 TEST(CliDevices, GpuFallbackNotice) {
   using kiln::BackendFactory;
-  const BackendFactory cpu{"cpu", cpu_only, nullptr}, cuda_none{"cuda", no_devices, nullptr},
-      cuda_one{"cuda", one_gpu, nullptr}, cuda_err{"cuda", driver_error, nullptr};
+  const BackendFactory cpu{"cpu", cpu_only, nullptr, nullptr, nullptr},
+      cuda_none{"cuda", no_devices, nullptr, nullptr, nullptr}, cuda_one{"cuda", one_gpu, nullptr, nullptr, nullptr},
+      cuda_err{"cuda", driver_error, nullptr, nullptr, nullptr};
   const std::string line = "kiln: no GPU found, running on the CPU";
   std::vector<const BackendFactory*> cpu_build{&cpu}, cuda_build_no_gpu{&cpu, &cuda_none},
       cuda_build_gpu{&cpu, &cuda_one}, cuda_build_no_driver{&cpu, &cuda_err};

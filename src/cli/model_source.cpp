@@ -228,7 +228,7 @@ Result<std::unique_ptr<Engine>> make_engine(Model& model, const CacheOptions& op
   cfg.n_ctx = per_seq * max_seqs;
   cfg.max_seqs = max_seqs;
   cfg.block_size = defaults::kBlockSize;
-  cfg.max_batch = static_cast<int32_t>(std::min<int64_t>(n_batch, cfg.n_ctx));
+  cfg.batch_tokens = static_cast<int32_t>(std::min<int64_t>(n_batch, cfg.n_ctx));
   cfg.max_outputs = max_outputs;
   cfg.dtype = checked.kv_type == "q8_0" ? DType::Q8_0 : DType::F16;
   return Engine::create(model, cfg);

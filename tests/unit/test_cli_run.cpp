@@ -199,7 +199,8 @@ TEST(CliRun, FlagsAreCheckedBeforeTheModelLoadsAndNamed) {
       {"-ngl -5", "-ngl: must be >= 0"},
       {"-c 100000000000", "-c 100000000000: the context is limited"},
   };
-  const char* internal[] = {"n_predict", "top_p", "min_p", "n_batch", "penalty_last_n", "repeat_penalty"};
+  const char* internal[] = {"n_predict", "top_p", "min_p", "n_batch", "penalty_last_n", "repeat_penalty",
+                            "max_new_tokens", "batch_tokens"};
   const std::string missing = "-m /nonexistent/model.gguf ";
   for (const char* cmd : {"run -p hi", "chat"}) {
     for (auto& c : cases) {
@@ -507,9 +508,10 @@ TEST(CliChat, InterruptEndsTheReplyNotTheSession) {
     close(in[1]);
     close(out[0]);
     const std::string bin = kiln::test::kiln_binary(), model = first_model();
-    // A reply that runs until the context is full (thousands of tokens): the interrupt lands inside it.
-    execl(bin.c_str(), bin.c_str(), "chat", "-t", "1", "-m", model.c_str(), "-c", "4096", "-n", "-1", "--ignore-eos",
-          "--temp", "0", (char*)nullptr);
+    // A reply that runs until the context is full (thousands of tokens): the interrupt lands inside it. ChatML:
+    // no stop strings (the plain-text conversation this model would get ends a reply at its first blank line).
+    execl(bin.c_str(), bin.c_str(), "chat", "-t", "1", "-m", model.c_str(), "-c", "2048", "-n", "-1", "--ignore-eos",
+          "--temp", "0", "--chat-template", "chatml", (char*)nullptr);
     _exit(127);
   }
   close(in[0]);

@@ -213,7 +213,7 @@ TEST(CliRun, FlagsAreCheckedBeforeTheModelLoadsAndNamed) {
     }
   }
   // The flags each of perplexity, logits and bench takes.
-  const std::string out = " --out '" + ::testing::TempDir() + "kiln_flags.bin'";
+  const std::string out = " --out '" + ::kiln::test::temp_dir() + "kiln_flags.bin'";
   struct Other {
     std::string args, needle;
   } others[] = {
@@ -243,7 +243,7 @@ TEST(CliRun, FlagsAreCheckedBeforeTheModelLoadsAndNamed) {
 
 // -f and --tokens are bounded by the context; empty ones are errors naming the flag.
 TEST(CliRun, PromptSourcesAreBoundedAndNotEmpty) {
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = ::kiln::test::temp_dir();
   const std::string empty = dir + "kiln_empty_prompt.txt", big = dir + "kiln_big_prompt.txt",
                     ids = dir + "kiln_many_ids.txt";
   { std::ofstream f(empty); }
@@ -340,7 +340,7 @@ TEST(CliRun, ContextAboveTheTrainingContextWarnsOnce) {
 // A random-weight model whose vocabulary is mostly padding (control tokens that render as nothing) prints no
 // text: run says so, with the count of generated tokens.
 TEST(CliRun, WarnsWhenNothingPrintableCameOut) {
-  const std::string pad = ::testing::TempDir() + "kiln_pad_model.gguf";
+  const std::string pad = ::kiln::test::temp_dir() + "kiln_pad_model.gguf";
   CmdResult s = kiln("synth --shape tiny --vocab '" + first_model() + "' --n-vocab 65536 -o '" + pad + "'");
   ASSERT_EQ(s.rc, 0) << s.err;
   const std::string args = "run -t 1 -m '" + pad + "' -p hi -n 8 -s 1";
@@ -367,7 +367,7 @@ TEST(CliRun, WarnsWhenNothingPrintableCameOut) {
 
 TEST(CliTokenize, DefaultsToTheEmbeddedModel) {
   CmdResult r = kiln("tokenize -p 'And God said' --ids");
-  CmdResult l = kiln("logits --tokens 1,2,3 --out '" + ::testing::TempDir() + "kiln_embedded_logits.bin'");
+  CmdResult l = kiln("logits --tokens 1,2,3 --out '" + ::kiln::test::temp_dir() + "kiln_embedded_logits.bin'");
   if (r.rc != 0) {  // a build without the embedded model says so
     EXPECT_NE(r.err.find("no model: pass -m FILE"), std::string::npos) << r.err;
     EXPECT_NE(l.err.find("no model: pass -m FILE"), std::string::npos) << l.err;
@@ -497,7 +497,7 @@ TEST(CliChat, InterruptEndsTheReplyNotTheSession) {
   int in[2], out[2];
   ASSERT_EQ(pipe(in), 0);
   ASSERT_EQ(pipe(out), 0);
-  const std::string err_path = ::testing::TempDir() + "kiln_chat_sigint_" + std::to_string(getpid()) + ".err";
+  const std::string err_path = ::kiln::test::temp_dir() + "kiln_chat_sigint_" + std::to_string(getpid()) + ".err";
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -593,7 +593,7 @@ TEST(CliChat, TerminalCtrlDAndCtrlC) {
 }
 
 TEST(CliPerplexity, ScoresWindows) {
-  const std::string text_path = ::testing::TempDir() + "kiln_ppl_text.txt";
+  const std::string text_path = ::kiln::test::temp_dir() + "kiln_ppl_text.txt";
   {
     std::ofstream f(text_path);
     for (int i = 0; i < 40; ++i) f << "The quick brown fox jumps over the lazy dog, sentence number " << i << ". ";
@@ -618,7 +618,7 @@ TEST(CliPerplexity, ScoresWindows) {
   ids.resize(64);
   std::string list;
   for (size_t i = 0; i < ids.size(); ++i) list += (i ? "," : "") + std::to_string(ids[i]);
-  const std::string lpath = ::testing::TempDir() + "kiln_ppl_logits.bin";
+  const std::string lpath = ::kiln::test::temp_dir() + "kiln_ppl_logits.bin";
   CmdResult lg = kiln("logits -t 1 -m '" + first_model() + "' --tokens " + list + " --all --out '" + lpath + "'");
   ASSERT_EQ(lg.rc, 0) << lg.err;
   const auto bytes = kiln::test::read_file(lpath);
@@ -655,7 +655,7 @@ TEST(CliPerplexity, MatchesLlamaCpp) {
   static const char* words[] = {"the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "and", "then",
                                 "runs", "into", "forest", "where", "many", "trees", "grow", "tall", "under",
                                 "bright", "sun"};
-  const std::string text_path = ::testing::TempDir() + "kiln_ppl_ref.txt";
+  const std::string text_path = ::kiln::test::temp_dir() + "kiln_ppl_ref.txt";
   {
     std::ofstream f(text_path);
     uint64_t x = 12345;

@@ -133,7 +133,7 @@ TEST(StreamDecoder, DanglingAndInvalidBytesBecomeReplacementChars) {
 kiln::Status load_from_kv(const std::vector<std::pair<std::string, kiln::gguf::Value>>& kv) {
   kiln::gguf::Writer w;
   for (const auto& [k, v] : kv) w.set(k, v);
-  const std::string path = (std::filesystem::temp_directory_path() / "kiln_tok_meta_test.gguf").string();
+  const std::string path = ::kiln::test::temp_dir() + "kiln_tok_meta_test.gguf";
   kiln::Status st = w.write(path);
   if (!st) return st;
   auto f = kiln::gguf::File::open(path);

@@ -140,7 +140,7 @@ struct ChatArgs {
   ModelSource src;
   EngineArgs eng;
   SamplerParams sampling;
-  int32_t n_predict = -1;
+  int32_t max_new_tokens = -1;
   bool ignore_eos = false, verbose_prompt = false;
   std::string system_prompt;
   ChatTemplateArgs tpl;
@@ -150,7 +150,7 @@ void add_chat_options(ArgParser& args, ChatArgs* c) {
   add_model_options(args, &c->src);
   args.option({"-sys", "--system-prompt"}, &c->system_prompt, "TEXT", "system message");
   add_chat_template_options(args, &c->tpl);
-  args.option({"-n", "--n-predict"}, &c->n_predict, "N",
+  args.option({"-n", "--n-predict"}, &c->max_new_tokens, "N",
               "most tokens per reply; -1: until EOG or context full (default -1; plain text: " +
                   std::to_string(kPlainReplyCap) + ", at most a quarter of -c)");
   add_engine_options(args, &c->eng);
@@ -168,7 +168,7 @@ struct Conversation {
   const ChatPrompt& prompt;
   const ChatArgs& args;
   int64_t n_ctx = 0;
-  int32_t n_predict = -1;
+  int32_t max_new_tokens = -1;
   json messages = json::array();
   size_t n_fixed = 0;  // what /clear keeps (the system message)
   RequestTimings total;
@@ -204,7 +204,7 @@ struct Conversation {
     GenRequest req;
     req.prompt = std::move(ids);
     req.sampling = args.sampling;
-    req.max_new_tokens = n_predict;
+    req.max_new_tokens = max_new_tokens;
     req.ignore_eos = args.ignore_eos;
     req.stop = prompt.stop_strings();
     std::string reply;  // the text the model wrote (up to a stop string)
@@ -320,7 +320,7 @@ int chat_main(int argc, char** argv) {
     std::fputs(args.usage().c_str(), stdout);
     return 0;
   }
-  if (Status st = check_generation_options(c.n_predict, c.eng.batch_tokens); !st) return fail("chat", st);
+  if (Status st = check_generation_options(c.max_new_tokens, c.eng.batch_tokens); !st) return fail("chat", st);
   if (Status st = check_sampling_options(c.sampling); !st) return fail("chat", st);
   if (Status st = check_model_options(c.src); !st) return fail("chat", st);
   if (Status st = check_engine_options(c.eng); !st) return fail("chat", st);
@@ -338,9 +338,9 @@ int chat_main(int argc, char** argv) {
   auto sched = Scheduler::create(std::move(loaded->model), *cfg);
   if (!sched) return fail("chat", sched.status());
 
-  Conversation conv{**sched, *prompt, c, (*sched)->max_seq_ctx(), c.n_predict, json::array(), 0, RequestTimings{}};
+  Conversation conv{**sched, *prompt, c, (*sched)->max_seq_ctx(), c.max_new_tokens, json::array(), 0, RequestTimings{}};
   if (prompt->plain() && !args.seen("-n") && !args.seen("--n-predict"))
-    conv.n_predict = static_cast<int32_t>(std::clamp<int64_t>(conv.n_ctx / 4, 1, kPlainReplyCap));
+    conv.max_new_tokens = static_cast<int32_t>(std::clamp<int64_t>(conv.n_ctx / 4, 1, kPlainReplyCap));
   if (!c.system_prompt.empty()) conv.messages.push_back({{"role", "system"}, {"content", c.system_prompt}});
   conv.n_fixed = conv.messages.size();
   if (Status st = converse(conv); !st) return fail("chat", st);

@@ -48,7 +48,7 @@ struct RunArgs {
   ModelSource src;
   EngineArgs eng;
   SamplerParams sampling;
-  int32_t n_predict = -1;
+  int32_t max_new_tokens = -1;
   bool ignore_eos = false;
   std::string prompt, prompt_file, tokens_arg;
   bool print_ids = false, no_bos = false, chat = false, verbose_prompt = false;
@@ -64,7 +64,7 @@ void add_run_options(ArgParser& args, RunArgs* r) {
   args.option({"-p", "--prompt"}, &r->prompt, "TEXT", "prompt text (none: generate from BOS alone)");
   args.option({"-f", "--file"}, &r->prompt_file, "FILE", "read the prompt from a file (at most what -c can hold)");
   args.option({"--tokens"}, &r->tokens_arg, "IDS", "prompt as token ids '1,2,3' (or a file of them), fed verbatim");
-  args.option({"-n", "--n-predict"}, &r->n_predict, "N", "tokens to generate; -1: until EOG or context full (default -1)");
+  args.option({"-n", "--n-predict"}, &r->max_new_tokens, "N", "tokens to generate; -1: until EOG or context full (default -1)");
   add_engine_options(args, &r->eng);
   add_sampling_options(args, &r->sampling);
   args.flag({"--ids"}, &r->print_ids, "print the generated ids as one line [id, ...] instead of text");
@@ -101,7 +101,7 @@ Status check_run_args(const ArgParser& args, RunArgs& r) {
   if (r.chat) {
     KILN_ASSIGN_OR_RETURN(r.popts, chat_prompt_options(r.tpl));
   }
-  KILN_TRY(check_generation_options(r.n_predict, r.eng.batch_tokens));
+  KILN_TRY(check_generation_options(r.max_new_tokens, r.eng.batch_tokens));
   KILN_TRY(check_sampling_options(r.sampling));
   KILN_TRY(check_model_options(r.src));
   KILN_TRY(check_engine_options(r.eng));
@@ -207,7 +207,7 @@ int run_main(int argc, char** argv) {
   GenRequest req;
   req.prompt = prompt->ids;
   req.sampling = r.sampling;
-  req.max_new_tokens = r.n_predict;
+  req.max_new_tokens = r.max_new_tokens;
   req.ignore_eos = r.ignore_eos;
   // --chat: the template's stop strings (plain text) end the reply, as a server request's "stop" does.
   if (prompt->chat) req.stop = prompt->chat->stop_strings();

@@ -38,7 +38,8 @@ Status check_config(const EngineConfig& cfg) {
     return make_error(ErrorCode::kInvalidArgument, "--parallel: must be in [1, 256] (got %d)", cfg.max_seqs);
   if (cfg.batch_tokens < 1)
     return make_error(ErrorCode::kInvalidArgument, "-b: batch size must be >= 1 (got %d)", cfg.batch_tokens);
-  if (cfg.n_ctx < 1) return make_error(ErrorCode::kInvalidArgument, "-c: must be >= 1 (got %lld)", (long long)cfg.n_ctx);
+  if (cfg.n_ctx < 1)
+    return make_error(ErrorCode::kInvalidArgument, "-c: must be >= 1 (got %lld)", (long long)cfg.n_ctx);
   if (cfg.max_seq_ctx < 0)
     return make_error(ErrorCode::kInvalidArgument, "max_seq_ctx: must be >= 0 (got %lld)", (long long)cfg.max_seq_ctx);
   if (cfg.max_outputs < 0)

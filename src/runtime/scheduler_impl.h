@@ -81,7 +81,7 @@ struct Scheduler::Impl {
   std::vector<OutputKind> kinds;  // [max_outputs]
   std::vector<int32_t> drafts;    // [kMaxDraftTokens] DraftProposer output
   StepInfo info;
-  int64_t budget = 0, outs_left = 0;
+  int64_t tokens_left = 0, outs_left = 0;  // what is left of batch_tokens and max_outputs in this step
   int64_t n_prompt_tok = 0;       // prompt tokens computed in this step (incl. recomputation)
   std::vector<double> ttft, itl;  // latencies observed in this step (seconds)
 
@@ -111,7 +111,7 @@ struct Scheduler::Impl {
   bool decoding(const Active& a) const;  // its prompt is in the cache and one token is pending
   bool has_kv(const Active& a) const;
   int64_t decode_room(Active& a);        // 1 when a decode token fits (preempting if needed), else 0
-  int64_t chunk_room(Active& a);         // prompt tokens of a that fit the budget and the free blocks
+  int64_t chunk_room(Active& a);         // prompt tokens of a that fit tokens_left and the free blocks
   int64_t fit(const Active& a, int64_t n, int64_t free_blocks) const;
   void attach(Active& a);                // prefix cache
   void put(Active& a, size_t n);

@@ -148,7 +148,7 @@ void Scheduler::Impl::put(Active& a, size_t n) {
     a.t_sched = Clock::now();
     a.tm.queue_ms = ms_between(a.h->submitted(), a.t_sched);
   }
-  budget -= static_cast<int64_t>(got);
+  tokens_left -= static_cast<int64_t>(got);
   if (a.wants) --outs_left;
   sched.push_back(&a);
   if (observer) info.entries.push_back({a.h->id(), static_cast<int32_t>(got), a.wants});
@@ -178,7 +178,7 @@ int64_t Scheduler::Impl::chunk_room(Active& a) {
   if (a.scheduled || a.preempted_now || a.seq->n_pending() == 0) return 0;
   if (has_kv(a) && a.seq->n_pending() == 1 && a.got_first) return 0;  // a decode that found no room
   attach(a);
-  const int64_t want = std::min<int64_t>(static_cast<int64_t>(a.seq->n_pending()), budget);
+  const int64_t want = std::min<int64_t>(static_cast<int64_t>(a.seq->n_pending()), tokens_left);
   return fit(a, want, engine->cache().n_blocks_free());
 }
 
@@ -202,11 +202,11 @@ std::unique_ptr<Active> Scheduler::Impl::make_active(const std::shared_ptr<Reque
   return a;
 }
 
-// Admission while a slot, budget and blocks are free (one free block kept per running sequence, so the decodes of
-// the next step do not preempt at once).
+// Admission while a slot, tokens, an output row and blocks are free (one free block kept per running sequence, so
+// the decodes of the next step do not preempt at once).
 void Scheduler::Impl::admit() {
   KvCache& cache = engine->cache();
-  while (!waiting.empty() && !free_slots.empty() && budget > 0 && outs_left > 0) {
+  while (!waiting.empty() && !free_slots.empty() && tokens_left > 0 && outs_left > 0) {
     std::shared_ptr<RequestHandle> h = waiting.front();
     const int32_t slot = free_slots.back();
     std::unique_ptr<Active> a = make_active(h, slot);
@@ -223,7 +223,7 @@ void Scheduler::Impl::admit() {
     int64_t keep = 0;
     for (auto& o : active) keep += has_kv(*o) ? 1 : 0;
     const int64_t room = cache.n_blocks_free() - keep;
-    const int64_t want = std::min<int64_t>(static_cast<int64_t>(a->seq->n_pending()), budget);
+    const int64_t want = std::min<int64_t>(static_cast<int64_t>(a->seq->n_pending()), tokens_left);
     const int64_t n = room > 0 ? fit(*a, want, room) : 0;
     if (n <= 0) {  // admission waits for blocks
       cache.truncate(slot, 0);
@@ -246,7 +246,7 @@ void Scheduler::Impl::schedule() {
   batch.clear();
   sched.clear();
   info = StepInfo{};
-  budget = engine->caps().batch_tokens;
+  tokens_left = engine->caps().batch_tokens;
   outs_left = engine->caps().max_outputs;
   for (auto& a : active) a->scheduled = a->preempted_now = false;
   // One pass over the running sequences: those decoding first (a token each keeps their latency steady), then
@@ -257,7 +257,7 @@ void Scheduler::Impl::schedule() {
   for (auto& a : active)
     if (!decoding(*a)) order.push_back(a.get());
   for (Active* a : order) {
-    if (budget <= 0 || outs_left <= 0) break;
+    if (tokens_left <= 0 || outs_left <= 0) break;
     const bool decode = decoding(*a);
     const int64_t n = decode ? decode_room(*a) : chunk_room(*a);
     if (n <= 0) continue;

@@ -1,7 +1,8 @@
 // The engine loop (runtime/scheduler.h) and the prefix cache of the block manager (runtime/kv_cache.h): many
-// sequences in one step give the outputs of each request run alone (greedy and seeded); the token budget holds every step and decode tokens go first; admission waits for slots and blocks; a
-// pool too small for everyone preempts and recomputes without changing outputs; a shared prefix is attached, not
-// recomputed; cancel frees the blocks; stop strings cut the text.
+// sequences in one step give the outputs of each request run alone (greedy and seeded); the token budget holds
+// every step and decode tokens go first; admission waits for slots and blocks; a pool too small for everyone
+// preempts and recomputes without changing outputs; a shared prefix is attached, not recomputed; cancel frees the
+// blocks; stop strings cut the text.
 #include <gtest/gtest.h>
 
 #include <fstream>

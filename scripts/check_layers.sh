@@ -2,8 +2,11 @@
 # Include-direction check: no layer includes a header of a layer above it (headers too, not only link symbols).
 #   cli/server -> runtime -> model -> backend -> quant/gguf/util   (docs/ARCHITECTURE.md, "Layers"); grammar and
 #   template sit beside util (runtime, server and cli may include them)
-# Each src/<layer> may include only the layers listed for it (its own included). Runs as a ctest
-# (layers_include_direction) and exits non-zero naming every offending file and line.
+# Each src/<layer> may include only the layers listed for it (its own included). Below the folder level, a
+# sub-folder is private to itself: a header in src/<layer>/<sub>/ (backend/cpu, backend/cuda, model/arch) is
+# included only by files of that same sub-folder. So the generic backend interface (backend/*) never includes a
+# specific backend, and every layer above (cli, the model) reaches backends only through backend/registry.h and
+# the interface. Runs as a ctest (layers_include_direction) and exits non-zero naming every offending file and line.
 set -euo pipefail
 cd "$(dirname "$0")/../src"
 declare -A allowed=(
@@ -38,5 +41,17 @@ for layer in */; do
   done < <(grep -rnE '^\s*#\s*include "[a-z_]+/' "$layer" --include='*.h' --include='*.cpp' --include='*.cu' \
              --include='*.cuh' || true)
 done
-[ $bad -eq 0 ] && echo "check_layers: every include points down"
+# Sub-folders: their headers are theirs alone.
+while IFS=: read -r file line inc; do
+  target=$(sed -E 's/.*#include "([a-z_]+\/[a-z_]+)\/.*/\1/' <<<"$inc")
+  [ -d "$target" ] || continue                          # "layer/file.h": no sub-folder
+  case "$file" in
+    "$target"/*) ;;                                     # inside the sub-folder itself
+    *) echo "src/$file:$line: includes a header private to src/$target/ (reach it through its layer's interface," \
+            "e.g. backend/registry.h): $inc"
+       bad=1 ;;
+  esac
+done < <(grep -rnE '^\s*#\s*include "[a-z_]+/[a-z_]+/' . --include='*.h' --include='*.cpp' --include='*.cu' \
+           --include='*.cuh' | sed 's|^\./||' || true)
+[ $bad -eq 0 ] && echo "check_layers: every include points down; sub-folders are included only from within"
 exit $bad

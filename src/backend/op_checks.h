@@ -47,6 +47,34 @@ inline bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 |
 // KV cache storage types every backend's kv_store/attention may accept.
 inline bool is_cache_type(DType t) { return t == DType::F16 || t == DType::F32 || t == DType::Q8_0; }
 
+// Backend::supports for every backend (backend.h, Op): the operand types each op takes are the same everywhere;
+// what differs is which weight types a backend's matmul and get_rows kernels read, which its own selectors say
+// (the same functions its ops dispatch with). Activations, norms and the hybrid-model ops are f32; kv_store,
+// attention and the sliding window take the cache types; copy converts between float types.
+inline bool supports_op(Op op, DType a, DType b, bool (*matmul_weight)(DType), bool (*get_rows_weight)(DType)) {
+  switch (op) {
+    case Op::kGetRows: return get_rows_weight(a);
+    case Op::kMatmul: return matmul_weight(a);
+    case Op::kKvStore:
+    case Op::kAttention:
+    case Op::kAttentionWindow: return is_cache_type(a);
+    case Op::kCopy: return a == b || (is_float_type(a) && is_float_type(b));
+    case Op::kArgmax:
+    case Op::kRmsNorm:
+    case Op::kRope:
+    case Op::kSwiglu:
+    case Op::kAdd:
+    case Op::kMul:
+    case Op::kScale:
+    case Op::kSoftmax:
+    case Op::kGeglu:
+    case Op::kSigmoidMul:
+    case Op::kConv1dSilu:
+    case Op::kDeltaNet: return a == DType::F32;
+  }
+  return false;
+}
+
 // matmul / matmul_group operands (Backend::matmul): w rows uniform and of a supported type (the backend's own
 // supports() answer), x F32 [n_in, n_tok], dst F32 [n_out, n_tok] not aliasing x, bias F32 [n_out] or unset.
 inline Status matmul_operands(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst,

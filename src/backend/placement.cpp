@@ -4,11 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "backend/registry.h"
 #include "util/thread_pool.h"
-
-#ifdef KILN_HAVE_CUDA
-#include "backend/cuda/comm_nccl.h"
-#endif
 
 namespace kiln {
 
@@ -131,21 +128,11 @@ Result<TensorParallelGroup> make_tensor_parallel_group(const DeviceRequest& req)
     KILN_ASSIGN_OR_RETURN(std::unique_ptr<Backend> b, create_backend(id, bo));
     g.ranks.push_back(std::shared_ptr<Backend>(std::move(b)));
   }
-  std::vector<std::unique_ptr<Communicator>> comms;
-  if (g.ranks[0]->host_memory()) {
-    KILN_ASSIGN_OR_RETURN(comms, make_local_group(g.size()));
-  } else {
-#ifdef KILN_HAVE_CUDA
-    std::vector<Backend*> bs;
-    for (const auto& b : g.ranks) bs.push_back(b.get());
-    auto c = cuda::make_nccl_group(bs);
-    if (!c) return c.status().with_context("--split-mode tensor");
-    comms = std::move(c).value();
-#else
-    return make_error(ErrorCode::kUnsupported, "--split-mode tensor: GPU ranks need a CUDA build with NCCL");
-#endif
-  }
-  for (auto& c : comms) g.comms.push_back(std::shared_ptr<Communicator>(std::move(c)));
+  std::vector<Backend*> bs;
+  for (const auto& b : g.ranks) bs.push_back(b.get());
+  auto comms = make_comm_group(ids[0], bs);  // the in-process group on CPU ranks, NCCL on GPUs
+  if (!comms) return comms.status().with_context("--split-mode tensor");
+  for (auto& c : *comms) g.comms.push_back(std::shared_ptr<Communicator>(std::move(c)));
   return g;
 }
 

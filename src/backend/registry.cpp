@@ -4,21 +4,27 @@
 
 namespace kiln {
 
-extern const BackendFactory kCpuBackendFactory;  // backend/cpu/cpu_backend.cpp
-#ifdef KILN_HAVE_CUDA
-namespace cuda {
-extern const BackendFactory kCudaBackendFactory;  // backend/cuda/backend.cu
-}
-#endif
+extern const BackendFactory kCpuBackendFactory;  // backend/cpu/cpu_backend.cpp (this library)
 
-const std::vector<const BackendFactory*>& backend_factories() {
-  static const std::vector<const BackendFactory*> f = {
-      &kCpuBackendFactory,
-#ifdef KILN_HAVE_CUDA
-      &cuda::kCudaBackendFactory,
-#endif
-  };
+namespace {
+std::vector<const BackendFactory*>& factories() {
+  static std::vector<const BackendFactory*> f = {&kCpuBackendFactory};
   return f;
+}
+}  // namespace
+
+const std::vector<const BackendFactory*>& backend_factories() { return factories(); }
+
+void register_backend_factory(const BackendFactory* f) {
+  for (const BackendFactory* x : factories())
+    if (x == f) return;
+  factories().push_back(f);
+}
+
+const BackendFactory* find_backend_factory(const std::string& kind) {
+  for (const BackendFactory* f : factories())
+    if (kind == f->kind) return f;
+  return nullptr;
 }
 
 Result<std::vector<DeviceInfo>> list_devices() {
@@ -56,6 +62,14 @@ std::string resolve_device(const std::string& device) {
   if (device.empty() || device == "auto") return has_gpu() ? "cuda:0" : "cpu";
   if (device == "cuda") return "cuda:0";
   return device;
+}
+
+Result<std::vector<std::unique_ptr<Communicator>>> make_comm_group(const std::string& device,
+                                                                   const std::vector<Backend*>& ranks) {
+  const std::string id = resolve_device(device);
+  const BackendFactory* f = find_backend_factory(id.substr(0, id.find(':')));
+  if (!f) return make_error(ErrorCode::kInvalidArgument, "--device %s: unknown device kind", device.c_str());
+  return f->make_group(ranks);
 }
 
 Result<std::unique_ptr<Backend>> create_backend(const std::string& device, const BackendOptions& opts) {

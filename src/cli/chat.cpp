@@ -1,6 +1,8 @@
-// kiln chat: an interactive conversation on stdin/stdout through the model's chat template. The conversation stays
-// in the KV cache between turns: each turn re-renders the whole conversation and Generator::sync feeds only what
-// differs from the cached tokens (the new turn). Works with piped stdin: one user message per line.
+// kiln chat: an interactive conversation on stdin/stdout through the model's chat template. Each turn is one
+// request to the engine loop (runtime/scheduler.h) whose prompt is the whole conversation re-rendered; the prefix
+// cache holds the blocks of the conversation so far, so a turn computes little more than its new tokens (hybrid
+// models, whose recurrent state cannot be reused, recompute the conversation). Works with piped stdin: one user
+// message per line.
 //
 // The conversation is rendered as runtime/prompt.h's ChatPrompt decides: the GGUF's tokenizer.chat_template in
 // kiln's Jinja interpreter (--chat-template-file FILE replaces it, --chat-template-kwargs JSON adds variables),
@@ -16,6 +18,8 @@
 //
 // A message that does not fit the context is refused and the session goes on (/clear starts the conversation over).
 // Ctrl-C during a reply ends that reply; at the prompt, a second Ctrl-C in a row (or Ctrl-D, /exit) quits.
+#include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,8 +33,9 @@
 
 #include "cli/args.h"
 #include "cli/chat_cli.h"
+#include "cli/engine_options.h"
 #include "cli/model_source.h"
-#include "runtime/generate.h"
+#include "runtime/scheduler.h"
 #include "runtime/prompt.h"
 
 namespace kiln::cli {
@@ -39,16 +44,32 @@ namespace {
 // Plain mode: the most tokens per reply when -n is not given (and at most a quarter of the context).
 constexpr int32_t kPlainReplyCap = 128;
 
+// SIGINT sets g_interrupted and writes a byte to a pipe the prompt's poll() watches: whichever thread the signal
+// lands on (the engine loop runs on its own), and whenever it comes (also just before poll() starts), the
+// waiting prompt wakes. clear_interrupt() resets both.
 volatile std::sig_atomic_t g_interrupted = 0;
-extern "C" void on_sigint(int) { g_interrupted = 1; }
+int g_sigpipe[2] = {-1, -1};
+extern "C" void on_sigint(int) {
+  g_interrupted = 1;
+  const char c = 1;
+  if (g_sigpipe[1] >= 0) (void)!::write(g_sigpipe[1], &c, 1);
+}
 
-// SIGINT sets g_interrupted, without SA_RESTART: a read() waiting at the prompt returns EINTR.
 void install_sigint_handler() {
+  if (g_sigpipe[0] < 0 && pipe2(g_sigpipe, O_NONBLOCK | O_CLOEXEC) != 0) g_sigpipe[0] = g_sigpipe[1] = -1;
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = 0;
   sigaction(SIGINT, &sa, nullptr);
+}
+
+void clear_interrupt() {
+  g_interrupted = 0;
+  char buf[64];
+  if (g_sigpipe[0] >= 0)
+    while (::read(g_sigpipe[0], buf, sizeof buf) > 0) {
+    }
 }
 
 // Lines from a file descriptor, each at most max_bytes (longer ones are skipped and reported), interruptible.
@@ -93,9 +114,12 @@ class LineReader {
         return kLine;
       }
       if (g_interrupted) return kInterrupted;
+      pollfd fds[2] = {{fd_, POLLIN, 0}, {g_sigpipe[0], POLLIN, 0}};
+      if (::poll(fds, g_sigpipe[0] >= 0 ? 2 : 1, -1) < 0 && errno == EINTR) continue;  // g_interrupted: above
+      if (fds[1].revents & POLLIN) continue;
       char tmp[1 << 16];
       const ssize_t n = ::read(fd_, tmp, sizeof tmp);
-      if (n < 0 && errno == EINTR) continue;  // g_interrupted is checked above
+      if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         eof_ = true;
         continue;
@@ -112,66 +136,135 @@ class LineReader {
   size_t skipped_ = 0;
 };
 
-int chat_main(int argc, char** argv) {
-  ArgParser args("chat",
-                 "Chat with a model on stdin/stdout (one message per line; /clear starts over; EOF, /exit or Ctrl-C "
-                 "twice at the prompt quits; Ctrl-C during a reply ends the reply).");
+struct ChatArgs {
   ModelSource src;
-  CacheOptions cache_opt;
-  GenerateOptions gen;
+  EngineArgs eng;
+  SamplerParams sampling;
+  int32_t max_new_tokens = -1;
+  bool ignore_eos = false, verbose_prompt = false;
   std::string system_prompt;
-  ChatTemplateArgs tpl_args;
-  int n_batch = defaults::kBatch;
-  add_model_options(args, &src);
-  args.option({"-sys", "--system-prompt"}, &system_prompt, "TEXT", "system message");
-  add_chat_template_options(args, &tpl_args);
-  args.option({"-n", "--n-predict"}, &gen.seq.n_predict, "N",
+  ChatTemplateArgs tpl;
+};
+
+void add_chat_options(ArgParser& args, ChatArgs* c) {
+  add_model_options(args, &c->src);
+  args.option({"-sys", "--system-prompt"}, &c->system_prompt, "TEXT", "system message");
+  add_chat_template_options(args, &c->tpl);
+  args.option({"-n", "--n-predict"}, &c->max_new_tokens, "N",
               "most tokens per reply; -1: until EOG or context full (default -1; plain text: " +
                   std::to_string(kPlainReplyCap) + ", at most a quarter of -c)");
-  add_cache_options(args, &cache_opt);
-  args.option({"-b", "--batch-size"}, &n_batch, "N",
-              "prompt tokens per forward pass (default " + std::to_string(defaults::kBatch) + ")");
-  add_sampling_options(args, &gen.seq.sampling);
-  args.flag({"--ignore-eos"}, &gen.seq.ignore_eos, "do not end a reply at end-of-generation tokens");
-  bool verbose_prompt = false;
-  args.flag({"--verbose-prompt"}, &verbose_prompt, "print each turn's rendered prompt on stderr");
-  if (Status st = args.parse(argc, argv); !st) return fail("chat", st);
-  if (args.help_requested()) {
-    std::fputs(args.usage().c_str(), stdout);
-    return 0;
-  }
-  gen.n_batch = n_batch;
-  if (Status st = check_generation_options(gen.seq.n_predict, n_batch); !st) return fail("chat", st);
-  if (Status st = check_sampling_options(gen.seq.sampling); !st) return fail("chat", st);
-  if (Status st = check_model_options(src); !st) return fail("chat", st);
-  if (Status st = check_cache_options(cache_opt); !st) return fail("chat", st);
-  auto popts = chat_prompt_options(tpl_args);
-  if (!popts) return fail("chat", popts.status());
+  add_engine_options(args, &c->eng);
+  add_sampling_options(args, &c->sampling);
+  args.flag({"--ignore-eos"}, &c->ignore_eos, "do not end a reply at end-of-generation tokens");
+  args.flag({"--verbose-prompt"}, &c->verbose_prompt, "print each turn's rendered prompt on stderr");
+}
 
-  auto loaded = load_model(src, /*show_progress=*/true);
-  if (!loaded) return fail("chat", loaded.status());
-  Model& model = *loaded->model;
-  const Tokenizer& tok = model.tokenizer();
-  popts->model_name = loaded->name;
-  auto prompt = ChatPrompt::create(tok, *popts);
-  if (!prompt) return fail("chat", prompt.status());
-  if (!prompt->notice().empty()) std::fprintf(stderr, "kiln chat: %s\n", prompt->notice().c_str());
-  auto engine = make_engine(model, cache_opt, 1, n_batch);
-  if (!engine) return fail("chat", engine.status());
-  const int64_t n_ctx = effective_ctx(model, cache_opt.n_ctx);
-  if (prompt->plain() && !args.seen("-n") && !args.seen("--n-predict"))
-    gen.seq.n_predict = static_cast<int32_t>(std::clamp<int64_t>(n_ctx / 4, 1, kPlainReplyCap));
-  Generator g(**engine, 0, gen, n_ctx);
-  if (Status st = g.validate(); !st) return fail("chat", st);
+using json = nlohmann::ordered_json;
 
-  using json = nlohmann::ordered_json;
+// The conversation and what runs it: each turn is one request to the engine loop with the whole conversation as
+// its prompt; the prefix cache finds the blocks of the turns before, so only the new turn is computed.
+struct Conversation {
+  Scheduler& sched;
+  const ChatPrompt& prompt;
+  const ChatArgs& args;
+  int64_t n_ctx = 0;
+  int32_t max_new_tokens = -1;
   json messages = json::array();
-  if (!system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", system_prompt}});
-  const size_t n_fixed = messages.size();  // what /clear keeps
+  size_t n_fixed = 0;  // what /clear keeps (the system message)
+  RequestTimings total;
+
+  // Room for the turn and at least one token of reply; else the message is refused (false) and the chat goes on.
+  Result<bool> fits(const std::vector<int32_t>& ids) {
+    if (static_cast<int64_t>(ids.size()) < n_ctx) return true;
+    json alone(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(n_fixed));
+    alone.push_back(messages.back());
+    KILN_ASSIGN_OR_RETURN(std::vector<int32_t> alone_ids, prompt.encode(alone));
+    const size_t n_alone = alone_ids.size();
+    messages.erase(messages.end() - 1);
+    if (static_cast<int64_t>(n_alone) >= n_ctx)
+      std::fprintf(stderr, "kiln chat: message refused: %zu tokens with the prompt around it, the context holds %lld "
+                   "(raise -c)\n", n_alone, (long long)n_ctx);
+    else
+      std::fprintf(stderr, "kiln chat: message refused: the conversation would be %zu tokens, the context holds "
+                   "%lld: /clear starts over (or raise -c)\n", ids.size(), (long long)n_ctx);
+    return false;
+  }
+
+  // One user message: render, generate (streamed), and append the reply. A template error (raise_exception, ...)
+  // ends the chat with its position: the conversation cannot go on.
+  Status turn(const std::string& line) {
+    messages.push_back({{"role", "user"}, {"content", line}});
+    KILN_ASSIGN_OR_RETURN(std::string rendered, prompt.render(messages));
+    std::vector<int32_t> ids = prompt.tokenize(rendered);
+    if (args.verbose_prompt)
+      std::fprintf(stderr, "kiln chat: prompt (%s, %zu tokens):\n%s\n", prompt.describe().c_str(), ids.size(),
+                   rendered.c_str());
+    KILN_ASSIGN_OR_RETURN(bool ok, fits(ids));
+    if (!ok) return Status::ok();
+    GenRequest req;
+    req.prompt = std::move(ids);
+    req.sampling = args.sampling;
+    req.max_new_tokens = max_new_tokens;
+    req.ignore_eos = args.ignore_eos;
+    req.stop = prompt.stop_strings();
+    std::string reply;  // the text the model wrote (up to a stop string)
+    ReplyPrinter printer(&prompt, rendered, /*print=*/true);
+    auto h = stream_request(
+        sched, std::move(req),
+        [&](const TokenEvent& ev) {
+          std::string text = ev.text;
+          if (ev.id < 0)  // the held-back tail (after the cap: at most the start of a stop string, or text)
+            while (!text.empty() && text.back() == '\n') text.pop_back();
+          reply += text;
+          printer.push(text);
+        },
+        [] { return g_interrupted != 0; });
+    if (!h) return h.status();
+    printer.finish();
+    std::fputs("\n", stdout);
+    std::fflush(stdout);
+    if (g_interrupted) {
+      clear_interrupt();
+      std::fprintf(stderr, "kiln chat: reply interrupted\n");
+    }
+    add_reply(reply, prompt.prompt_opens_reasoning(rendered));
+    const RequestTimings t = (*h)->timings();
+    total.n_prompt += t.n_prompt - t.n_cached;
+    total.prompt_ms += t.prompt_ms;
+    total.n_gen += t.n_gen;
+    total.gen_ms += t.gen_ms;
+    if ((*h)->stop_reason() == StopReason::kContextFull)
+      std::fprintf(stderr, "kiln chat: context full (%lld tokens): the reply was cut; /clear starts over (or raise "
+                   "-c)\n", (long long)n_ctx);
+    return Status::ok();
+  }
+
+  // The reply without trailing whitespace (plain mode: as the model wrote it after "Assistant:"); with a template,
+  // only its content goes back into the conversation, the reasoning as reasoning_content.
+  void add_reply(std::string reply, bool opened) {
+    while (!reply.empty() && (reply.back() == '\n' || reply.back() == ' ')) reply.pop_back();
+    if (prompt.plain()) {
+      messages.push_back({{"role", "assistant"}, {"content", reply}});
+      return;
+    }
+    tpl::ParsedReply parsed = prompt.parse_reply(reply, /*want_tools=*/false, opened);
+    while (!parsed.content.empty() && (parsed.content.back() == '\n' || parsed.content.back() == ' '))
+      parsed.content.pop_back();
+    messages.push_back(prompt.assistant_message(parsed));
+  }
+
+  void clear() {
+    messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(n_fixed), messages.end());
+    std::fprintf(stderr, "kiln chat: conversation cleared\n");
+  }
+};
+
+// Reads lines until EOF, /exit, or two Ctrl-C in a row at the prompt; each line is a turn.
+Status converse(Conversation& conv) {
   const bool interactive = isatty(STDIN_FILENO);
   install_sigint_handler();
   LineReader reader(STDIN_FILENO);
-  const size_t max_line = static_cast<size_t>(std::min<int64_t>(n_ctx * kMaxBytesPerToken, int64_t{16} << 20));
+  const size_t max_line = static_cast<size_t>(std::min<int64_t>(conv.n_ctx * kMaxBytesPerToken, int64_t{16} << 20));
   int prompt_interrupts = 0;
   std::string line;
   while (true) {
@@ -182,18 +275,18 @@ int chat_main(int argc, char** argv) {
     const LineReader::Result rr = reader.next(&line, max_line);
     if (rr == LineReader::kEof) {
       if (interactive) std::fputc('\n', stdout);  // the stats below start on a line of their own
-      break;
+      return Status::ok();
     }
     if (rr == LineReader::kNoLines) {
       if (interactive) std::fputc('\n', stdout);
       std::fflush(stdout);
-      return fail("chat", make_error(ErrorCode::kInvalidArgument, "stdin: no end of line in more than 64 MiB"));
+      return make_error(ErrorCode::kInvalidArgument, "stdin: no end of line in more than 64 MiB");
     }
     if (rr == LineReader::kInterrupted) {
-      g_interrupted = 0;
+      clear_interrupt();
       if (++prompt_interrupts >= 2) {
         if (interactive) std::fputc('\n', stdout);
-        break;
+        return Status::ok();
       }
       std::fputs(interactive ? "\n" : "", stdout);
       std::fprintf(stderr, "kiln chat: Ctrl-C again (or Ctrl-D, /exit) quits\n");
@@ -202,103 +295,60 @@ int chat_main(int argc, char** argv) {
     prompt_interrupts = 0;
     if (rr == LineReader::kTooLong) {
       std::fprintf(stderr, "kiln chat: message refused: more than %zu bytes, more than the context of %lld tokens can "
-                   "hold (raise -c)\n", max_line, (long long)n_ctx);
+                   "hold (raise -c)\n", max_line, (long long)conv.n_ctx);
       continue;
     }
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line == "/exit" || line == "/quit") break;
+    if (line == "/exit" || line == "/quit") return Status::ok();
     if (line == "/clear") {
-      messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(n_fixed), messages.end());
-      std::fprintf(stderr, "kiln chat: conversation cleared\n");
+      conv.clear();
       continue;
     }
     if (line.empty()) continue;
-    messages.push_back({{"role", "user"}, {"content", line}});
-
-    // A template error (raise_exception, ...) ends the session with its position: the conversation cannot go on.
-    auto rendered = prompt->render(messages);
-    if (!rendered) return fail("chat", rendered.status());
-    std::vector<int32_t> ids = prompt->tokenize(*rendered);
-    if (verbose_prompt)
-      std::fprintf(stderr, "kiln chat: prompt (%s, %zu tokens):\n%s\n", prompt->describe().c_str(), ids.size(),
-                   rendered->c_str());
-    // Room for the turn and at least one token of reply; else the message is refused and the session goes on.
-    if (static_cast<int64_t>(ids.size()) >= n_ctx) {
-      json alone(messages.begin(), messages.begin() + static_cast<std::ptrdiff_t>(n_fixed));
-      alone.push_back(messages.back());
-      auto alone_ids = prompt->encode(alone);
-      if (!alone_ids) return fail("chat", alone_ids.status());
-      const size_t n_alone = alone_ids->size();
-      messages.erase(messages.end() - 1);
-      if (static_cast<int64_t>(n_alone) >= n_ctx)
-        std::fprintf(stderr, "kiln chat: message refused: %zu tokens with the prompt around it, the context holds %lld "
-                     "(raise -c)\n", n_alone, (long long)n_ctx);
-      else
-        std::fprintf(stderr, "kiln chat: message refused: the conversation would be %zu tokens, the context holds "
-                     "%lld: /clear starts over (or raise -c)\n", ids.size(), (long long)n_ctx);
-      continue;
-    }
-    if (Status st = g.sync(ids); !st) return fail("chat", st);
-
-    std::string reply;  // the text the model wrote (up to a stop string)
-    StopFilter filter(prompt->stop_strings());
-    const bool opened = prompt->prompt_opens_reasoning(*rendered);
-    ReplyStream splitter(*prompt, opened);
-    ReasoningSink reasoning;
-    bool started = !prompt->plain();  // plain mode shows the reply from its first visible character
-    auto show_content = [&](std::string text) {
-      if (!started) {
-        const size_t b = text.find_first_not_of(" \t\r\n");
-        if (b == std::string::npos) return;
-        text.erase(0, b);
-        started = true;
-      }
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      std::fflush(stdout);
-    };
-    auto show = [&](const ReplyStream::Delta& o) {
-      reasoning.write(o.reasoning);
-      if (o.reasoning_ended) reasoning.close();
-      show_content(o.content);
-    };
-    auto stop = g.generate([&](int32_t, const std::string& piece) {
-      if (filter.hit()) return false;
-      const std::string text = filter.push(piece);
-      reply += text;
-      show(splitter.push(text));
-      return !filter.hit() && !g_interrupted;
-    });
-    if (!stop) return fail("chat", stop.status());
-    std::string tail = filter.flush();  // after the cap: at most the start of a stop string, or text
-    while (!tail.empty() && tail.back() == '\n') tail.pop_back();
-    reply += tail;
-    show(splitter.push(tail));
-    show(splitter.finish());
-    reasoning.close();
-    std::fputs("\n", stdout);
-    std::fflush(stdout);
-    if (g_interrupted) {
-      g_interrupted = 0;
-      std::fprintf(stderr, "kiln chat: reply interrupted\n");
-    }
-    // The reply without trailing whitespace (plain mode: as the model wrote it after "Assistant:"); with a
-    // template, only its content goes back into the conversation, the reasoning as reasoning_content.
-    while (!reply.empty() && (reply.back() == '\n' || reply.back() == ' ')) reply.pop_back();
-    if (prompt->plain()) {
-      messages.push_back({{"role", "assistant"}, {"content", reply}});
-    } else {
-      tpl::ParsedReply parsed = prompt->parse_reply(reply, /*want_tools=*/false, opened);
-      while (!parsed.content.empty() && (parsed.content.back() == '\n' || parsed.content.back() == ' '))
-        parsed.content.pop_back();
-      messages.push_back(prompt->assistant_message(parsed));
-    }
-    if (*stop == StopReason::kContextFull)
-      std::fprintf(stderr, "kiln chat: context full (%lld tokens): the reply was cut; /clear starts over (or raise "
-                   "-c)\n", (long long)n_ctx);
+    KILN_TRY(conv.turn(line));
   }
-  const Timings& t = g.timings();
+}
+
+int chat_main(int argc, char** argv) {
+  ArgParser args("chat",
+                 "Chat with a model on stdin/stdout (one message per line; /clear starts over; EOF, /exit or Ctrl-C "
+                 "twice at the prompt quits; Ctrl-C during a reply ends the reply).");
+  ChatArgs c;
+  add_chat_options(args, &c);
+  if (Status st = args.parse(argc, argv); !st) return fail("chat", st);
+  if (args.help_requested()) {
+    std::fputs(args.usage().c_str(), stdout);
+    return 0;
+  }
+  if (Status st = check_generation_options(c.max_new_tokens, c.eng.batch_tokens); !st) return fail("chat", st);
+  if (Status st = check_sampling_options(c.sampling); !st) return fail("chat", st);
+  if (Status st = check_model_options(c.src); !st) return fail("chat", st);
+  if (Status st = check_engine_options(c.eng); !st) return fail("chat", st);
+  auto popts = chat_prompt_options(c.tpl);
+  if (!popts) return fail("chat", popts.status());
+
+  auto loaded = load_model(c.src, /*show_progress=*/true);
+  if (!loaded) return fail("chat", loaded.status());
+  popts->model_name = loaded->name;
+  auto prompt = ChatPrompt::create(loaded->model->tokenizer(), *popts);
+  if (!prompt) return fail("chat", prompt.status());
+  if (!prompt->notice().empty()) std::fprintf(stderr, "kiln chat: %s\n", prompt->notice().c_str());
+  auto cfg = engine_config(*loaded->model, c.eng);
+  if (!cfg) return fail("chat", cfg.status());
+  auto sched = Scheduler::create(std::move(loaded->model), *cfg);
+  if (!sched) return fail("chat", sched.status());
+
+  Conversation conv{**sched, *prompt, c, (*sched)->max_seq_ctx(), c.max_new_tokens, json::array(), 0, RequestTimings{}};
+  if (prompt->plain() && !args.seen("-n") && !args.seen("--n-predict"))
+    conv.max_new_tokens = static_cast<int32_t>(std::clamp<int64_t>(conv.n_ctx / 4, 1, kPlainReplyCap));
+  if (!c.system_prompt.empty()) conv.messages.push_back({{"role", "system"}, {"content", c.system_prompt}});
+  conv.n_fixed = conv.messages.size();
+  if (Status st = converse(conv); !st) return fail("chat", st);
+  const RequestTimings& t = conv.total;
+  const double prompt_s = t.prompt_ms / 1000, gen_s = t.gen_ms / 1000;
   std::fprintf(stderr, "kiln chat: prompt %lld tokens in %.3f s (%.2f tok/s), generated %lld tokens in %.3f s (%.2f tok/s)\n",
-               (long long)t.n_prompt, t.prompt_s, t.prompt_tps(), (long long)t.n_gen, t.gen_s, t.gen_tps());
+               (long long)t.n_prompt, prompt_s, prompt_s > 0 ? t.n_prompt / prompt_s : 0.0, (long long)t.n_gen, gen_s,
+               gen_s > 0 ? t.n_gen / gen_s : 0.0);
   return 0;
 }
 

@@ -1,16 +1,22 @@
-// What `kiln chat` and `kiln run --chat` share: the chat template options, and streaming a reply to the terminal.
+// What `kiln chat` and `kiln run` share: the chat template options, the one request they submit to the engine
+// loop, and streaming its reply to the terminal.
 //   ChatTemplateArgs  --chat-template NAME|plain|JINJA, --chat-template-file FILE, --chat-template-kwargs JSON,
 //                     turned into runtime's ChatPromptOptions (checked before the model loads).
-//   StopFilter     holds back text that may be the beginning of a stop string (plain-text conversations).
-//   (runtime's ReplyStream splits the streamed text into reasoning and content.)
-//   ReasoningSink  shows reasoning on stderr, distinct from the reply: dimmed on a terminal, else in a
-//                  "[reasoning] ..." paragraph.
+//   stream_request    submits one request to the Scheduler (runtime/scheduler.h) and hands its token events to a
+//                     callback as they come; the stop strings (a template's, plain text's) are the scheduler's.
+//   ReplyPrinter      content to stdout (plain text: from the first visible character), reasoning to stderr through
+//                     runtime's ReplyStream (the split) and ReasoningSink: dimmed on a terminal, else in a
+//                     "[reasoning] ..." paragraph.
 #pragma once
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +25,7 @@
 #include "cli/args.h"
 #include "cli/model_source.h"
 #include "runtime/prompt.h"
+#include "runtime/scheduler.h"
 
 namespace kiln::cli {
 
@@ -71,50 +78,6 @@ inline Result<ChatPromptOptions> chat_prompt_options(const ChatTemplateArgs& a) 
   return o;
 }
 
-// The length of the longest tail of `s` that is a proper prefix of `marker`.
-inline size_t partial_marker_tail(const std::string& s, const std::string& marker) {
-  if (marker.empty()) return 0;
-  for (size_t k = std::min(marker.size() - 1, s.size()); k > 0; --k)
-    if (s.compare(s.size() - k, k, marker, 0, k) == 0) return k;
-  return 0;
-}
-
-class StopFilter {
- public:
-  explicit StopFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {}
-  // Adds a piece; returns the text that can be printed now. After a stop string, hit() is true and the rest is
-  // dropped.
-  std::string push(const std::string& piece) {
-    if (hit_) return "";
-    pending_ += piece;
-    size_t cut = std::string::npos;
-    for (const std::string& s : stops_) cut = std::min(cut, pending_.find(s));
-    if (cut != std::string::npos) {
-      hit_ = true;
-      std::string out = pending_.substr(0, cut);
-      pending_.clear();
-      return out;
-    }
-    size_t keep = 0;
-    for (const std::string& s : stops_) keep = std::max(keep, partial_marker_tail(pending_, s));
-    std::string out = pending_.substr(0, pending_.size() - keep);
-    pending_.erase(0, pending_.size() - keep);
-    return out;
-  }
-  std::string flush() {
-    std::string out;
-    if (!hit_) out.swap(pending_);
-    pending_.clear();
-    return out;
-  }
-  bool hit() const { return hit_; }
-
- private:
-  std::vector<std::string> stops_;
-  std::string pending_;
-  bool hit_ = false;
-};
-
 // Reasoning text on stderr: dimmed on a terminal, else one "[reasoning] ..." paragraph per reply.
 class ReasoningSink {
  public:
@@ -138,6 +101,81 @@ class ReasoningSink {
  private:
   bool tty_;
   bool open_ = false;
+};
+
+// Submits `req` and calls on_event for each token event until the request ends; `interrupted` is polled while it
+// runs (true: the request is cancelled, and the events up to the cancellation still arrive). Returns the handle
+// (finish reason, stop reason, timings, seed) or the submit error.
+inline Result<std::shared_ptr<RequestHandle>> stream_request(Scheduler& sched, GenRequest req,
+                                                             const std::function<void(const TokenEvent&)>& on_event,
+                                                             const std::function<bool()>& interrupted = nullptr) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<RequestHandle> h, sched.submit(std::move(req)));
+  std::vector<TokenEvent> evs;
+  for (;;) {
+    evs.clear();
+    const bool more = h->next(evs, std::chrono::milliseconds(50));
+    for (const TokenEvent& ev : evs) on_event(ev);
+    if (!more) break;
+    if (interrupted && !h->cancelled() && interrupted()) h->cancel();
+  }
+  if (Status st = h->error(); !st) return st;
+  return h;
+}
+
+// Shows a reply as it streams: with a chat prompt, split into reasoning (stderr) and content (stdout); plain
+// conversations start at the first visible character. print = false: nothing is written (run --ids), only
+// visible() is tracked.
+class ReplyPrinter {
+ public:
+  ReplyPrinter(const ChatPrompt* prompt, const std::string& rendered, bool print)
+      : print_(print), started_(!(prompt && prompt->plain())) {
+    if (prompt) splitter_.emplace(*prompt, prompt->prompt_opens_reasoning(rendered));
+  }
+  void push(const std::string& text) {
+    if (splitter_) {
+      show(splitter_->push(text));
+    } else {
+      ReplyStream::Delta d;
+      d.content = text;
+      show(d);
+    }
+  }
+  // The end of the reply: the split's held text.
+  void finish() {
+    if (splitter_) show(splitter_->finish());
+    reasoning_.close();
+  }
+  bool visible() const { return visible_; }
+
+ private:
+  static bool has_visible_text(const std::string& s) {
+    for (unsigned char c : s)
+      if (c > ' ' && c != 0x7f) return true;
+    return false;
+  }
+  void show(const ReplyStream::Delta& o) {
+    visible_ = visible_ || has_visible_text(o.reasoning) || has_visible_text(o.content);
+    if (!print_) return;
+    reasoning_.write(o.reasoning);
+    if (o.reasoning_ended) reasoning_.close();
+    std::string text = o.content;
+    if (!started_) {
+      const size_t b = text.find_first_not_of(" \t\r\n");
+      if (b == std::string::npos) return;
+      text.erase(0, b);
+      started_ = true;
+    }
+    if (!text.empty()) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    }
+  }
+
+  bool print_;
+  bool started_;
+  bool visible_ = false;
+  std::optional<ReplyStream> splitter_;
+  ReasoningSink reasoning_;
 };
 
 }  // namespace kiln::cli

@@ -228,7 +228,7 @@ Result<std::unique_ptr<Engine>> make_engine(Model& model, const CacheOptions& op
   cfg.n_ctx = per_seq * max_seqs;
   cfg.max_seqs = max_seqs;
   cfg.block_size = defaults::kBlockSize;
-  cfg.max_batch = static_cast<int32_t>(std::min<int64_t>(n_batch, cfg.n_ctx));
+  cfg.batch_tokens = static_cast<int32_t>(std::min<int64_t>(n_batch, cfg.n_ctx));
   cfg.max_outputs = max_outputs;
   cfg.dtype = checked.kv_type == "q8_0" ? DType::Q8_0 : DType::F16;
   return Engine::create(model, cfg);
@@ -279,12 +279,12 @@ Status check_sampling_options(const SamplerParams& p) {
   return Status::ok();
 }
 
-Status check_generation_options(int64_t n_predict, int64_t n_batch) {
-  if (n_predict < -1)
+Status check_generation_options(int64_t max_new_tokens, int64_t batch_tokens) {
+  if (max_new_tokens < -1)
     return make_error(ErrorCode::kInvalidArgument, "-n: must be >= -1 (-1: until end of generation; got %lld)",
-                      (long long)n_predict);
-  if (n_batch < 1 || n_batch > (1 << 20))
-    return make_error(ErrorCode::kInvalidArgument, "-b: must be in [1, %d] (got %lld)", 1 << 20, (long long)n_batch);
+                      (long long)max_new_tokens);
+  if (batch_tokens < 1 || batch_tokens > (1 << 20))
+    return make_error(ErrorCode::kInvalidArgument, "-b: must be in [1, %d] (got %lld)", 1 << 20, (long long)batch_tokens);
   return Status::ok();
 }
 

@@ -101,7 +101,7 @@ void add_sampling_options(ArgParser& args, SamplerParams* p);
 // Range checks of the sampling flags before the model loads; errors name the flag (--top-p 7 like --min-p 2).
 Status check_sampling_options(const SamplerParams& p);
 // -n (tokens to generate: >= -1) and -b (tokens per forward pass: 1 .. 2^20), before the model loads.
-Status check_generation_options(int64_t n_predict, int64_t n_batch);
+Status check_generation_options(int64_t max_new_tokens, int64_t batch_tokens);
 
 // The most bytes of prompt text that could fit a context of n_ctx tokens (a token covers at most this many bytes
 // of text in any vocabulary kiln has met; the tokenized length is checked against the context afterwards).

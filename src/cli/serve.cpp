@@ -12,6 +12,7 @@
 
 #include "cli/args.h"
 #include "cli/chat_cli.h"
+#include "cli/engine_options.h"
 #include "cli/model_source.h"
 #include "runtime/scheduler.h"
 #include "server/server.h"
@@ -30,35 +31,28 @@ std::string basename_of(const std::string& p) {
 int serve_main(int argc, char** argv) {
   ArgParser args("serve", "OpenAI-compatible HTTP server with continuous batching over a shared paged KV cache.");
   ModelSource src;
-  CacheOptions cache_opt;
+  EngineArgs eng;
+  eng.server = true;
   server::ServerConfig sc;
-  SchedulerConfig sched_cfg;
-  int n_batch = defaults::kBatch;
-  int parallel = 4;
-  bool no_prefix = false, quiet = false;
+  bool quiet = false;
   int64_t body_limit = 8 << 20;
   float timeout_s = 600, shutdown_s = 10;
   std::string alias;
   add_model_options(args, &src);
-  add_cache_options(args, &cache_opt);
-  args.option({"-b", "--batch-size"}, &n_batch, "N",
-              "token budget per step: decode tokens first, then prompt chunks (default " +
-                  std::to_string(defaults::kBatch) + ")");
-  args.option({"-np", "--parallel"}, &parallel, "N", "sequences decoded at once, 1..256 (default 4)");
+  add_engine_options(args, &eng);
   args.option({"--host"}, &sc.host, "ADDR", "address to listen on (default 127.0.0.1)");
   args.option({"--port"}, &sc.port, "PORT", "port to listen on; 0: any free one (default 8080)");
   args.option({"--api-key"}, &sc.api_key, "KEY", "require 'Authorization: Bearer KEY' (all but /health)");
   args.option({"-a", "--alias"}, &alias, "NAME", "model id in /v1/models and responses (default: the file name)");
   ChatTemplateArgs tpl_args;
   add_chat_template_options(args, &tpl_args);
-  args.option({"-n", "--n-predict"}, &sc.default_max_tokens, "N",
+  args.option({"-n", "--n-predict"}, &sc.default_max_new_tokens, "N",
               "max_tokens of requests that name none; -1: until EOG or the context is full (default -1)");
   args.option({"--timeout"}, &timeout_s, "S", "per-request limit in seconds: generation stops there (default 600)");
   args.option({"--body-limit"}, &body_limit, "BYTES", "request body limit, 413 above (default 8388608)");
   args.option({"--shutdown-timeout"}, &shutdown_s, "S",
               "on SIGINT/SIGTERM, seconds running requests may take to finish before they are cancelled (default 10)");
   args.option({"--threads-http"}, &sc.http_threads, "N", "HTTP worker threads (default max(64, 4 x parallel + 16))");
-  args.flag({"--no-prefix-cache"}, &no_prefix, "do not keep or reuse the KV blocks of shared prompt prefixes");
   args.flag({"--no-log"}, &quiet, "no log line per request");
   add_sampling_options(args, &sc.sampling);
   if (Status st = args.parse(argc, argv); !st) return fail("serve", st);
@@ -69,9 +63,7 @@ int serve_main(int argc, char** argv) {
                stdout);
     return 0;
   }
-  if (parallel < 1 || parallel > 256)
-    return fail("serve", make_error(ErrorCode::kInvalidArgument, "--parallel: must be in [1, 256] (got %d)", parallel));
-  if (n_batch < 1) return fail("serve", make_error(ErrorCode::kInvalidArgument, "-b: must be >= 1 (got %d)", n_batch));
+  if (Status st = check_engine_options(eng); !st) return fail("serve", st);
   if (sc.port < 0 || sc.port > 65535)
     return fail("serve", make_error(ErrorCode::kInvalidArgument, "--port: must be in [0, 65535] (got %d)", sc.port));
   if (body_limit < 1024 || body_limit > (int64_t{1} << 30))
@@ -80,8 +72,8 @@ int serve_main(int argc, char** argv) {
     return fail("serve", make_error(ErrorCode::kInvalidArgument, "--timeout / --shutdown-timeout: must be > 0"));
   if (sc.http_threads < 0 || sc.http_threads > 4096)
     return fail("serve", make_error(ErrorCode::kInvalidArgument, "--threads-http: must be in [0, 4096]"));
-  if (sc.default_max_tokens < -1 || sc.default_max_tokens == 0)
-    return fail("serve", make_error(ErrorCode::kInvalidArgument, "-n: must be -1 or >= 1 (got %d)", sc.default_max_tokens));
+  if (sc.default_max_new_tokens < -1 || sc.default_max_new_tokens == 0)
+    return fail("serve", make_error(ErrorCode::kInvalidArgument, "-n: must be -1 or >= 1 (got %d)", sc.default_max_new_tokens));
   {
     auto o = chat_prompt_options(tpl_args);
     if (!o) return fail("serve", o.status());
@@ -93,10 +85,9 @@ int serve_main(int argc, char** argv) {
     if (Status st = probe.validate(); !st) return fail("serve", st);
   }
   if (Status st = check_model_options(src); !st) return fail("serve", st);
-  if (Status st = check_cache_options(cache_opt); !st) return fail("serve", st);
   sc.max_body = static_cast<size_t>(body_limit);
   sc.timeout_s = timeout_s;
-  sc.parallel = parallel;
+  sc.parallel = eng.max_seqs;
   sc.log_requests = !quiet;
   sc.model_id = !alias.empty() ? alias : !src.path.empty() ? basename_of(src.path) : "kiln-demo";
 
@@ -120,25 +111,17 @@ int serve_main(int argc, char** argv) {
 
   auto loaded = load_model(src, /*show_progress=*/true);
   if (!loaded) return quit(fail("serve", loaded.status()));
-  const HParams& hp = loaded->model->hparams();
-  const int64_t train = hp.n_ctx_train;
-  int64_t n_ctx = cache_opt.n_ctx;
-  if (n_ctx == 0) n_ctx = std::min<int64_t>(effective_ctx(*loaded->model, 0) * parallel, 65536);
-  sched_cfg.n_ctx = n_ctx;
-  sched_cfg.max_batch = n_batch;
-  sched_cfg.parallel = parallel;
-  sched_cfg.prefix_cache = !no_prefix;
-  sched_cfg.block_size = defaults::kBlockSize;
-  sched_cfg.kv_q8 = cache_opt.kv_type == "q8_0";
-  sched_cfg.max_seq_ctx = train > 0 ? std::min(train, n_ctx) : n_ctx;
-  auto sched = Scheduler::create(std::move(loaded->model), sched_cfg);
+  auto cfg = engine_config(*loaded->model, eng);
+  if (!cfg) return quit(fail("serve", cfg.status()));
+  auto sched = Scheduler::create(std::move(loaded->model), *cfg);
   if (!sched) return quit(fail("serve", sched.status()));
   if (Status st = srv.set_ready(sched->get()); !st) return quit(fail("serve", st));
   std::fprintf(stderr,
                "kiln serve: ready: model '%s' (%s), KV %lld tokens shared by %d sequences (at most %lld each), "
                "budget %d tokens per step, prefix cache %s, http://%s:%d/v1\n",
-               sc.model_id.c_str(), (*sched)->model_description().c_str(), (long long)n_ctx, parallel,
-               (long long)(*sched)->max_seq_ctx(), n_batch, no_prefix ? "off" : "on", sc.host.c_str(), srv.port());
+               sc.model_id.c_str(), (*sched)->model_description().c_str(), (long long)cfg->n_ctx, cfg->max_seqs,
+               (long long)(*sched)->max_seq_ctx(), cfg->batch_tokens, cfg->prefix_cache ? "on" : "off",
+               sc.host.c_str(), srv.port());
 
   while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::fprintf(stderr, "kiln serve: shutting down: %lld requests in flight\n", (long long)srv.in_flight());

@@ -8,7 +8,7 @@
 //   h    [n_embd, n]            normed input of a sublayer, then its output before the residual add
 //   q    [hd_k, n_head, n]      k [hd_k, n_head_kv, n]   v [hd_v, n_head_kv, n]
 //   attn [hd_v, n_head, n]      g, u [n_ff, n]
-//   s    [ws_extra, max_tokens] scratch region of architectures that need more (HParams::ws_extra; carve())
+//   s    [ws_extra, batch_tokens] scratch region of architectures that need more (HParams::ws_extra; carve())
 #pragma once
 
 #include <cstdint>

@@ -4,14 +4,14 @@
 //   per layer       K and V pools on the layer's backend: [n_head_kv * hd, n_blocks * block_size] of kv_dtype
 //   per layer       (linear-attention layers of hybrid models instead of K/V) the recurrent state: conv history
 //                   [(d_conv-1) * conv_dim, max_seqs] and delta-rule matrices [S_v * S_k * H_v, max_seqs], f32
-//   per backend     workspace of max_tokens rows: x h q k v attn g u x_keep attn_keep s (f32), the index region
+//   per backend     workspace of batch_tokens rows: x h q k v attn g u x_keep attn_keep s (f32), the index region
 //                   (I32, the staging layout below) and the block tables [max_blocks_per_seq, max_seqs]
 //   output backend  logits f32 [n_vocab, max_outputs], argmax I32 [max_outputs]
 //   host (pinned, from the input backend's alloc_host)
 //                   staging: index region + out_kind + table mirror; fetch: argmax [max_outputs] and logits
-//                   [max_outputs][n_vocab]; a bounce buffer of max_tokens * n_embd f32 for device-to-device
+//                   [max_outputs][n_vocab]; a bounce buffer of batch_tokens * n_embd f32 for device-to-device
 //                   boundaries without host memory on either side
-// Index region (int32 offsets, T = max_tokens, O = max_outputs, S = max_seqs):
+// Index region (int32 offsets, T = batch_tokens, O = max_outputs, S = max_seqs):
 //   token 0 | pos T | slot 2T | tok_table 3T | kv_len 4T | out_rows 5T | seq_row 5T+O | seq_q_start +S |
 //   seq_q_len +2S | seq_kv_len +3S | seq_reset +4S | end 5T+O+5S
 //
@@ -58,7 +58,7 @@ struct IndexLayout {
 struct Work {
   Backend* be = nullptr;
   std::unique_ptr<Buffer> act, idx, tables;
-  Tensor ws[11];  // x h q k v attn g u x_keep attn_keep s, [width, max_tokens]
+  Tensor ws[11];  // x h q k v attn g u x_keep attn_keep s, [width, batch_tokens]
   Tensor idx_t, tables_t;
   Tensor rope_freqs;
 };
@@ -68,7 +68,7 @@ class State final : public ModelState {
   State(const HParams& hp, const ArchDef& arch, const Weights& w, const Placement& place, const StepCaps& caps,
         Communicator* comm = nullptr, int64_t n_vocab_full = 0)
       : hp_(hp), arch_(arch), w_(w), place_(place), caps_(caps),
-        L_{caps.max_tokens, caps.max_outputs, caps.max_seqs}, comm_(comm),
+        L_{caps.batch_tokens, caps.max_outputs, caps.max_seqs}, comm_(comm),
         V_(comm ? n_vocab_full : hp.n_vocab) {}
 
   Status init();
@@ -130,7 +130,7 @@ class State final : public ModelState {
 };
 
 Status State::init() {
-  const int64_t T = caps_.max_tokens, S = caps_.max_seqs, MB = caps_.max_blocks_per_seq();
+  const int64_t T = caps_.batch_tokens, S = caps_.max_seqs, MB = caps_.max_blocks_per_seq();
   std::vector<Backend*> bes = place_.backends();
   for (Backend* be : bes) buckets_ = buckets_ || !be->host_memory();
 
@@ -281,11 +281,11 @@ void State::set_layer_params(ForwardCtx& c, int64_t il) const {
 Status State::execute() {
   StepPlan& P = plan_;
   const int64_t n = P.n_bucket, m = P.n_out_bucket;
-  if (n <= 0 || n > caps_.max_tokens || m < 0 || m > caps_.max_outputs || m > n || P.n_seq < 0 ||
+  if (n <= 0 || n > caps_.batch_tokens || m < 0 || m > caps_.max_outputs || m > n || P.n_seq < 0 ||
       P.n_seq > caps_.max_seqs)
     return make_error(ErrorCode::kInternal, "execute: plan of %lld tokens / %lld outputs / %d sequences exceeds the "
                       "state's capacity (%d / %d / %d)", static_cast<long long>(n), static_cast<long long>(m),
-                      P.n_seq, caps_.max_tokens, caps_.max_outputs, caps_.max_seqs);
+                      P.n_seq, caps_.batch_tokens, caps_.max_outputs, caps_.max_seqs);
   const int64_t MB = caps_.max_blocks_per_seq();
   // 1. Upload.
   for (Work& w : work_) {
@@ -588,11 +588,11 @@ namespace {
 // The capacities, the KV type, the ops of the architecture and the storage per backend, before anything is
 // allocated.
 Status check_state(const HParams& hp, const Placement& place, const StepCaps& caps) {
-  if (caps.max_tokens < 1 || caps.max_tokens > (1 << 20))
-    return make_error(ErrorCode::kInvalidArgument, "batch size %d is out of range [1, %d]", caps.max_tokens, 1 << 20);
-  if (caps.max_outputs < 1 || caps.max_outputs > caps.max_tokens)
+  if (caps.batch_tokens < 1 || caps.batch_tokens > (1 << 20))
+    return make_error(ErrorCode::kInvalidArgument, "batch size %d is out of range [1, %d]", caps.batch_tokens, 1 << 20);
+  if (caps.max_outputs < 1 || caps.max_outputs > caps.batch_tokens)
     return make_error(ErrorCode::kInvalidArgument, "output rows per step %d must be in [1, batch size %d]",
-                      caps.max_outputs, caps.max_tokens);
+                      caps.max_outputs, caps.batch_tokens);
   if (caps.max_seqs < 1 || caps.max_seqs > 65536)
     return make_error(ErrorCode::kInvalidArgument, "sequences %d is out of range [1, 65536]", caps.max_seqs);
   if (caps.block_size < 1 || caps.block_size > 1024 || caps.n_blocks < 1 || caps.n_blocks > (int64_t{1} << 31) / caps.block_size)

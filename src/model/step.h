@@ -33,8 +33,8 @@ namespace kiln {
 
 // Capacities a ModelState is created for; everything execute touches is allocated for these.
 struct StepCaps {
-  int32_t max_tokens = 512;   // tokens per execute (the runtime splits larger batches)
-  int32_t max_outputs = 8;    // output rows per execute (logits/argmax), <= max_tokens
+  int32_t batch_tokens = 512; // tokens per execute (the runtime splits larger batches)
+  int32_t max_outputs = 8;    // output rows per execute (logits/argmax), <= batch_tokens
   int32_t max_seqs = 1;       // sequence slots = block-table rows
   int64_t n_blocks = 256;     // KV pool blocks (per layer)
   int32_t block_size = 16;    // token slots per block
@@ -48,7 +48,7 @@ struct StepCaps {
 enum class OutputKind : uint8_t { kArgmax = 0, kLogits = 1 };
 
 // The host side of a step. Pointers are into pinned staging owned by the ModelState, at fixed offsets:
-// [max_tokens] arrays first, then [max_outputs], then [max_seqs]; `tables` is the host mirror of the block tables
+// [batch_tokens] arrays first, then [max_outputs], then [max_seqs]; `tables` is the host mirror of the block tables
 // [max_seqs][max_blocks_per_seq] (row-major), uploaded row by row when marked dirty.
 struct StepPlan {
   int32_t n_tok = 0;         // real tokens
@@ -59,11 +59,11 @@ struct StepPlan {
   int32_t max_kv_len = 0;    // bound of kv_len (a bucket)
   int32_t max_q_len = 0;     // bound of seq_q_len
 
-  int32_t* token = nullptr;      // [max_tokens]
-  int32_t* pos = nullptr;        // [max_tokens]
-  int32_t* slot = nullptr;       // [max_tokens] block * block_size + offset, -1 = padding
-  int32_t* tok_table = nullptr;  // [max_tokens] block-table row of the token's sequence
-  int32_t* kv_len = nullptr;     // [max_tokens] pos + 1, 0 = padding
+  int32_t* token = nullptr;      // [batch_tokens]
+  int32_t* pos = nullptr;        // [batch_tokens]
+  int32_t* slot = nullptr;       // [batch_tokens] block * block_size + offset, -1 = padding
+  int32_t* tok_table = nullptr;  // [batch_tokens] block-table row of the token's sequence
+  int32_t* kv_len = nullptr;     // [batch_tokens] pos + 1, 0 = padding
   int32_t* out_rows = nullptr;   // [max_outputs] token rows that want output, increasing
   int32_t* seq_row = nullptr;    // [max_seqs]
   int32_t* seq_q_start = nullptr;

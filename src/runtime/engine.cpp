@@ -10,12 +10,12 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const KvCacheConfig
   KvCacheConfig cfg = cfg_in;
   if (model.hparams().hybrid()) cfg.prefix_cache = false;
   StepCaps caps;
-  caps.max_tokens = cfg.max_batch;
+  caps.batch_tokens = cfg.batch_tokens;
   caps.max_seqs = cfg.max_seqs;
   caps.block_size = cfg.block_size;
   caps.kv_dtype = cfg.dtype;
   caps.max_outputs = cfg.max_outputs > 0 ? cfg.max_outputs : std::max(cfg.max_seqs, 8);
-  caps.max_outputs = std::min(caps.max_outputs, std::max(cfg.max_batch, 1));
+  caps.max_outputs = std::min(caps.max_outputs, std::max(cfg.batch_tokens, 1));
   // Sizes first, then the storage against the backends' memory (create_state), then the bookkeeping.
   KILN_TRY(KvCache::validate(cfg));
   caps.n_blocks = (cfg.n_ctx + cfg.block_size - 1) / cfg.block_size;
@@ -47,7 +47,7 @@ int32_t Engine::bucket_tokens(int32_t n) const {
   int32_t b = 1;
   while (b < n && b < 64) b *= 2;
   if (n > 64) b = (n + 63) / 64 * 64;
-  return std::min(b, state_->caps().max_tokens);
+  return std::min(b, state_->caps().batch_tokens);
 }
 
 int32_t Engine::bucket_kv(int32_t n) const {
@@ -65,9 +65,9 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
   const StepCaps& caps = S.caps();
   const HParams& hp = model_.hparams();
   const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n < 1 || n > caps.max_tokens)
+  if (n < 1 || n > caps.batch_tokens)
     return make_error(ErrorCode::kInvalidArgument, "step: %lld tokens (1 to %d per step)", static_cast<long long>(n),
-                      caps.max_tokens);
+                      caps.batch_tokens);
   KvCache& cache = *cache_;
 
   // 1. Value checks; sequences in order of first appearance; each sequence's tokens must be consecutive in the
@@ -214,7 +214,7 @@ Status Engine::forward(const Batch& batch, std::vector<float>* logits) {
     // The longest run within the caps.
     size_t e = i;
     int32_t outs = 0;
-    while (e < all.size() && e - i < static_cast<size_t>(caps.max_tokens) &&
+    while (e < all.size() && e - i < static_cast<size_t>(caps.batch_tokens) &&
            outs + (all[e].want_logits ? 1 : 0) <= caps.max_outputs)
       outs += all[e++].want_logits;
     std::span<const BatchToken> chunk(all.data() + i, e - i);

@@ -30,7 +30,7 @@ class Engine {
   ModelState& state() { return *state_; }
   const StepCaps& caps() const { return state_->caps(); }
 
-  // One step: tokens.size() <= caps().max_tokens and at most caps().max_outputs want_logits tokens; kinds[i] says
+  // One step: tokens.size() <= caps().batch_tokens and at most caps().max_outputs want_logits tokens; kinds[i] says
   // what output i (the i-th want_logits token, in batch order) brings back. The outputs stay valid until the next
   // step. On error nothing is committed (the reservations are dropped).
   Result<StepOutputs> step(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds);

@@ -25,9 +25,9 @@ Status KvCache::validate(const KvCacheConfig& cfg) {
   if (cfg.dtype != DType::F16 && cfg.dtype != DType::F32 && cfg.dtype != DType::Q8_0)
     return make_error(ErrorCode::kUnsupported, "kv cache: type %s is not supported (f16, q8_0, f32)",
                       dtype_name(cfg.dtype));
-  if (cfg.max_batch < 1 || cfg.max_batch > (1 << 20))
+  if (cfg.batch_tokens < 1 || cfg.batch_tokens > (1 << 20))
     return make_error(ErrorCode::kInvalidArgument, "-b: batch size must be in [1, %d] (got %d)", 1 << 20,
-                      cfg.max_batch);
+                      cfg.batch_tokens);
   return Status::ok();
 }
 
@@ -163,13 +163,13 @@ int64_t KvCache::cached_prefix(std::span<const int32_t> tokens) const {
   return n;
 }
 
-int64_t KvCache::attach_prefix(int32_t seq_id, std::span<const int32_t> tokens, int64_t max_tokens) {
+int64_t KvCache::attach_prefix(int32_t seq_id, std::span<const int32_t> tokens, int64_t limit) {
   if (!cfg_.prefix_cache || !valid_seq(seq_id)) return 0;
   Seq& s = seqs_[seq_id];
-  if (s.len != 0 || !s.table.empty() || max_tokens <= 0) return s.len;
+  if (s.len != 0 || !s.table.empty() || limit <= 0) return s.len;
   const size_t bs = static_cast<size_t>(cfg_.block_size);
   uint64_t parent = cfg_.prefix_seed;
-  for (size_t i = 0; (i + 1) * bs <= tokens.size() && static_cast<int64_t>(i * bs) < max_tokens; ++i) {
+  for (size_t i = 0; (i + 1) * bs <= tokens.size() && static_cast<int64_t>(i * bs) < limit; ++i) {
     const uint64_t h = chain(parent, tokens.data() + i * bs);
     const int32_t b = lookup(parent, h, tokens.data() + i * bs);
     if (b < 0) break;
@@ -179,7 +179,7 @@ int64_t KvCache::attach_prefix(int32_t seq_id, std::span<const int32_t> tokens, 
     parent = h;
   }
   if (s.table.empty()) return 0;
-  s.len = std::min<int64_t>(static_cast<int64_t>(s.table.size() * bs), max_tokens);
+  s.len = std::min<int64_t>(static_cast<int64_t>(s.table.size() * bs), limit);
   s.hashes.resize(static_cast<size_t>(s.len) / bs);
   mark(seq_id);
   return s.len;

@@ -37,8 +37,8 @@ struct KvCacheConfig {
   int32_t block_size = 16;   // token slots per block
   int32_t max_seqs = 1;      // sequence ids 0 .. max_seqs-1
   DType dtype = DType::F16;  // storage type: F16 or Q8_0 (F32 for tests)
-  int32_t max_batch = 512;   // tokens per step (the engine splits larger batches)
-  int32_t max_outputs = 0;   // output rows per step; 0: max(max_seqs, 8), capped at max_batch
+  int32_t batch_tokens = 512; // tokens per step (the engine splits larger batches)
+  int32_t max_outputs = 0;   // output rows per step; 0: max(max_seqs, 8), capped at batch_tokens
   bool prefix_cache = false; // index full blocks by content and keep them after their sequences end (see above)
   uint64_t prefix_seed = 0;  // the first link of the hash chain: the model's identity (a cache holds one model)
 };
@@ -77,9 +77,9 @@ class KvCache {
 
   // ---- prefix cache (no-ops unless config().prefix_cache) ----
   // Gives the empty sequence seq_id the longest indexed prefix of `tokens` in whole blocks, holding at most
-  // max_tokens of them (a last block past max_tokens is held partly: the next append copies it). Returns the
+  // `limit` of them (a last block past `limit` is held partly: the next append copies it). Returns the
   // sequence's new length (0: nothing cached, or the sequence was not empty).
-  int64_t attach_prefix(int32_t seq_id, std::span<const int32_t> tokens, int64_t max_tokens);
+  int64_t attach_prefix(int32_t seq_id, std::span<const int32_t> tokens, int64_t limit);
   // How many leading tokens of `tokens` attach_prefix would find (whole blocks; no limit applied).
   int64_t cached_prefix(std::span<const int32_t> tokens) const;
   // Indexes the full blocks of seq_id written since the last call; tokens: the sequence's tokens (at least

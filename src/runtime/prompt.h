@@ -23,8 +23,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "template/chat_formats.h"
 #include "template/template.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
 

@@ -1,6 +1,7 @@
 #include "runtime/sequence.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace kiln {
 
@@ -10,7 +11,9 @@ const char* stop_reason_name(StopReason r) {
     case StopReason::kEog: return "eog";
     case StopReason::kLimit: return "limit";
     case StopReason::kContextFull: return "context_full";
-    case StopReason::kCallback: return "callback";
+    case StopReason::kStopString: return "stop_string";
+    case StopReason::kCancelled: return "cancelled";
+    case StopReason::kTimeout: return "timeout";
   }
   return "?";
 }
@@ -22,8 +25,8 @@ Sequence::Sequence(int32_t seq_id, const Tokenizer& tok, int32_t n_vocab, int64_
 
 Status Sequence::validate() const {
   KILN_TRY(sampler_.validate());
-  if (opts_.n_predict < -1)
-    return make_error(ErrorCode::kInvalidArgument, "n_predict: must be >= -1 (got %d)", opts_.n_predict);
+  if (opts_.max_new_tokens < -1)
+    return make_error(ErrorCode::kInvalidArgument, "max_new_tokens: must be >= -1 (got %d)", opts_.max_new_tokens);
   if (n_ctx_ <= 0) return make_error(ErrorCode::kInvalidArgument, "n_ctx: must be > 0 (got %lld)", (long long)n_ctx_);
   return Status::ok();
 }
@@ -55,10 +58,10 @@ void Sequence::truncate(int64_t pos) {
   for (size_t i = from; i < tokens_.size(); ++i) sampler_.accept(tokens_[i]);
 }
 
-size_t Sequence::schedule(Batch& batch, size_t max_tokens) {
+size_t Sequence::schedule(Batch& batch, size_t max_n) {
   if (n_scheduled_ != 0) return 0;
   const size_t start = static_cast<size_t>(n_cached());
-  const size_t n = std::min(max_tokens, tokens_.size() - start);
+  const size_t n = std::min(max_n, tokens_.size() - start);
   for (size_t i = 0; i < n; ++i) {
     const size_t p = start + i;
     batch.add(tokens_[p], static_cast<int32_t>(p), id_, p + 1 == tokens_.size());
@@ -80,6 +83,11 @@ void Sequence::begin_turn() {
   stop_ = StopReason::kNone;
 }
 
+OutputKind Sequence::output_kind() const {
+  const bool hooks_read_row = !hooks_.processors.empty() || (hooks_.mask && hooks_.mask->restricts());
+  return sampler_.argmax_only() && !hooks_read_row ? OutputKind::kArgmax : OutputKind::kLogits;
+}
+
 Sequence::Step Sequence::on_logits(std::span<const float> row) {
   if (stop_ != StopReason::kNone) {
     scheduled_logits_ = false;
@@ -87,7 +95,32 @@ Sequence::Step Sequence::on_logits(std::span<const float> row) {
     s.stop = stop_;
     return s;
   }
-  return on_token(sampler_.sample(row));
+  if (hooks_.processors.empty() && !hooks_.mask) return on_token(sampler_.sample(row));
+  // The chain works on this sequence's own copy; the fetched row stays as the model wrote it (logprobs read it).
+  row_.assign(row.begin(), row.end());
+  for (auto& p : hooks_.processors) p->process(row_);
+  if (hooks_.mask) {
+    mask_.assign((row_.size() + 63) / 64, ~uint64_t{0});
+    if (hooks_.mask->allowed(mask_)) {
+      size_t n_allowed = 0;
+      for (size_t i = 0; i < row_.size(); ++i) {
+        if ((mask_[i / 64] >> (i % 64)) & 1) {
+          ++n_allowed;
+        } else {
+          row_[i] = -INFINITY;
+        }
+      }
+      if (n_allowed == 0) {
+        scheduled_logits_ = false;
+        Step s;
+        s.stop = stop_ = StopReason::kCancelled;
+        s.error = make_error(ErrorCode::kInvalidArgument, "token mask: no token of the vocabulary is allowed next "
+                             "(after %d generated tokens)", n_generated_);
+        return s;
+      }
+    }
+  }
+  return on_token(sampler_.sample(row_));
 }
 
 Sequence::Step Sequence::on_token(int32_t t) {
@@ -97,6 +130,11 @@ Sequence::Step Sequence::on_token(int32_t t) {
     s.stop = stop_;
     return s;
   }
+  if (opts_.max_new_tokens == 0) {  // nothing to generate: the prompt only fills the cache
+    s.stop = stop_ = StopReason::kLimit;
+    return s;
+  }
+  if (hooks_.mask) hooks_.mask->accept(t);
   if (!opts_.ignore_eos && tok_.is_eog(t)) {
     s.stop = stop_ = StopReason::kEog;
     return s;
@@ -104,7 +142,7 @@ Sequence::Step Sequence::on_token(int32_t t) {
   s.token = t;
   s.piece = decoder_.push(t);
   ++n_generated_;
-  if (opts_.n_predict >= 0 && n_generated_ >= opts_.n_predict) {
+  if (opts_.max_new_tokens >= 0 && n_generated_ >= opts_.max_new_tokens) {
     s.stop = stop_ = StopReason::kLimit;
     return s;
   }

@@ -1,12 +1,13 @@
-// Per-sequence generation state, kept apart from the model and the KV cache so that one scheduler can drive many
-// sequences through shared forward passes (continuous batching): each step it asks every sequence to schedule
-// some of its pending tokens into one Batch, runs Model::forward once, commits, and hands each sequence that asked
-// for logits its row. The CLI's Generator (generate.h) is that loop with a single sequence.
+// Per-sequence generation state, kept apart from the model and the KV cache so that the scheduler (the one engine
+// loop, runtime/scheduler.h) can drive many sequences through shared forward passes (continuous batching): each
+// step it asks every sequence to schedule some of its pending tokens into one Batch, runs Engine::step once,
+// commits, and hands each sequence that asked for an output its row (or the device's argmax).
 //
-// Token flow: append() queues tokens (prompt, chat turn) as pending; schedule() moves the next chunk of pending
-// tokens into a batch at positions n_cached() .. (the last pending token asks for logits); commit() marks the
-// chunk as stored in the cache (rollback() after a failed forward); on_logits() samples the next token, applies
-// the stop rules and, unless stopping, queues the sampled token as the next pending one.
+// Token flow: append() queues tokens (the prompt) as pending; schedule() moves the next chunk of pending tokens
+// into a batch at positions n_cached() .. (the last pending token asks for an output); commit() marks the chunk as
+// stored in the cache (rollback() after a failed step); on_logits() runs the row through the sequence's
+// logits-processor chain (runtime/hooks.h) and the sampler, applies the stop rules and, unless stopping, queues
+// the sampled token as the next pending one.
 #pragma once
 
 #include <cstdint>
@@ -16,25 +17,18 @@
 
 #include "model/batch.h"
 #include "model/step.h"
+#include "runtime/hooks.h"
 #include "runtime/kv_cache.h"
 #include "runtime/sampler.h"
+#include "runtime/stop_reason.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
 
 namespace kiln {
 
-enum class StopReason {
-  kNone,         // still running
-  kEog,          // the model produced an end-of-generation token (not emitted)
-  kLimit,        // n_predict tokens generated
-  kContextFull,  // the next token would not fit the sequence's context
-  kCallback,     // the token callback asked to stop
-};
-const char* stop_reason_name(StopReason r);
-
 struct SequenceOptions {
-  int32_t n_predict = -1;   // tokens to generate per turn; -1: until EOG or the context is full
-  bool ignore_eos = false;  // keep going past EOG tokens (they are emitted like any other)
+  int32_t max_new_tokens = -1;  // tokens to generate; -1: until EOG or the context is full
+  bool ignore_eos = false;      // keep going past EOG tokens (they are emitted like any other)
   SamplerParams sampling;
 };
 
@@ -45,7 +39,7 @@ class Sequence {
   Sequence(int32_t seq_id, const Tokenizer& tok, int32_t n_vocab, int64_t n_ctx, const SequenceOptions& opts,
            KvCache& cache);
 
-  Status validate() const;  // sampler parameters, n_predict
+  Status validate() const;  // sampler parameters, max_new_tokens
   int32_t id() const { return id_; }
   int64_t n_ctx() const { return n_ctx_; }
   // Every token of the sequence: cached first, then pending.
@@ -59,27 +53,33 @@ class Sequence {
   // Forgets tokens from position `pos` on (cached or pending) and truncates the cache to match. The penalty
   // window is rebuilt from what remains.
   void truncate(int64_t pos);
-  // Adds up to max_tokens pending tokens to `batch` (positions continue the cache; want_logits on the last
-  // pending token only). Returns how many; at most one chunk may be outstanding.
-  size_t schedule(Batch& batch, size_t max_tokens);
+  // Adds up to max_n pending tokens to `batch` (positions continue the cache; want_logits on the last pending
+  // token only). Returns how many; at most one chunk may be outstanding.
+  size_t schedule(Batch& batch, size_t max_n);
   bool scheduled_wants_logits() const { return scheduled_logits_; }
   void commit();    // the scheduled chunk is in the cache (the engine committed its length)
   void rollback();  // the forward pass failed: the chunk is pending again
 
-  // Starts a turn of generation: resets the generated-token count and the stop state.
+  // Starts generating: resets the generated-token count and the stop state.
   void begin_turn();
+  // The hooks this sequence runs with (runtime/hooks.h); set before the first step.
+  void set_hooks(SequenceHooks hooks) { hooks_ = std::move(hooks); }
+  SequenceHooks& hooks() { return hooks_; }
   struct Step {
     int32_t token = -1;     // the sampled token (-1 if nothing was emitted)
     std::string piece;      // its complete UTF-8 text so far (StreamDecoder)
     StopReason stop = StopReason::kNone;
+    Status error;           // a hook failed (a token mask that allows nothing): the sequence must end
   };
-  // Samples from the logits row of the last fed token. The token is emitted (returned with its text) unless it is
-  // an EOG token without ignore_eos; it is queued for feeding unless the sequence stops.
+  // Samples from the logits row of the last fed token (n_vocab floats, not modified) through the logits-processor
+  // chain: processors, token mask, sampler. The token is emitted (returned with its text) unless it is an EOG token
+  // without ignore_eos; it is queued for feeding unless the sequence stops.
   Step on_logits(std::span<const float> row);
-  // The same with the token already chosen (the backend's argmax when sampler().argmax_only()).
+  // The same with the token already chosen (the backend's argmax when output_kind() is kArgmax).
   Step on_token(int32_t id);
-  // What the step should fetch for this sequence's output row.
-  OutputKind output_kind() const { return sampler_.argmax_only() ? OutputKind::kArgmax : OutputKind::kLogits; }
+  // What the step should fetch for this sequence's output row: the argmax when the sampler is greedy without
+  // penalties and no hook needs the row.
+  OutputKind output_kind() const;
   // Text held back by the stream decoder (an incomplete UTF-8 tail) at the end of a turn.
   std::string flush_text() { return decoder_.flush(); }
   // Marks the sequence stopped from outside (e.g. the consumer hung up).
@@ -87,6 +87,7 @@ class Sequence {
   StopReason stop_reason() const { return stop_; }
   int32_t n_generated() const { return n_generated_; }
   Sampler& sampler() { return sampler_; }
+  const Sampler& sampler() const { return sampler_; }
 
  private:
   int32_t id_;
@@ -97,6 +98,9 @@ class Sequence {
   Sampler sampler_;
   StreamDecoder decoder_;
   KvCache& cache_;
+  SequenceHooks hooks_;
+  std::vector<float> row_;       // [n_vocab] the processed copy of a logits row (only with hooks)
+  std::vector<uint64_t> mask_;   // [ceil(n_vocab / 64)] the token mask's bits (only with a mask)
   std::vector<int32_t> tokens_;
   int64_t n_scheduled_ = 0;   // tokens in the outstanding chunk
   bool scheduled_logits_ = false;

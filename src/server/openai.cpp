@@ -194,14 +194,14 @@ std::optional<ApiError> parse_common(const json& b, const ParseContext& ctx, Par
   }
   // max_completion_tokens (the current name) wins over max_tokens (deprecated), as in OpenAI's API.
   const int64_t max_gen = std::max<int64_t>(1, ctx.max_seq_ctx - 1);
-  g.max_tokens = ctx.default_max_tokens;
+  g.max_new_tokens = ctx.default_max_new_tokens;
   for (const char* k : {"max_tokens", "max_completion_tokens"}) {
     if (auto e = get_int(b, k, 1, max_gen, &i)) {
       if (e->code == "invalid_value")
         e->message += " (a request generates at least 1 token and at most the context, " + std::to_string(max_gen) + ")";
       return e;
     }
-    if (present(b, k)) g.max_tokens = static_cast<int32_t>(i);
+    if (present(b, k)) g.max_new_tokens = static_cast<int32_t>(i);
   }
   if (auto e = get_bool(b, "ignore_eos", &g.ignore_eos)) return e;
   if (present(b, "stop")) {

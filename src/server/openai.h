@@ -37,7 +37,7 @@ struct ParseContext {
   int64_t max_seq_ctx = 0;      // tokens one sequence may hold
   std::string model_id;         // what /v1/models lists; "model" must name it (or be absent)
   double timeout_s = 0;         // per request
-  int32_t default_max_tokens = -1;
+  int32_t default_max_new_tokens = -1;
   SamplerParams sampling;       // the server's defaults (kiln serve's sampling flags); a request overrides them
 };
 

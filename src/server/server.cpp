@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "server/metrics.h"
@@ -49,6 +51,8 @@ struct HttpServer : httplib::Server {
 };
 
 }  // namespace
+
+struct Exchange;
 
 struct Server::Impl {
   ServerConfig cfg;
@@ -125,6 +129,8 @@ struct Server::Impl {
   }
 
   void completions(const Request& req, Response& res, bool chat);
+  std::optional<ApiError> parse_request(const Request& req, const json& body, bool chat, Exchange* ex);
+  std::optional<ApiError> submit_all(Scheduler& S, Exchange* ex);
   void tokenize(const Request& req, Response& res);
   void detokenize(const Request& req, Response& res);
 };
@@ -136,6 +142,8 @@ struct InFlight {
   explicit InFlight(std::atomic<int64_t>& c) : n(c) { ++n; }
   ~InFlight() { --n; }
 };
+
+}  // namespace
 
 // The request being answered: its handles and the choices built from their events.
 struct Exchange {
@@ -235,9 +243,182 @@ struct Exchange {
     if (with_usage_null) r["usage"] = nullptr;
     return "data: " + dump(r) + "\n\n";
   }
+
+  // ---- streaming: SSE chunks in OpenAI's format, then data: [DONE] ----
+  using Write = std::function<bool(const std::string&)>;
+
+  // The chunk of one token event of choice i ("" text with an id: one chunk per token, its text held back).
+  json event_chunk(size_t i, const TokenEvent& ev, const Tokenizer& tok) {
+    const bool lp = pr.gen.logprobs && ev.id >= 0;
+    json ch = {{"index", choices[i].index}, {"finish_reason", nullptr}};
+    if (pr.chat) {
+      ChoiceState& cs = choices[i];
+      if (cs.reply) {
+        // reasoning_content deltas as llama-server sends them; tool-call text is held for the end
+        const ReplyStream::Delta d = cs.reply->push(ev.text);
+        ch["delta"] = {{"content", d.content}};
+        if (!d.reasoning.empty()) ch["delta"]["reasoning_content"] = d.reasoning;
+      } else {
+        ch["delta"] = {{"content", ev.text}};
+      }
+      ch["logprobs"] = lp ? json{{"content", json::array({chat_logprob_entry(tok, ev.id, ev.logprob, ev.top)})}}
+                          : json(nullptr);
+    } else {
+      ch["text"] = ev.text;
+      if (lp) {
+        ChoiceState one;
+        one.ids = {ev.id};
+        one.lps = {ev.logprob};
+        one.tops = {ev.top};
+        ch["logprobs"] = completion_logprobs(tok, one);
+      } else {
+        ch["logprobs"] = nullptr;
+      }
+    }
+    return ch;
+  }
+
+  // The end of choice i: an error chunk, or the rest of the reply split, the tool calls, and the finish chunk with
+  // usage and timings (llama-server puts them on the last chunk of each choice; OpenAI's include_usage adds a
+  // separate usage-only chunk at the end, write_done()).
+  bool write_end(size_t i, const Write& write) {
+    finish(i);
+    const bool usage_null = pr.include_usage;
+    const FinishReason r = choices[i].finish;
+    if (r == FinishReason::kError || r == FinishReason::kCancelled) {
+      std::string msg;
+      failed(&msg);
+      status = 500;
+      ApiError e;
+      e.status = 500;
+      e.type = "server_error";
+      e.message = msg;
+      return write("data: " + dump(error_body(e)) + "\n\n");
+    }
+    ChoiceState& cs = choices[i];
+    if (pr.chat && cs.reply) {
+      // The rest of the split: held content, then the tool calls (each whole, with its index).
+      const ReplyStream::Delta d = cs.reply->finish();
+      if (!d.content.empty() || !d.reasoning.empty()) {
+        json dc = {{"content", d.content}};
+        if (!d.reasoning.empty()) dc["reasoning_content"] = d.reasoning;
+        json c0 = {{"index", cs.index}, {"delta", dc}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+        if (!write(chunk(c0, usage_null))) return false;
+      }
+      if (!d.tool_calls.empty()) {
+        cs.tool_calls = true;
+        json c1 = {{"index", cs.index},
+                   {"delta", {{"tool_calls", tool_calls_json(d.tool_calls, true)}}},
+                   {"logprobs", nullptr},
+                   {"finish_reason", nullptr}};
+        if (!write(chunk(c1, usage_null))) return false;
+      }
+    }
+    json ch = {{"index", cs.index}, {"finish_reason", cs.tool_calls ? "tool_calls" : finish_name(r)},
+               {"logprobs", nullptr}};
+    if (pr.chat) ch["delta"] = json::object();
+    else ch["text"] = "";
+    json r0 = base(pr.chat ? "chat.completion.chunk" : "text_completion");
+    r0["choices"] = json::array({ch});
+    std::vector<ChoiceState> one = {choices[i]};
+    r0["usage"] = usage_json(one, {choices[i].timings.n_prompt});
+    r0["timings"] = timings_json(one);
+    return write("data: " + dump(r0) + "\n\n");
+  }
+
+  // Every choice ended: the usage-only chunk (include_usage), then [DONE].
+  bool write_done(const Write& write) {
+    if (pr.include_usage) {
+      json u = base(pr.chat ? "chat.completion.chunk" : "text_completion");
+      u["choices"] = json::array();
+      u["usage"] = usage_json(choices, prompt_tokens);
+      u["timings"] = timings_json(choices);
+      if (!write("data: " + dump(u) + "\n\n")) return false;
+    }
+    if (!write("data: [DONE]\n\n")) return false;
+    ended = true;
+    return true;
+  }
+
+  // One call of the content provider: the opening role chunks (chat), then what arrived on every channel. Returns
+  // false when a write failed (the client is gone); *all_done once every choice has ended.
+  bool pump(const Write& write, const Tokenizer& tok, bool* all_done) {
+    const bool usage_null = pr.include_usage;
+    if (!started) {
+      started = true;
+      if (pr.chat)
+        for (auto& c : choices) {
+          json ch = {{"index", c.index},
+                     {"delta", {{"role", "assistant"}, {"content", ""}}},
+                     {"logprobs", nullptr},
+                     {"finish_reason", nullptr}};
+          if (!write(chunk(ch, usage_null))) return false;
+        }
+    }
+    const auto wait = hs.size() == 1 ? std::chrono::milliseconds(500) : std::chrono::milliseconds(20);
+    for (size_t i = 0; i < hs.size(); ++i) {
+      if (done[i]) continue;
+      std::vector<TokenEvent> evs;
+      const bool more = hs[i]->next(evs, wait);
+      for (auto& ev : evs) {
+        absorb(i, ev);
+        if (ev.text.empty() && ev.id < 0) continue;  // one chunk per token (its text may be held back: "")
+        if (!write(chunk(event_chunk(i, ev, tok), usage_null))) return false;
+      }
+      if (!more && !write_end(i, write)) return false;
+    }
+    bool all = true;
+    for (bool d : done) all = all && d;
+    *all_done = all;
+    if (all) return write_done(write);
+    // A comment line now and then: a client that hung up makes the write fail, which cancels the request.
+    if (Clock::now() - last_write > std::chrono::milliseconds(1000)) return write(": keep-alive\n\n");
+    return true;
+  }
 };
 
-}  // namespace
+// The body parsed and checked into ex->pr (errors name the field); null when it is a valid request.
+std::optional<ApiError> Server::Impl::parse_request(const Request& req, const json& body, bool chat, Exchange* ex) {
+  try {
+    if (chat) {
+      // The same body with its key order (tools' JSON schemas reach the template as the client wrote them).
+      const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(req.body);
+      return parse_chat(body, pctx, &ex->pr, &ordered);
+    }
+    return parse_completion(body, pctx, &ex->pr);
+  } catch (const std::exception& x) {  // a JSON type surprise the checks missed: still the client's fault
+    ApiError e;
+    e.message = std::string("bad request: ") + x.what();
+    return e;
+  }
+}
+
+// One request to the engine loop per prompt and choice (n); a refusal cancels those already submitted.
+std::optional<ApiError> Server::Impl::submit_all(Scheduler& S, Exchange* ex) {
+  for (size_t p = 0; p < ex->pr.prompts.size(); ++p) {
+    ex->prompt_tokens.push_back(static_cast<int64_t>(ex->pr.prompts[p].size()));
+    for (int k = 0; k < ex->pr.n; ++k) {
+      GenRequest g = ex->pr.gen;
+      g.prompt = ex->pr.prompts[p];
+      if (k > 0 && g.sampling.seed != kRandomSeed) g.sampling.seed += static_cast<uint64_t>(k);
+      auto h = S.submit(std::move(g));
+      if (!h) {
+        for (auto& o : ex->hs) o->cancel();
+        ex->hs.clear();
+        ex->choices.clear();
+        return submit_error(h.status());
+      }
+      ex->hs.push_back(*h);
+      ChoiceState c;
+      c.index = static_cast<int>(ex->choices.size());
+      if (ex->pr.split && ex->pr.chat_prompt)
+        c.reply = std::make_shared<ReplyStream>(*ex->pr.chat_prompt, ex->pr.opened_reasoning, ex->pr.tools);
+      ex->choices.push_back(c);
+    }
+  }
+  ex->done.assign(ex->hs.size(), false);
+  return std::nullopt;
+}
 
 void Server::Impl::completions(const Request& req, Response& res, bool chat) {
   const uint64_t rid = next_id.fetch_add(1);
@@ -252,56 +433,15 @@ void Server::Impl::completions(const Request& req, Response& res, bool chat) {
   if (auto e = gate(req, &body)) return fail(*e);
   Scheduler* S = sched.load();
   auto ex = std::make_shared<Exchange>();
-  ex->impl = this;
   ex->req_id = rid;
   ex->req_copy.method = req.method;
   ex->req_copy.path = req.path;
   ex->t0 = t0;
-  std::optional<ApiError> perr;
-  try {
-    if (chat) {
-      // The same body with its key order (tools' JSON schemas reach the template as the client wrote them).
-      const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(req.body);
-      perr = parse_chat(body, pctx, &ex->pr, &ordered);
-    } else {
-      perr = parse_completion(body, pctx, &ex->pr);
-    }
-  } catch (const std::exception& x) {  // a JSON type surprise the checks missed: still the client's fault
-    ApiError e;
-    e.message = std::string("bad request: ") + x.what();
-    perr = e;
-  }
-  if (perr) {
-    ex->impl = nullptr;  // not logged twice
-    ex.reset();
-    return fail(*perr);
-  }
+  if (auto e = parse_request(req, body, chat, ex.get())) return fail(*e);  // ex->impl unset: not logged twice
   ex->id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(rid);
   ex->created = static_cast<int64_t>(std::time(nullptr));
-  for (size_t p = 0; p < ex->pr.prompts.size(); ++p) {
-    ex->prompt_tokens.push_back(static_cast<int64_t>(ex->pr.prompts[p].size()));
-    for (int k = 0; k < ex->pr.n; ++k) {
-      GenRequest g = ex->pr.gen;
-      g.prompt = ex->pr.prompts[p];
-      if (k > 0 && g.sampling.seed != kRandomSeed) g.sampling.seed += static_cast<uint64_t>(k);
-      auto h = S->submit(std::move(g));
-      if (!h) {
-        for (auto& o : ex->hs) o->cancel();
-        ex->hs.clear();
-        ex->choices.clear();
-        ex->impl = nullptr;
-        ex.reset();
-        return fail(submit_error(h.status()));
-      }
-      ex->hs.push_back(*h);
-      ChoiceState c;
-      c.index = static_cast<int>(ex->choices.size());
-      if (ex->pr.split && ex->pr.chat_prompt)
-        c.reply = std::make_shared<ReplyStream>(*ex->pr.chat_prompt, ex->pr.opened_reasoning, ex->pr.tools);
-      ex->choices.push_back(c);
-    }
-  }
-  ex->done.assign(ex->hs.size(), false);
+  if (auto e = submit_all(*S, ex.get())) return fail(*e);
+  ex->impl = this;  // from here on ~Exchange logs the request
   const Tokenizer& tok = S->tokenizer();
 
   if (!ex->pr.stream) {
@@ -321,134 +461,20 @@ void Server::Impl::completions(const Request& req, Response& res, bool chat) {
       return;
     }
     res.set_content(dump(ex->full_response(tok)), "application/json");
-    return;  // ~Exchange logs
+    return;
   }
-
-  // Streaming: SSE chunks in OpenAI's format, then data: [DONE].
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  const bool chat_mode = chat;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [ex, chat_mode, tokp = &tok](size_t, httplib::DataSink& sink) -> bool {
-        const Tokenizer& tok = *tokp;
-        auto write = [&](const std::string& s) {
+      [ex, tokp = &tok](size_t, httplib::DataSink& sink) -> bool {
+        const Exchange::Write write = [&](const std::string& s) {
           ex->last_write = Clock::now();
           return sink.write(s.data(), s.size());
         };
-        const bool usage_null = ex->pr.include_usage;
-        if (!ex->started) {
-          ex->started = true;
-          if (chat_mode)
-            for (auto& c : ex->choices) {
-              json ch = {{"index", c.index},
-                         {"delta", {{"role", "assistant"}, {"content", ""}}},
-                         {"logprobs", nullptr},
-                         {"finish_reason", nullptr}};
-              if (!write(ex->chunk(ch, usage_null))) return false;
-            }
-        }
-        const auto wait = ex->hs.size() == 1 ? std::chrono::milliseconds(500) : std::chrono::milliseconds(20);
-        for (size_t i = 0; i < ex->hs.size(); ++i) {
-          if (ex->done[i]) continue;
-          std::vector<TokenEvent> evs;
-          const bool more = ex->hs[i]->next(evs, wait);
-          for (auto& ev : evs) {
-            ex->absorb(i, ev);
-            const bool lp = ex->pr.gen.logprobs && ev.id >= 0;
-            if (ev.text.empty() && ev.id < 0) continue;  // one chunk per token (its text may be held back: "")
-            json ch = {{"index", ex->choices[i].index}, {"finish_reason", nullptr}};
-            if (chat_mode) {
-              ChoiceState& cs = ex->choices[i];
-              if (cs.reply) {
-                // reasoning_content deltas as llama-server sends them; tool-call text is held for the end
-                const ReplyStream::Delta d = cs.reply->push(ev.text);
-                ch["delta"] = {{"content", d.content}};
-                if (!d.reasoning.empty()) ch["delta"]["reasoning_content"] = d.reasoning;
-              } else {
-                ch["delta"] = {{"content", ev.text}};
-              }
-              ch["logprobs"] = lp ? json{{"content", json::array({chat_logprob_entry(tok, ev.id, ev.logprob, ev.top)})}}
-                                  : json(nullptr);
-            } else {
-              ch["text"] = ev.text;
-              if (lp) {
-                ChoiceState one;
-                one.ids = {ev.id};
-                one.lps = {ev.logprob};
-                one.tops = {ev.top};
-                ch["logprobs"] = completion_logprobs(tok, one);
-              } else {
-                ch["logprobs"] = nullptr;
-              }
-            }
-            if (!write(ex->chunk(ch, usage_null))) return false;
-          }
-          if (!more) {
-            ex->finish(i);
-            std::string msg;
-            const FinishReason r = ex->choices[i].finish;
-            if (r == FinishReason::kError || r == FinishReason::kCancelled) {
-              ex->failed(&msg);
-              ex->status = 500;
-              ApiError e;
-              e.status = 500;
-              e.type = "server_error";
-              e.message = msg;
-              if (!write("data: " + dump(error_body(e)) + "\n\n")) return false;
-              continue;
-            }
-            ChoiceState& cs = ex->choices[i];
-            if (chat_mode && cs.reply) {
-              // The rest of the split: held content, then the tool calls (each whole, with its index).
-              const ReplyStream::Delta d = cs.reply->finish();
-              if (!d.content.empty() || !d.reasoning.empty()) {
-                json dc = {{"content", d.content}};
-                if (!d.reasoning.empty()) dc["reasoning_content"] = d.reasoning;
-                json c0 = {{"index", cs.index}, {"delta", dc}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
-                if (!write(ex->chunk(c0, usage_null))) return false;
-              }
-              if (!d.tool_calls.empty()) {
-                cs.tool_calls = true;
-                json c1 = {{"index", cs.index},
-                           {"delta", {{"tool_calls", tool_calls_json(d.tool_calls, true)}}},
-                           {"logprobs", nullptr},
-                           {"finish_reason", nullptr}};
-                if (!write(ex->chunk(c1, usage_null))) return false;
-              }
-            }
-            json ch = {{"index", cs.index}, {"finish_reason", cs.tool_calls ? "tool_calls" : finish_name(r)},
-                       {"logprobs", nullptr}};
-            if (chat_mode) ch["delta"] = json::object();
-            else ch["text"] = "";
-            json r0 = ex->base(chat_mode ? "chat.completion.chunk" : "text_completion");
-            r0["choices"] = json::array({ch});
-            // llama-server puts usage and timings on the last chunk of each choice; OpenAI's include_usage adds a
-            // separate usage-only chunk at the end (below).
-            std::vector<ChoiceState> one = {ex->choices[i]};
-            r0["usage"] = usage_json(one, {ex->choices[i].timings.n_prompt});
-            r0["timings"] = timings_json(one);
-            if (!write("data: " + dump(r0) + "\n\n")) return false;
-          }
-        }
-        bool all = true;
-        for (bool d : ex->done) all = all && d;
-        if (all) {
-          if (ex->pr.include_usage) {
-            json u = ex->base(chat_mode ? "chat.completion.chunk" : "text_completion");
-            u["choices"] = json::array();
-            u["usage"] = usage_json(ex->choices, ex->prompt_tokens);
-            u["timings"] = timings_json(ex->choices);
-            if (!write("data: " + dump(u) + "\n\n")) return false;
-          }
-          if (!write("data: [DONE]\n\n")) return false;
-          ex->ended = true;
-          sink.done();
-          return true;
-        }
-        // A comment line now and then: a client that hung up makes the write fail, which cancels the request.
-        if (Clock::now() - ex->last_write > std::chrono::milliseconds(1000))
-          if (!write(": keep-alive\n\n")) return false;
+        bool all_done = false;
+        if (!ex->pump(write, *tokp, &all_done)) return false;
+        if (all_done) sink.done();
         return true;
       },
       [ex](bool) {
@@ -619,7 +645,7 @@ Server::Server(ServerConfig cfg) : impl_(std::make_unique<Impl>()) {
               {"owned_by", "kiln"}};
     if (Scheduler* S = I.sched.load())
       m["meta"] = {{"n_vocab", S->n_vocab()}, {"n_ctx", S->max_seq_ctx()}, {"n_ctx_train", S->n_ctx_train()},
-                   {"parallel", S->config().parallel}, {"description", S->model_description()}};
+                   {"parallel", S->config().max_seqs}, {"description", S->model_description()}};
     r.set_content(dump(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
     I.log(rid, q, 200, nullptr, 0, nullptr);
   };
@@ -677,7 +703,7 @@ Status Server::set_ready(Scheduler* s) {
   I.pctx.max_seq_ctx = s->max_seq_ctx();
   I.pctx.model_id = I.cfg.model_id;
   I.pctx.timeout_s = I.cfg.timeout_s;
-  I.pctx.default_max_tokens = I.cfg.default_max_tokens;
+  I.pctx.default_max_new_tokens = I.cfg.default_max_new_tokens;
   I.pctx.sampling = I.cfg.sampling;
   // The chat prompt (runtime/prompt.h): --chat-template NAME, --chat-template-file, else the model's template,
   // else (a file without one) a built-in family its vocabulary points to, else chatml; the fallback is logged.

@@ -25,7 +25,7 @@ struct ServerConfig {
   std::string model_id = "kiln";         // the id /v1/models lists
   ChatPromptOptions chat;                // how chat requests render (runtime/prompt.h: the model's template,
                                          // --chat-template-file, --chat-template NAME; no template: chatml)
-  int32_t default_max_tokens = -1;       // when a request names none (-1: until EOG or the context is full)
+  int32_t default_max_new_tokens = -1;   // when a request names none (-1: until EOG or the context is full)
   bool log_requests = true;              // one line per request on stderr
   int parallel = 4;                      // for the thread count
   SamplerParams sampling;                // defaults of the sampling fields

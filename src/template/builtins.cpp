@@ -748,7 +748,7 @@ Result<Value> Interp::apply_filter(const std::string& f, const Value& v, CallArg
   }
   if (f == "reverse") {
     if (v.is_string()) {
-      auto cps = utf8_decode(v.str());
+      auto cps = decode_utf8_all(v.str());
       std::reverse(cps.begin(), cps.end());
       return Value::string(utf8_encode(cps, 0, cps.size()), v.is_safe());
     }

@@ -251,9 +251,9 @@ Result<List> Interp::iterate(const Value& v) {
       if (is_ascii(s)) {
         for (char c : s) chars.push_back(Value::string(std::string(1, c), v.is_safe()));
       } else {
-        for (uint32_t cp : utf8_decode(s)) {
+        for (uint32_t cp : decode_utf8_all(s)) {
           std::string c;
-          utf8_append(&c, cp);
+          append_utf8(&c, cp);
           chars.push_back(Value::string(std::move(c), v.is_safe()));
         }
       }
@@ -566,7 +566,7 @@ Result<Value> slice_value(Interp& in, const Value& obj, const Value& start, cons
   const bool is_str = obj.is_string();
   int64_t len;
   if (is_str) {
-    cps = utf8_decode(obj.str());
+    cps = decode_utf8_all(obj.str());
     len = static_cast<int64_t>(cps.size());
   } else if (obj.is_list()) {
     len = static_cast<int64_t>(obj.items().size());
@@ -594,7 +594,7 @@ Result<Value> slice_value(Interp& in, const Value& obj, const Value& start, cons
     for (int64_t i = lo; i > hi; i += st) idx.push_back(i);
   if (is_str) {
     std::string s;
-    for (int64_t i : idx) utf8_append(&s, cps[static_cast<size_t>(i)]);
+    for (int64_t i : idx) append_utf8(&s, cps[static_cast<size_t>(i)]);
     return Value::string(std::move(s), obj.is_safe());
   }
   List out;
@@ -792,12 +792,12 @@ Result<Value> Interp::getitem(const Value& obj, const Value& key) {
           if (i < 0) i += n;
           if (i >= 0 && i < n) return obj.items()[static_cast<size_t>(i)];
         } else {
-          const auto cps = utf8_decode(obj.str());
+          const auto cps = decode_utf8_all(obj.str());
           const int64_t n = static_cast<int64_t>(cps.size());
           if (i < 0) i += n;
           if (i >= 0 && i < n) {
             std::string c;
-            utf8_append(&c, cps[static_cast<size_t>(i)]);
+            append_utf8(&c, cps[static_cast<size_t>(i)]);
             return Value::string(std::move(c), obj.is_safe());
           }
         }

@@ -135,7 +135,7 @@ std::string unescape(const std::string& s, bool* bad) {
         const size_t n = c == 'x' ? 2 : c == 'u' ? 4 : 8;
         uint32_t v;
         if (hexval(i + 1, n, &v) && v <= 0x10FFFF) {
-          utf8_append(&out, v);
+          append_utf8(&out, v);
           i += n;
         } else {
           out += '\\';
@@ -148,7 +148,7 @@ std::string unescape(const std::string& s, bool* bad) {
           uint32_t v = 0;
           size_t k = 0;
           while (k < 3 && i + k < s.size() && s[i + k] >= '0' && s[i + k] <= '7') v = v * 8 + (s[i + k++] - '0');
-          utf8_append(&out, v);
+          append_utf8(&out, v);
           i += k - 1;
         } else {
           out += '\\';  // unknown escapes are kept, as Python does

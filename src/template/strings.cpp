@@ -57,14 +57,14 @@ void append_upper(std::string* out, uint32_t c) {
     *out += "SS";  // Python: 'ß'.upper() == 'SS'
     return;
   }
-  utf8_append(out, cp_upper(c));
+  append_utf8(out, cp_upper(c));
 }
 
 template <class F>
 std::string map_cps(const std::string& s, F f) {
   std::string out;
   out.reserve(s.size());
-  for (uint32_t c : utf8_decode(s)) f(&out, c);
+  for (uint32_t c : decode_utf8_all(s)) f(&out, c);
   return out;
 }
 
@@ -82,7 +82,7 @@ std::string py_lower(const std::string& s) {
     for (char& c : o) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return o;
   }
-  return map_cps(s, [](std::string* o, uint32_t c) { utf8_append(o, cp_lower(c)); });
+  return map_cps(s, [](std::string* o, uint32_t c) { append_utf8(o, cp_lower(c)); });
 }
 std::string py_upper(const std::string& s) {
   if (is_ascii(s)) {
@@ -96,14 +96,14 @@ std::string py_capitalize(const std::string& s) {
   bool first = true;
   return map_cps(s, [&](std::string* o, uint32_t c) {
     if (first) append_upper(o, c);
-    else utf8_append(o, cp_lower(c));
+    else append_utf8(o, cp_lower(c));
     first = false;
   });
 }
 std::string py_title(const std::string& s) {
   bool prev_cased = false;
   return map_cps(s, [&](std::string* o, uint32_t c) {
-    if (prev_cased) utf8_append(o, cp_lower(c));
+    if (prev_cased) append_utf8(o, cp_lower(c));
     else append_upper(o, c);
     prev_cased = cp_cased(c) || (c == 0xDF);
   });
@@ -111,7 +111,7 @@ std::string py_title(const std::string& s) {
 std::string jinja_title(const std::string& s) {
   // "".join(w[0].upper() + w[1:].lower() for w in re.split(r"([-\s({\[<]+)", s) if w)
   std::string out;
-  const auto cps = utf8_decode(s);
+  const auto cps = decode_utf8_all(s);
   auto is_sep = [](uint32_t c) { return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || py_isspace(c); };
   size_t i = 0;
   while (i < cps.size()) {
@@ -120,7 +120,7 @@ std::string jinja_title(const std::string& s) {
     while (j < cps.size() && is_sep(cps[j]) == sep) ++j;
     for (size_t k = i; k < j; ++k) {
       if (k == i) append_upper(&out, cps[k]);
-      else utf8_append(&out, cp_lower(cps[k]));
+      else append_utf8(&out, cp_lower(cps[k]));
     }
     i = j;
   }
@@ -128,7 +128,7 @@ std::string jinja_title(const std::string& s) {
 }
 bool py_islower(const std::string& s) {
   bool cased = false;
-  for (uint32_t c : utf8_decode(s)) {
+  for (uint32_t c : decode_utf8_all(s)) {
     if (cp_is_upper(c)) return false;
     cased |= cp_is_lower(c);
   }
@@ -136,7 +136,7 @@ bool py_islower(const std::string& s) {
 }
 bool py_isupper(const std::string& s) {
   bool cased = false;
-  for (uint32_t c : utf8_decode(s)) {
+  for (uint32_t c : decode_utf8_all(s)) {
     if (cp_is_lower(c)) return false;
     cased |= cp_is_upper(c);
   }
@@ -149,7 +149,7 @@ std::string py_strip(const std::string& s, const std::string* chars, bool left, 
     const size_t e = right ? py_rstrip_end(s) : s.size();
     return b >= e ? std::string() : s.substr(b, e - b);
   }
-  const auto cps = utf8_decode(s), set = utf8_decode(*chars);
+  const auto cps = decode_utf8_all(s), set = decode_utf8_all(*chars);
   auto in_set = [&](uint32_t c) { return std::find(set.begin(), set.end(), c) != set.end(); };
   size_t b = 0, e = cps.size();
   if (left)
@@ -172,7 +172,7 @@ std::vector<std::string> py_split(const std::string& s, const std::string* sep, 
     out.push_back(s.substr(pos));
     return out;
   }
-  const auto cps = utf8_decode(s);
+  const auto cps = decode_utf8_all(s);
   size_t i = 0;
   while (i < cps.size()) {
     while (i < cps.size() && py_isspace(cps[i])) ++i;
@@ -208,7 +208,7 @@ std::vector<std::string> py_rsplit(const std::string& s, const std::string* sep,
     std::reverse(out.begin(), out.end());
     return out;
   }
-  const auto cps = utf8_decode(s);
+  const auto cps = decode_utf8_all(s);
   size_t e = cps.size();
   while (e > 0) {
     while (e > 0 && py_isspace(cps[e - 1])) --e;
@@ -231,7 +231,7 @@ std::vector<std::string> py_rsplit(const std::string& s, const std::string* sep,
 
 std::vector<std::string> py_splitlines(const std::string& s, bool keepends) {
   std::vector<std::string> out;
-  const auto cps = utf8_decode(s);
+  const auto cps = decode_utf8_all(s);
   size_t start = 0, i = 0;
   while (i < cps.size()) {
     const uint32_t c = cps[i];
@@ -254,14 +254,14 @@ Status py_replace(Interp& in, const std::string& s, const std::string& old, cons
                   std::string* out) {
   out->clear();
   if (old.empty()) {  // Python inserts `rep` before every code point and at the end
-    const auto cps = utf8_decode(s);
+    const auto cps = decode_utf8_all(s);
     int64_t n = 0;
     for (size_t i = 0; i <= cps.size(); ++i) {
       if (count < 0 || n < count) {
         *out += rep;
         ++n;
       }
-      if (i < cps.size()) utf8_append(out, cps[i]);
+      if (i < cps.size()) append_utf8(out, cps[i]);
       KILN_TRY(in.check_string(out->size()));
     }
     return Status::ok();
@@ -284,7 +284,7 @@ Status py_replace(Interp& in, const std::string& s, const std::string& old, cons
 int64_t py_word_count(const std::string& s) {
   int64_t n = 0;
   bool in_word = false;
-  for (uint32_t c : utf8_decode(s)) {
+  for (uint32_t c : decode_utf8_all(s)) {
     const bool w = c == '_' || cp_digit(c) || cp_alpha(c) || (c >= 0x80 && !py_isspace(c) && c != 0xA0 && !(c >= 0x2000 && c <= 0x206F) && !(c >= 0x3000 && c <= 0x303F) && !(c >= 0xFF00 && c <= 0xFF0F));
     if (w && !in_word) ++n;
     in_word = w;
@@ -460,7 +460,7 @@ Result<std::string> format_field(Interp& in, const Value& v, const std::string& 
     if (sp.type && sp.type != 's') return in.error("Unknown format code '%c' for object of type 'str'", sp.type);
     std::string s = v.str();
     if (sp.precision >= 0) {
-      const auto cps = utf8_decode(s);
+      const auto cps = decode_utf8_all(s);
       s = utf8_encode(cps, 0, static_cast<size_t>(sp.precision));
     }
     return pad_spec(s, "", sp, '<');
@@ -630,7 +630,7 @@ Result<Value> percent_format(Interp& in, const Value& fmt_v, const Value& args) 
     std::string piece;
     if (type == 's' || type == 'r' || type == 'a') {
       std::string s = type == 's' ? to_str(v) : repr(v);
-      if (sp.precision >= 0) s = utf8_encode(utf8_decode(s), 0, static_cast<size_t>(sp.precision));
+      if (sp.precision >= 0) s = utf8_encode(decode_utf8_all(s), 0, static_cast<size_t>(sp.precision));
       sp.zero = false;
       piece = pad_spec(s, "", sp, '>');
     } else if (std::strchr("diouxXeEfFgGc", type)) {
@@ -718,7 +718,7 @@ Result<Value> call_str_method(Interp& in, const Value& self, const std::string& 
     }
     std::string sub = s;
     if (a.pos.size() > 1) {
-      const auto cps = utf8_decode(s);
+      const auto cps = decode_utf8_all(s);
       const int64_t len = static_cast<int64_t>(cps.size());
       KILN_ASSIGN_OR_RETURN(int64_t b, int_arg(1, "start", 0));
       KILN_ASSIGN_OR_RETURN(int64_t e, int_arg(2, "end", len));
@@ -755,9 +755,9 @@ Result<Value> call_str_method(Interp& in, const Value& self, const std::string& 
   if (n == "capitalize") return Value::string(py_capitalize(s), safe);
   if (n == "swapcase")
     return Value::string(map_cps(s, [](std::string* o, uint32_t c) {
-      if (cp_is_upper(c)) utf8_append(o, cp_lower(c));
+      if (cp_is_upper(c)) append_utf8(o, cp_lower(c));
       else if (cp_is_lower(c)) append_upper(o, c);
-      else utf8_append(o, c);
+      else append_utf8(o, c);
     }), safe);
   if (n == "format") {
     if (safe) {  // Markup.format escapes its arguments
@@ -801,7 +801,7 @@ Result<Value> call_str_method(Interp& in, const Value& self, const std::string& 
     return Value::integer(static_cast<int64_t>(utf8_length(std::string_view(s).substr(0, p))));
   }
   if (n == "isdigit" || n == "isnumeric" || n == "isdecimal" || n == "isalpha" || n == "isalnum" || n == "isspace") {
-    const auto cps = utf8_decode(s);
+    const auto cps = decode_utf8_all(s);
     if (cps.empty()) return Value::boolean(false);
     for (uint32_t c : cps) {
       bool ok;

@@ -136,57 +136,9 @@ void Dict::set(Value key, Value value) {
 
 // ---------------------------------------------------------------- UTF-8
 
-std::vector<uint32_t> utf8_decode(std::string_view s) {
-  std::vector<uint32_t> out;
-  out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || i + len > s.size()) {
-      out.push_back(0xFFFD);
-      ++i;
-      continue;
-    }
-    uint32_t cp = len == 1 ? c : c & (0x7F >> len);
-    bool ok = true;
-    for (int k = 1; k < len; ++k) {
-      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) ok = false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if (!ok) {
-      out.push_back(0xFFFD);
-      ++i;
-      continue;
-    }
-    out.push_back(cp);
-    i += len;
-  }
-  return out;
-}
-
-void utf8_append(std::string* out, uint32_t cp) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 std::string utf8_encode(const std::vector<uint32_t>& cps, size_t begin, size_t end) {
   std::string out;
-  for (size_t i = begin; i < end && i < cps.size(); ++i) utf8_append(&out, cps[i]);
+  for (size_t i = begin; i < end && i < cps.size(); ++i) append_utf8(&out, cps[i]);
   return out;
 }
 
@@ -210,7 +162,7 @@ uint32_t cp_at(std::string_view s, size_t i, size_t* len) {
   if (i + n > s.size()) n = 1;
   *len = n;
   if (n == 1) return c < 0x80 ? c : 0xFFFD;
-  auto v = utf8_decode(s.substr(i, n));
+  auto v = decode_utf8_all(s.substr(i, n));
   return v.size() == 1 ? v[0] : 0xFFFD;
 }
 }  // namespace
@@ -246,7 +198,7 @@ size_t py_rstrip_end(std::string_view s) {
 
 size_t utf8_length(std::string_view s) {
   if (is_ascii(s)) return s.size();
-  return utf8_decode(s).size();
+  return decode_utf8_all(s).size();
 }
 
 // ---------------------------------------------------------------- str / repr
@@ -313,7 +265,7 @@ std::string py_repr_string(std::string_view s) {
   const bool has_sq = s.find('\'') != std::string_view::npos, has_dq = s.find('"') != std::string_view::npos;
   const char q = (has_sq && !has_dq) ? '"' : '\'';
   std::string out(1, q);
-  for (uint32_t cp : utf8_decode(s)) {
+  for (uint32_t cp : decode_utf8_all(s)) {
     if (cp == static_cast<uint32_t>(q) || cp == '\\') {
       out += '\\';
       out += static_cast<char>(cp);
@@ -326,7 +278,7 @@ std::string py_repr_string(std::string_view s) {
     } else if (!py_printable(cp)) {
       out += cp < 0x100 ? strprintf("\\x%02x", cp) : cp < 0x10000 ? strprintf("\\u%04x", cp) : strprintf("\\U%08x", cp);
     } else {
-      utf8_append(&out, cp);
+      append_utf8(&out, cp);
     }
   }
   out += q;
@@ -501,7 +453,7 @@ void json_string(std::string_view s, bool ensure_ascii, std::string* out) {
           // Decode this code point and write \uXXXX (a surrogate pair above the BMP), as Python does.
           size_t j = i + 1;
           while (j < s.size() && (static_cast<unsigned char>(s[j]) & 0xC0) == 0x80 && j - i < 4) ++j;
-          for (uint32_t cp : utf8_decode(s.substr(i, j - i))) {
+          for (uint32_t cp : decode_utf8_all(s.substr(i, j - i))) {
             if (cp >= 0x10000) {
               cp -= 0x10000;
               *out += strprintf("\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));

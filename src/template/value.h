@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/status.h"
+#include "util/utf8.h"
 
 namespace kiln::tpl {
 
@@ -176,9 +177,8 @@ Status to_json(const Value& v, const JsonOptions& opt, std::string* out, int dep
 Result<nlohmann::ordered_json> to_nlohmann(const Value& v, int depth = 0);
 
 // ---- UTF-8 helpers (Python indexes by code point) ----
-std::vector<uint32_t> utf8_decode(std::string_view s);  // invalid bytes decode as U+FFFD
-void utf8_append(std::string* out, uint32_t cp);
-std::string utf8_encode(const std::vector<uint32_t>& cps, size_t begin, size_t end);
+// (decoding and encoding: util/utf8.h)
+std::string utf8_encode(const std::vector<uint32_t>& cps, size_t begin, size_t end);  // cps[begin, end) as UTF-8
 size_t utf8_length(std::string_view s);  // in code points
 bool is_ascii(std::string_view s);
 // Python's str.isspace() for one code point, and the byte bounds of s.strip() (whitespace by that rule).

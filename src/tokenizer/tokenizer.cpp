@@ -36,13 +36,13 @@ std::string decode_byte_level(const std::string& text) {
   out.reserve(text.size());
   for (size_t pos = 0; pos < text.size();) {
     const size_t start = pos;
-    const uint32_t cp = tok::decode_utf8(text, &pos);
+    const uint32_t cp = decode_utf8(text, &pos);
     const int b = tok::unicode_to_byte(cp);
     if (b >= 0) {
       out += static_cast<char>(b);
     } else {
       out += "[UNK_BYTE_0x";
-      const std::string u = tok::cp_to_utf8(cp);
+      const std::string u = cp_to_utf8(cp);
       (void)start;
       for (unsigned char c : u) out += strprintf("%02x", c);
       out += text + "]";
@@ -183,14 +183,14 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special)
 
 std::string StreamDecoder::push(int32_t id) {
   pending_ += tok_.token_to_piece(id, render_special_);
-  const size_t hold = tok::incomplete_utf8_tail(pending_);
-  std::string out = tok::sanitize_utf8(std::string_view(pending_).substr(0, pending_.size() - hold));
+  const size_t hold = incomplete_utf8_tail(pending_);
+  std::string out = sanitize_utf8(std::string_view(pending_).substr(0, pending_.size() - hold));
   pending_.erase(0, pending_.size() - hold);
   return out;
 }
 
 std::string StreamDecoder::flush() {
-  std::string out = tok::sanitize_utf8(pending_);
+  std::string out = sanitize_utf8(pending_);
   pending_.clear();
   return out;
 }

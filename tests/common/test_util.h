@@ -27,6 +27,41 @@ inline std::string fixtures_dir() {
 }
 inline std::string kiln_binary() { return KILN_BINARY; }
 
+// This test process's own temporary folder, "<TMPDIR>/kiln-test-XXXXXX/" (with the slash), made on first use and
+// removed with everything in it when the process exits (ctest runs each test in its own process: one folder per
+// test). Only the process that made it removes it (a forked child that exits leaves it alone).
+class TempFolder {
+ public:
+  TempFolder() : owner_(::getpid()) {
+    std::error_code ec;
+    std::filesystem::path base = std::filesystem::temp_directory_path(ec);
+    if (ec) base = "/tmp";
+    std::string tmpl = (base / "kiln-test-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      ADD_FAILURE() << "cannot make a temporary folder under " << base;
+      tmpl = base.string();
+      owner_ = -1;
+    }
+    path_ = tmpl + "/";
+  }
+  ~TempFolder() {
+    if (::getpid() != owner_) return;
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempFolder(const TempFolder&) = delete;
+  TempFolder& operator=(const TempFolder&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  pid_t owner_;
+  std::string path_;
+};
+inline const std::string& temp_dir() {
+  static TempFolder folder;
+  return folder.path();
+}
+
 inline std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
@@ -48,8 +83,7 @@ inline std::string slurp(const std::string& path) {
 // /dev/null); captures stdout and stderr separately through temp files.
 inline CmdResult run_kiln(const std::string& args, const std::string& input = "") {
   static int counter = 0;
-  const std::string base =
-      ::testing::TempDir() + "kiln_cli_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
+  const std::string base = temp_dir() + "kiln_cli_" + std::to_string(counter++);
   std::string cmd = "'" + kiln_binary() + "' " + args + " >" + base + ".out 2>" + base + ".err";
   if (!input.empty()) {
     std::ofstream(base + ".in") << input;

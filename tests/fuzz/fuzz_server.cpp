@@ -99,7 +99,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   check(pr.n >= 1 && pr.n <= 16, "n in range", std::to_string(pr.n));
   check(pr.prompts.size() * static_cast<size_t>(pr.n) <= 64, "choices per request bounded", std::to_string(pr.n));
-  check(pr.gen.max_tokens >= -1, "max_tokens is -1 (until the context is full) or a count",
-        std::to_string(pr.gen.max_tokens));
+  check(pr.gen.max_new_tokens >= -1, "max_tokens is -1 (until the context is full) or a count",
+        std::to_string(pr.gen.max_new_tokens));
   return 0;
 }

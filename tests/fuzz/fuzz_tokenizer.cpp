@@ -51,22 +51,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string decoded = tok.decode(ids);
   // SentencePiece writes spaces as U+2581, so a literal U+2581 in the text comes back as a space.
   const bool spm_ambiguous = (opt & 1) && text.find("\xE2\x96\x81") != std::string::npos;
-  if (!add_special && !parse_special && !spm_ambiguous && kiln::tok::is_valid_utf8(text))
+  if (!add_special && !parse_special && !spm_ambiguous && kiln::is_valid_utf8(text))
     check(decoded == text, "lossless round trip");
 
   kiln::StreamDecoder sd(tok);
   std::string streamed;
   for (int32_t id : ids) {
     const std::string piece = sd.push(id);
-    check(kiln::tok::is_valid_utf8(piece), "streamed piece is valid UTF-8");
+    check(kiln::is_valid_utf8(piece), "streamed piece is valid UTF-8");
     streamed += piece;
   }
   streamed += sd.flush();
-  check(kiln::tok::is_valid_utf8(streamed), "stream output is valid UTF-8");
+  check(kiln::is_valid_utf8(streamed), "stream output is valid UTF-8");
   // The stream sees the same bytes as decode (without its first-space rule), so after sanitizing both agree.
   std::string all;
   for (int32_t id : ids) all += tok.token_to_piece(id);
-  check(streamed == kiln::tok::sanitize_utf8(all), "stream == sanitized concatenation");
+  check(streamed == kiln::sanitize_utf8(all), "stream == sanitized concatenation");
 
   // Arbitrary ids (from the same bytes) must not crash the decoders either.
   std::vector<int32_t> raw;

@@ -61,7 +61,7 @@ class CliChatTemplate : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(std::filesystem::exists(kiln::test::kiln_binary())) << "build kiln_cli first";
-    dir_ = ::testing::TempDir() + "kiln_chatcli_" + std::to_string(::getpid());
+    dir_ = ::kiln::test::temp_dir() + "kiln_chatcli_" + std::to_string(::getpid());
     std::filesystem::create_directories(dir_);
     model_ = dir_ + "/with-template.gguf";
     write_model(model_, kTemplate);

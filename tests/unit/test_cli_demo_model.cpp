@@ -151,7 +151,7 @@ TEST(CliDemoModel, LogitsMatchPyTorchAndKilnReferences) {
   const std::vector<float> kiln_ref = read_f32(kiln::test::data_path("demo/kiln_logits.f32"));
   ASSERT_EQ(torch_ref.size(), n * kVocab);
   ASSERT_EQ(kiln_ref.size(), n * kVocab);
-  const std::string out = ::testing::TempDir() + "kiln_demo_logits_" + std::to_string(getpid()) + ".f32";
+  const std::string out = ::kiln::test::temp_dir() + "kiln_demo_logits_" + std::to_string(getpid()) + ".f32";
   for (int batch : {512, 7, 1}) {
     SCOPED_TRACE("batch " + std::to_string(batch));
     const CmdResult r = kiln("logits -m '" + kModel + "' --tokens " + join(ids, ",") + " --all -t 1 -b " +
@@ -188,7 +188,7 @@ TEST(CliDemoModel, LogitsMatchPyTorchAndKilnReferences) {
 // records its arguments and prints a ninja-style status line, and a stub kiln.
 TEST(CliDemoScript, BuildsOnlyKilnCliAndShowsProgress) {
   namespace fs = std::filesystem;
-  const std::string root = ::testing::TempDir() + "kiln_demo_script_" + std::to_string(::getpid());
+  const std::string root = ::kiln::test::temp_dir() + "kiln_demo_script_" + std::to_string(::getpid());
   fs::remove_all(root);
   fs::create_directories(root + "/scripts");
   fs::create_directories(root + "/stub");

@@ -33,7 +33,7 @@ const std::string kLlama = test::data_path("models/fixture-llama-f16.gguf");  //
 class CliHostile : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "kiln_hostile_" + std::to_string(::getpid()) + "_" +
+    dir_ = ::kiln::test::temp_dir() + "kiln_hostile_" + std::to_string(::getpid()) + "_" +
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     fs::remove_all(dir_);
     fs::create_directories(dir_);

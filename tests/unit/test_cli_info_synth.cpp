@@ -37,7 +37,7 @@ RunResult run_kiln(const std::string& args, bool with_stderr = true) {
 }
 
 std::string temp_path(const std::string& name) {
-  return (fs::temp_directory_path() / ("kiln_cli_test_" + std::to_string(::getpid()) + "_" + name)).string();
+  return ::kiln::test::temp_dir() + "kiln_cli_test_" + name;
 }
 
 const std::string kModel = test::data_path("models/fixture-llama-q4_k_m.gguf");
@@ -102,7 +102,7 @@ TEST(CliInfo, EveryFixtureModelAndVocab) {
   for (const char* sub : {"/models", "/models-next"})
     for (auto& e : fs::directory_iterator(test::fixtures_dir() + sub))
       if (e.path().extension() == ".gguf") files.push_back(e.path().string());
-  std::string tmp = (fs::temp_directory_path() / "kiln_info_vocab_XXXXXX").string();
+  std::string tmp = ::kiln::test::temp_dir() + "kiln_info_vocab_XXXXXX";
   ASSERT_NE(::mkdtemp(tmp.data()), nullptr);
   const std::string cmd = "tar xJf '" + test::fixtures_dir() + "/tokenizer.tar.xz' -C '" + tmp + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;

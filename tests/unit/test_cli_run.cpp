@@ -199,7 +199,8 @@ TEST(CliRun, FlagsAreCheckedBeforeTheModelLoadsAndNamed) {
       {"-ngl -5", "-ngl: must be >= 0"},
       {"-c 100000000000", "-c 100000000000: the context is limited"},
   };
-  const char* internal[] = {"n_predict", "top_p", "min_p", "n_batch", "penalty_last_n", "repeat_penalty"};
+  const char* internal[] = {"n_predict", "top_p", "min_p", "n_batch", "penalty_last_n", "repeat_penalty",
+                            "max_new_tokens", "batch_tokens"};
   const std::string missing = "-m /nonexistent/model.gguf ";
   for (const char* cmd : {"run -p hi", "chat"}) {
     for (auto& c : cases) {
@@ -212,7 +213,7 @@ TEST(CliRun, FlagsAreCheckedBeforeTheModelLoadsAndNamed) {
     }
   }
   // The flags each of perplexity, logits and bench takes.
-  const std::string out = " --out '" + ::testing::TempDir() + "kiln_flags.bin'";
+  const std::string out = " --out '" + ::kiln::test::temp_dir() + "kiln_flags.bin'";
   struct Other {
     std::string args, needle;
   } others[] = {
@@ -242,7 +243,7 @@ TEST(CliRun, FlagsAreCheckedBeforeTheModelLoadsAndNamed) {
 
 // -f and --tokens are bounded by the context; empty ones are errors naming the flag.
 TEST(CliRun, PromptSourcesAreBoundedAndNotEmpty) {
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = ::kiln::test::temp_dir();
   const std::string empty = dir + "kiln_empty_prompt.txt", big = dir + "kiln_big_prompt.txt",
                     ids = dir + "kiln_many_ids.txt";
   { std::ofstream f(empty); }
@@ -339,7 +340,7 @@ TEST(CliRun, ContextAboveTheTrainingContextWarnsOnce) {
 // A random-weight model whose vocabulary is mostly padding (control tokens that render as nothing) prints no
 // text: run says so, with the count of generated tokens.
 TEST(CliRun, WarnsWhenNothingPrintableCameOut) {
-  const std::string pad = ::testing::TempDir() + "kiln_pad_model.gguf";
+  const std::string pad = ::kiln::test::temp_dir() + "kiln_pad_model.gguf";
   CmdResult s = kiln("synth --shape tiny --vocab '" + first_model() + "' --n-vocab 65536 -o '" + pad + "'");
   ASSERT_EQ(s.rc, 0) << s.err;
   const std::string args = "run -t 1 -m '" + pad + "' -p hi -n 8 -s 1";
@@ -366,7 +367,7 @@ TEST(CliRun, WarnsWhenNothingPrintableCameOut) {
 
 TEST(CliTokenize, DefaultsToTheEmbeddedModel) {
   CmdResult r = kiln("tokenize -p 'And God said' --ids");
-  CmdResult l = kiln("logits --tokens 1,2,3 --out '" + ::testing::TempDir() + "kiln_embedded_logits.bin'");
+  CmdResult l = kiln("logits --tokens 1,2,3 --out '" + ::kiln::test::temp_dir() + "kiln_embedded_logits.bin'");
   if (r.rc != 0) {  // a build without the embedded model says so
     EXPECT_NE(r.err.find("no model: pass -m FILE"), std::string::npos) << r.err;
     EXPECT_NE(l.err.find("no model: pass -m FILE"), std::string::npos) << l.err;
@@ -388,8 +389,9 @@ Result<std::vector<kiln::DeviceInfo>> driver_error() {
 }
 TEST(CliDevices, GpuFallbackNotice) {
   using kiln::BackendFactory;
-  const BackendFactory cpu{"cpu", cpu_only, nullptr}, cuda_none{"cuda", no_devices, nullptr},
-      cuda_one{"cuda", one_gpu, nullptr}, cuda_err{"cuda", driver_error, nullptr};
+  const BackendFactory cpu{"cpu", cpu_only, nullptr, nullptr, nullptr},
+      cuda_none{"cuda", no_devices, nullptr, nullptr, nullptr}, cuda_one{"cuda", one_gpu, nullptr, nullptr, nullptr},
+      cuda_err{"cuda", driver_error, nullptr, nullptr, nullptr};
   const std::string line = "kiln: no GPU found, running on the CPU";
   std::vector<const BackendFactory*> cpu_build{&cpu}, cuda_build_no_gpu{&cpu, &cuda_none},
       cuda_build_gpu{&cpu, &cuda_one}, cuda_build_no_driver{&cpu, &cuda_err};
@@ -495,7 +497,7 @@ TEST(CliChat, InterruptEndsTheReplyNotTheSession) {
   int in[2], out[2];
   ASSERT_EQ(pipe(in), 0);
   ASSERT_EQ(pipe(out), 0);
-  const std::string err_path = ::testing::TempDir() + "kiln_chat_sigint_" + std::to_string(getpid()) + ".err";
+  const std::string err_path = ::kiln::test::temp_dir() + "kiln_chat_sigint_" + std::to_string(getpid()) + ".err";
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -506,9 +508,10 @@ TEST(CliChat, InterruptEndsTheReplyNotTheSession) {
     close(in[1]);
     close(out[0]);
     const std::string bin = kiln::test::kiln_binary(), model = first_model();
-    // A reply that runs until the context is full (thousands of tokens): the interrupt lands inside it.
-    execl(bin.c_str(), bin.c_str(), "chat", "-t", "1", "-m", model.c_str(), "-c", "4096", "-n", "-1", "--ignore-eos",
-          "--temp", "0", (char*)nullptr);
+    // A reply that runs until the context is full (thousands of tokens): the interrupt lands inside it. ChatML:
+    // no stop strings (the plain-text conversation this model would get ends a reply at its first blank line).
+    execl(bin.c_str(), bin.c_str(), "chat", "-t", "1", "-m", model.c_str(), "-c", "2048", "-n", "-1", "--ignore-eos",
+          "--temp", "0", "--chat-template", "chatml", (char*)nullptr);
     _exit(127);
   }
   close(in[0]);
@@ -590,7 +593,7 @@ TEST(CliChat, TerminalCtrlDAndCtrlC) {
 }
 
 TEST(CliPerplexity, ScoresWindows) {
-  const std::string text_path = ::testing::TempDir() + "kiln_ppl_text.txt";
+  const std::string text_path = ::kiln::test::temp_dir() + "kiln_ppl_text.txt";
   {
     std::ofstream f(text_path);
     for (int i = 0; i < 40; ++i) f << "The quick brown fox jumps over the lazy dog, sentence number " << i << ". ";
@@ -615,7 +618,7 @@ TEST(CliPerplexity, ScoresWindows) {
   ids.resize(64);
   std::string list;
   for (size_t i = 0; i < ids.size(); ++i) list += (i ? "," : "") + std::to_string(ids[i]);
-  const std::string lpath = ::testing::TempDir() + "kiln_ppl_logits.bin";
+  const std::string lpath = ::kiln::test::temp_dir() + "kiln_ppl_logits.bin";
   CmdResult lg = kiln("logits -t 1 -m '" + first_model() + "' --tokens " + list + " --all --out '" + lpath + "'");
   ASSERT_EQ(lg.rc, 0) << lg.err;
   const auto bytes = kiln::test::read_file(lpath);
@@ -652,7 +655,7 @@ TEST(CliPerplexity, MatchesLlamaCpp) {
   static const char* words[] = {"the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "and", "then",
                                 "runs", "into", "forest", "where", "many", "trees", "grow", "tall", "under",
                                 "bright", "sun"};
-  const std::string text_path = ::testing::TempDir() + "kiln_ppl_ref.txt";
+  const std::string text_path = ::kiln::test::temp_dir() + "kiln_ppl_ref.txt";
   {
     std::ofstream f(text_path);
     uint64_t x = 12345;

@@ -32,7 +32,7 @@ TEST(CliSplitMode, TensorAndLayerSplitGiveTheOneDeviceIds) {
 }
 
 TEST(CliSplitMode, TensorParallelLogitsEqualOneDevice) {
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = ::kiln::test::temp_dir();
   const std::string m = " -m " + model("fixture-llama-q8_0") + " --tokens 997,331,970,154 --all";
   const CmdResult a = kiln::test::run_kiln("logits" + m + " --out " + dir + "tp_one.bin");
   ASSERT_EQ(a.rc, 0) << a.err;

@@ -98,7 +98,7 @@ TEST(GgufFixtures, AllTokenizerVocabsLoad) {
   KILN_REQUIRE_FIXTURES();
   const std::string tar = test::fixtures_dir() + "/tokenizer.tar.xz";
   if (!fs::exists(tar)) GTEST_SKIP() << "skipped: fixtures not found (" << tar << ")";
-  std::string tmpl = (fs::temp_directory_path() / "kiln_vocab_XXXXXX").string();
+  std::string tmpl = ::kiln::test::temp_dir() + "kiln_vocab_XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
   const std::string cmd = "tar xJf '" + tar + "' -C '" + tmpl + "'";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;

@@ -15,7 +15,7 @@ namespace kiln::gguf {
 namespace {
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("kiln_test_" + std::to_string(::getpid()) + "_" + name)).string();
+  return ::kiln::test::temp_dir() + "kiln_test_" + name;
 }
 
 Value nested(int levels) {  // [[[...[1, 2]...]]] with `levels` arrays

@@ -30,7 +30,7 @@ std::string write_variant(const std::string& name, const std::function<void(gguf
     if (keep_tensor && !keep_tensor(t.name)) continue;
     EXPECT_TRUE(w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data).is_ok());
   }
-  const std::string path = ::testing::TempDir() + "kiln-hparams-" + name + ".gguf";
+  const std::string path = ::kiln::test::temp_dir() + "kiln-hparams-" + name + ".gguf";
   Status st = w.write(path);
   EXPECT_TRUE(st.is_ok()) << st.to_string();
   return path;

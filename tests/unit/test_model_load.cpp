@@ -25,7 +25,7 @@ std::string write_variant(const std::string& name, const std::function<void(gguf
     if (edit_tensor && !edit_tensor(tn, ne)) continue;
     EXPECT_TRUE(w.add_tensor(tn, t.type, ne, t.data).is_ok());
   }
-  const std::string path = ::testing::TempDir() + "kiln-model-" + name + ".gguf";
+  const std::string path = ::kiln::test::temp_dir() + "kiln-model-" + name + ".gguf";
   EXPECT_TRUE(w.write(path).is_ok());
   return path;
 }

@@ -150,15 +150,15 @@ Fixture* load_fixture(const std::string& stem, const std::string& device = "cpu"
 
 using kiln::test::run_all;
 
-// An engine whose steps take up to max_batch tokens with an output each (the parity runs want every row's logits).
+// An engine whose steps take up to batch_tokens tokens with an output each (the parity runs want every row's logits).
 std::unique_ptr<Engine> make_engine(Model& m, int64_t n_ctx, int max_seqs = 1, DType t = DType::F16,
-                                    int64_t max_batch = 64) {
+                                    int64_t batch_tokens = 64) {
   KvCacheConfig kc;
   kc.n_ctx = n_ctx;
   kc.max_seqs = max_seqs;
   kc.dtype = t;
-  kc.max_batch = max_batch;
-  kc.max_outputs = max_batch;
+  kc.batch_tokens = batch_tokens;
+  kc.max_outputs = batch_tokens;
   auto e = Engine::create(m, kc);
   EXPECT_TRUE(e.is_ok()) << e.status().to_string();
   return e ? std::move(e).value() : nullptr;
@@ -415,11 +415,11 @@ TEST(ModelDeltaNet, ChunkedPrefillMatchesRecurrentDecode) {
   std::vector<int32_t> ids = fx->prompt;
   ids.insert(ids.end(), fx->greedy.begin(), fx->greedy.end());
   while (ids.size() < 150) ids.push_back(static_cast<int32_t>((ids.size() * 37 + 11) % nv));
-  auto engine_for = [&](int max_batch) {
+  auto engine_for = [&](int batch_tokens) {
     KvCacheConfig kc;
     kc.n_ctx = 256;
-    kc.max_batch = max_batch;
-    kc.max_outputs = max_batch;
+    kc.batch_tokens = batch_tokens;
+    kc.max_outputs = batch_tokens;
     auto e = Engine::create(m, kc);
     EXPECT_TRUE(e.is_ok()) << e.status().to_string();
     return e ? std::move(e).value() : nullptr;
@@ -458,7 +458,7 @@ TEST(ModelDeltaNet, RecurrentStateFollowsTheSequence) {
   KvCacheConfig kc;
   kc.n_ctx = 256;
   kc.max_seqs = 2;
-  kc.max_batch = 64;
+  kc.batch_tokens = 64;
   kc.max_outputs = 64;
   kc.prefix_cache = true;  // turned off by the engine for a hybrid model
   auto e = Engine::create(m, kc);

@@ -157,7 +157,7 @@ TEST(ModelStep, ExecuteAllocatesNothing) {
   auto m = Model::load(test::data_path("models/fixture-llama-q8_0.gguf"), lo);
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
   StepCaps caps;
-  caps.max_tokens = 8;
+  caps.batch_tokens = 8;
   caps.max_outputs = 8;
   caps.max_seqs = 2;
   caps.n_blocks = 8;
@@ -200,7 +200,7 @@ TEST(ModelStep, ExecuteAllocatesNothing) {
   ASSERT_TRUE(ref.is_ok());
   KvCacheConfig kc;
   kc.n_ctx = 32;
-  kc.max_batch = 8;
+  kc.batch_tokens = 8;
   kc.max_outputs = 8;
   auto e = Engine::create(*ref.value(), kc);
   ASSERT_TRUE(e.is_ok()) << e.status().to_string();
@@ -240,7 +240,7 @@ TEST(ModelStep, BucketsAndPaddingChangeNothing) {
     for (int padded = 0; padded < 2; ++padded) {
       KvCacheConfig kc;
       kc.n_ctx = 64;
-      kc.max_batch = 8;
+      kc.batch_tokens = 8;
       kc.max_outputs = 8;
       auto e = Engine::create(*m.value(), kc);
       ASSERT_TRUE(e.is_ok()) << e.status().to_string();

@@ -60,7 +60,7 @@ Result<std::unique_ptr<Engine>> make_engine(Model& m) {
   KvCacheConfig kc;
   kc.n_ctx = 256;
   kc.max_seqs = 1;
-  kc.max_batch = 64;
+  kc.batch_tokens = 64;
   kc.max_outputs = 64;
   return Engine::create(m, kc);
 }

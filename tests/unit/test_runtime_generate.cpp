@@ -1,6 +1,7 @@
-// Generation loop (Sequence + Generator) on the fixture models: free-running greedy reproduces llama.cpp's ids at
-// every prefill chunk size, chunked prefill equals one-shot prefill, stop rules (n_predict, EOG, full context),
-// bad input is an error, chat-style sync feeds only the new suffix.
+// Generation through the engine loop (runtime/scheduler.h) with one sequence, as `kiln run` drives it, on the
+// fixture models: free-running greedy reproduces llama.cpp's ids at every step budget (prompt chunk size),
+// chunked prefill equals one-shot prefill, stop rules (max_new_tokens, EOG, full context, stop strings), bad input
+// is an error, a chat turn reuses the cached conversation.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -12,10 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "common/engine_util.h"
 #include "common/test_util.h"
 #include "model/model.h"
-#include "runtime/generate.h"
+#include "runtime/engine.h"
 #include "runtime/kv_cache.h"
+#include "runtime/scheduler.h"
+#include "runtime/sequence.h"
 
 namespace kiln {
 namespace {
@@ -50,74 +54,50 @@ std::vector<Fixture> fixtures_in(const std::string& dir) {
 
 std::vector<Fixture> committed() { return fixtures_in(test::data_path("models")); }
 
-struct Loaded {
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Engine> engine;
-  KvCache* cache = nullptr;  // engine->cache()
-};
-
-Loaded load(const std::string& path, int64_t n_ctx = 256, int32_t max_seqs = 1) {
-  Loaded l;
-  LoadOptions lo;
-  lo.devices.device = "cpu";
-  lo.devices.backend.n_threads = 1;  // the machine is shared: one thread keeps these correctness tests quick under load
-  auto m = Model::load(path, lo);
-  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
-  if (!m) return l;
-  l.model = std::move(m).value();
-  KvCacheConfig cfg;
-  cfg.n_ctx = n_ctx;
-  cfg.max_seqs = max_seqs;
-  auto e = Engine::create(*l.model, cfg);
-  EXPECT_TRUE(e.is_ok()) << e.status().to_string();
-  if (e) {
-    l.engine = std::move(e).value();
-    l.cache = &l.engine->cache();
-  }
-  return l;
-}
-
-GenerateOptions greedy(int n_batch, int n_predict) {
-  GenerateOptions o;
-  o.n_batch = n_batch;
-  o.seq.n_predict = n_predict;
-  o.seq.ignore_eos = true;
-  o.seq.sampling.temp = 0;
-  o.keep_logits = true;  // the tests compare logits rows (the argmax-only path has its own test)
-  return o;
-}
+using test::generate;
+using test::Generated;
+using test::greedy_request;
+using test::make_scheduler;
+using test::one_sequence;
 
 std::vector<int32_t> prompt() { return read_ids(test::data_path("models/prompt.txt")); }
+std::string model_file(const Fixture& fx) { return fx.dir + "/" + fx.name + ".gguf"; }
+
+// Tokens the model ran in each step, summed (the step observer).
+struct StepCount {
+  std::shared_ptr<int64_t> tokens = std::make_shared<int64_t>(0);
+  void attach(Scheduler& s) {
+    auto t = tokens;
+    s.set_step_observer([t](const StepInfo& i) { *t += i.n_tokens; });
+  }
+};
 
 // Free-running greedy from the prompt reproduces llama.cpp's first free_run_checked_steps ids (fixtures README),
-// with the prompt prefilled in one pass, in chunks of 7 and one token at a time.
+// with the prompt prefilled in one step, in chunks of 7 and one token at a time. keep_logits: a logits processor
+// on the sequence makes every step fetch the row (host argmax); without, the device's argmax decides.
 void check_free_run(const Fixture& fx, bool keep_logits) {
   SCOPED_TRACE(fx.name + (keep_logits ? " (logits rows)" : " (device argmax)"));
   const auto want = read_ids(fx.dir + "/" + fx.name + ".greedy.txt");
   ASSERT_EQ(want.size(), 32u);
-  Loaded l = load(fx.dir + "/" + fx.name + ".gguf");
-  ASSERT_TRUE(l.model && l.cache);
   for (int n_batch : {512, 7, 1}) {
-    SCOPED_TRACE("n_batch " + std::to_string(n_batch));
-    l.cache->clear();
-    GenerateOptions o = greedy(n_batch, 32);
-    o.keep_logits = keep_logits;
-    Generator g(*l.engine, 0, o);
-    ASSERT_TRUE(g.validate().is_ok());
-    ASSERT_TRUE(g.feed(prompt()).is_ok());
-    std::vector<int32_t> got;
-    auto stop = g.generate([&](int32_t id, const std::string&) {
-      if (id >= 0) got.push_back(id);
-      return true;
-    });
-    ASSERT_TRUE(stop.is_ok()) << stop.status().to_string();
-    EXPECT_EQ(*stop, StopReason::kLimit);
-    ASSERT_EQ(got.size(), 32u);
-    for (int i = 0; i < fx.checked_steps; ++i) EXPECT_EQ(got[i], want[i]) << "step " << i;
-    EXPECT_EQ(g.sequence().n_cached(), 32 + 31);  // the last sampled token is never fed
-    EXPECT_EQ(l.cache->seq_len(0), 32 + 31);
-    EXPECT_EQ(g.timings().n_prompt, 32);
-    EXPECT_EQ(g.timings().n_gen, 32);
+    SCOPED_TRACE("batch_tokens " + std::to_string(n_batch));
+    auto s = make_scheduler(model_file(fx), one_sequence(256, n_batch));
+    ASSERT_TRUE(s);
+    StepCount steps;
+    steps.attach(*s);
+    std::vector<std::vector<float>> rows;
+    GenRequest req = greedy_request(prompt(), 32);
+    if (keep_logits) req.hooks = test::record_rows(&rows);
+    Generated g = generate(*s, req);
+    ASSERT_TRUE(g.error.is_ok()) << g.error.to_string();
+    EXPECT_EQ(g.stop, StopReason::kLimit);
+    EXPECT_EQ(g.reason, FinishReason::kLength);
+    ASSERT_EQ(g.ids.size(), 32u);
+    for (int i = 0; i < fx.checked_steps; ++i) EXPECT_EQ(g.ids[i], want[i]) << "step " << i;
+    EXPECT_EQ(*steps.tokens, 32 + 31);  // the last sampled token is never fed
+    EXPECT_EQ(rows.size(), keep_logits ? 32u : 0u);
+    EXPECT_EQ(g.timings.n_prompt, 32);
+    EXPECT_EQ(g.timings.n_gen, 32);
   }
 }
 
@@ -153,7 +133,7 @@ TEST(Generate, FreeRunGreedyMatchesLlamaCppFullMatrix) {
   free_run_all(fxs);
 }
 
-// Qwen3.5 and Gemma 3 (models-next/, own manifest and prompt): the Generator's chunked prefill and decode loop over
+// Qwen3.5 and Gemma 3 (models-next/, own manifest and prompt): the engine loop's chunked prefill and decode over
 // the hybrid model's recurrent state and the sliding window.
 TEST(Generate, FreeRunGreedyMatchesLlamaCppModelsNext) {
   KILN_REQUIRE_FIXTURES();
@@ -170,25 +150,27 @@ TEST(Generate, ChunkedPrefillEqualsOneShot) {
     SCOPED_TRACE(fx.name);
     const bool is_float = fx.type == "f16" || fx.type == "bf16" || fx.type == "f32";
     const double limit = is_float ? 1e-4 : std::max(2e-3, 4 * fx.self_spread);
-    Loaded l = load(fx.dir + "/" + fx.name + ".gguf");
-    ASSERT_TRUE(l.model);
-    const int64_t nv = l.model->hparams().n_vocab;
-    auto ref_bytes = test::read_file(fx.dir + "/" + fx.name + ".logits.bin");
-    ASSERT_EQ(ref_bytes.size(), 64u * nv * sizeof(float));
-    std::vector<float> ref(nv);
-    std::memcpy(ref.data(), ref_bytes.data() + 31 * nv * sizeof(float), nv * sizeof(float));
-    std::vector<float> one_shot;
+    std::vector<float> one_shot, ref;
     for (int n_batch : {512, 7, 5, 1}) {
-      SCOPED_TRACE("n_batch " + std::to_string(n_batch));
-      l.cache->clear();
-      Generator g(*l.engine, 0, greedy(n_batch, 1));
-      ASSERT_TRUE(g.feed(prompt()).is_ok());
-      auto row = g.last_logits();
-      ASSERT_EQ(static_cast<int64_t>(row.size()), nv);
-      std::vector<float> cur(row.begin(), row.end());
-      if (one_shot.empty()) one_shot = cur;
-      EXPECT_LE(test::nmse(cur.data(), one_shot.data(), nv), limit);
-      EXPECT_LE(test::nmse(cur.data(), ref.data(), nv), limit);
+      SCOPED_TRACE("batch_tokens " + std::to_string(n_batch));
+      auto s = make_scheduler(model_file(fx), one_sequence(256, n_batch));
+      ASSERT_TRUE(s);
+      const int64_t nv = s->n_vocab();
+      if (ref.empty()) {
+        auto ref_bytes = test::read_file(fx.dir + "/" + fx.name + ".logits.bin");
+        ASSERT_EQ(ref_bytes.size(), 64u * nv * sizeof(float));
+        ref.resize(nv);
+        std::memcpy(ref.data(), ref_bytes.data() + 31 * nv * sizeof(float), nv * sizeof(float));
+      }
+      std::vector<std::vector<float>> rows;
+      GenRequest req = greedy_request(prompt(), 1);
+      req.hooks = test::record_rows(&rows);
+      ASSERT_TRUE(generate(*s, req).error.is_ok());
+      ASSERT_EQ(rows.size(), 1u);
+      ASSERT_EQ(static_cast<int64_t>(rows[0].size()), nv);
+      if (one_shot.empty()) one_shot = rows[0];
+      EXPECT_LE(test::nmse(rows[0].data(), one_shot.data(), nv), limit);
+      EXPECT_LE(test::nmse(rows[0].data(), ref.data(), nv), limit);
     }
   }
 }
@@ -196,195 +178,199 @@ TEST(Generate, ChunkedPrefillEqualsOneShot) {
 TEST(Generate, ContextFullStopsCleanly) {
   auto fxs = committed();
   ASSERT_FALSE(fxs.empty());
-  Loaded l = load(fxs[0].dir + "/" + fxs[0].name + ".gguf", /*n_ctx=*/64);
-  ASSERT_TRUE(l.model);
-  // n_ctx 40 for this sequence: 32 prompt tokens, then 8 generated tokens are fed and a 9th is sampled from the
+  // 40 tokens for this sequence: 32 prompt tokens, then 8 generated tokens are fed and a 9th is sampled from the
   // logits of position 39; it cannot be fed, so generation stops there.
-  Generator g(*l.engine, 0, greedy(512, -1), /*n_ctx=*/40);
-  ASSERT_TRUE(g.feed(prompt()).is_ok());
-  int n = 0;
-  auto stop = g.generate([&](int32_t id, const std::string&) {
-    n += id >= 0;
-    return true;
-  });
-  ASSERT_TRUE(stop.is_ok()) << stop.status().to_string();
-  EXPECT_EQ(*stop, StopReason::kContextFull);
-  EXPECT_EQ(n, 9);
-  EXPECT_EQ(g.sequence().n_cached(), 40);
-  // More prompt than the context holds: an error naming the context, nothing fed.
-  Generator g2(*l.engine, 0, greedy(512, -1), /*n_ctx=*/16);
-  l.cache->clear();
-  Status st = g2.feed(prompt());
-  EXPECT_EQ(st.code(), ErrorCode::kOutOfRange);
-  EXPECT_NE(st.message().find("context"), std::string::npos) << st.message();
-  EXPECT_EQ(l.cache->seq_len(0), 0);
+  EngineConfig cfg = one_sequence(64);
+  cfg.max_seq_ctx = 40;
+  auto s = make_scheduler(model_file(fxs[0]), cfg);
+  ASSERT_TRUE(s);
+  StepCount steps;
+  steps.attach(*s);
+  GenRequest req = greedy_request(prompt(), -1);
+  Generated g = generate(*s, req);
+  ASSERT_TRUE(g.error.is_ok()) << g.error.to_string();
+  EXPECT_EQ(g.stop, StopReason::kContextFull);
+  EXPECT_EQ(g.reason, FinishReason::kLength);
+  EXPECT_EQ(g.ids.size(), 9u);
+  EXPECT_EQ(*steps.tokens, 40);
+  EXPECT_EQ(s->stats().kv_blocks_used, 0);  // freed at the end
+  // More prompt than the context holds: an error naming the context, nothing run.
+  cfg.max_seq_ctx = 16;
+  auto small = make_scheduler(model_file(fxs[0]), cfg);
+  ASSERT_TRUE(small);
+  Generated o = generate(*small, req);
+  EXPECT_EQ(o.error.code(), ErrorCode::kOutOfRange);
+  EXPECT_NE(o.error.message().find("context"), std::string::npos) << o.error.message();
+  EXPECT_EQ(small->stats().steps, 0u);
 }
 
 TEST(Generate, BadTokenIdsAreErrors) {
   auto fxs = committed();
-  Loaded l = load(fxs[0].dir + "/" + fxs[0].name + ".gguf");
-  ASSERT_TRUE(l.model);
-  Generator g(*l.engine, 0, greedy(512, 4));
-  std::vector<int32_t> bad = {997, 5, 1000};
-  Status st = g.feed(bad);
-  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("token 2"), std::string::npos) << st.message();
-  std::vector<int32_t> neg = {-1};
-  EXPECT_FALSE(g.feed(neg).is_ok());
-  // generate() before any logits exist is an error too.
-  EXPECT_FALSE(g.generate(nullptr).is_ok());
+  auto s = make_scheduler(model_file(fxs[0]), one_sequence());
+  ASSERT_TRUE(s);
+  Generated g = generate(*s, greedy_request({997, 5, s->n_vocab()}, 4));
+  EXPECT_EQ(g.error.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(g.error.message().find("token 2"), std::string::npos) << g.error.message();
+  EXPECT_FALSE(generate(*s, greedy_request({-1}, 4)).error.is_ok());
   // Still usable afterwards.
-  ASSERT_TRUE(g.feed(prompt()).is_ok());
-  EXPECT_TRUE(g.generate(nullptr).is_ok());
+  Generated ok = generate(*s, greedy_request(prompt(), 4));
+  EXPECT_TRUE(ok.error.is_ok()) << ok.error.to_string();
+  EXPECT_EQ(ok.ids.size(), 4u);
 }
 
 TEST(Generate, InvalidOptionsNameTheParameter) {
   auto fxs = committed();
-  Loaded l = load(fxs[0].dir + "/" + fxs[0].name + ".gguf");
-  ASSERT_TRUE(l.model);
-  GenerateOptions o = greedy(0, 4);
-  EXPECT_NE(Generator(*l.engine, 0, o).validate().message().find("n_batch"), std::string::npos);
-  o = greedy(8, -2);
-  EXPECT_NE(Generator(*l.engine, 0, o).validate().message().find("n_predict"), std::string::npos);
-  o = greedy(8, 4);
-  o.seq.sampling.top_p = -1;
-  EXPECT_NE(Generator(*l.engine, 0, o).validate().message().find("top_p"), std::string::npos);
+  EngineConfig bad = one_sequence();
+  bad.batch_tokens = 0;
+  auto b = Scheduler::create(test::load_cpu_model(model_file(fxs[0])), bad);
+  ASSERT_FALSE(b.is_ok());
+  EXPECT_NE(b.status().message().find("-b"), std::string::npos) << b.status().message();
+  auto s = make_scheduler(model_file(fxs[0]), one_sequence());
+  ASSERT_TRUE(s);
+  Generated g = generate(*s, greedy_request(prompt(), -2));
+  EXPECT_NE(g.error.message().find("max_new_tokens"), std::string::npos) << g.error.message();
+  GenRequest r = greedy_request(prompt(), 4);
+  r.sampling.top_p = -1;
+  EXPECT_NE(generate(*s, r).error.message().find("top_p"), std::string::npos);
 }
 
 TEST(Generate, StopsAtEogUnlessIgnored) {
   auto fxs = committed();
-  Loaded l = load(fxs[0].dir + "/" + fxs[0].name + ".gguf");
-  ASSERT_TRUE(l.model);
-  const Tokenizer& tok = l.model->tokenizer();
+  auto s = make_scheduler(model_file(fxs[0]), one_sequence());
+  ASSERT_TRUE(s);
+  const Tokenizer& tok = s->tokenizer();
   const int32_t eos = tok.eos();
   ASSERT_GE(eos, 0);
   ASSERT_TRUE(tok.is_eog(eos));
   // A negative presence "penalty" over a window of one token lifts the last token fed (EOS) to the top.
-  GenerateOptions o = greedy(512, 16);
-  o.seq.ignore_eos = false;
-  o.seq.sampling.presence_penalty = -1e4f;
-  o.seq.sampling.penalty_last_n = 1;
-  Generator g(*l.engine, 0, o);
   std::vector<int32_t> p = prompt();
   p.push_back(eos);
-  ASSERT_TRUE(g.feed(p).is_ok());
-  int n = 0;
-  auto stop = g.generate([&](int32_t id, const std::string&) {
-    n += id >= 0;
-    return true;
-  });
-  ASSERT_TRUE(stop.is_ok());
-  EXPECT_EQ(*stop, StopReason::kEog);
-  EXPECT_EQ(n, 0);  // the EOG token is not emitted
-  // With ignore_eos the same setup emits EOS until n_predict.
-  o.seq.ignore_eos = true;
-  l.cache->clear();
-  Generator g2(*l.engine, 0, o);
-  ASSERT_TRUE(g2.feed(p).is_ok());
-  std::vector<int32_t> got;
-  stop = g2.generate([&](int32_t id, const std::string&) {
-    if (id >= 0) got.push_back(id);
-    return true;
-  });
-  ASSERT_TRUE(stop.is_ok());
-  EXPECT_EQ(*stop, StopReason::kLimit);
-  EXPECT_EQ(got, std::vector<int32_t>(16, eos));
+  GenRequest r = greedy_request(p, 16);
+  r.ignore_eos = false;
+  r.sampling.presence_penalty = -1e4f;
+  r.sampling.penalty_last_n = 1;
+  Generated g = generate(*s, r);
+  ASSERT_TRUE(g.error.is_ok());
+  EXPECT_EQ(g.stop, StopReason::kEog);
+  EXPECT_EQ(g.reason, FinishReason::kStop);
+  EXPECT_TRUE(g.ids.empty());  // the EOG token is not emitted
+  // With ignore_eos the same setup emits EOS until max_new_tokens.
+  r.ignore_eos = true;
+  g = generate(*s, r);
+  ASSERT_TRUE(g.error.is_ok());
+  EXPECT_EQ(g.stop, StopReason::kLimit);
+  EXPECT_EQ(g.ids, std::vector<int32_t>(16, eos));
 }
 
-TEST(Generate, CallbackCanStop) {
+// A stop string ends the sequence at the token that completes it; the text before it is returned.
+TEST(Generate, StopStringEndsTheSequence) {
   auto fxs = committed();
-  Loaded l = load(fxs[0].dir + "/" + fxs[0].name + ".gguf");
-  ASSERT_TRUE(l.model);
-  Generator g(*l.engine, 0, greedy(512, 32));
-  ASSERT_TRUE(g.feed(prompt()).is_ok());
-  int n = 0;
-  auto stop = g.generate([&](int32_t id, const std::string&) { return id < 0 || ++n < 3; });
-  ASSERT_TRUE(stop.is_ok());
-  EXPECT_EQ(*stop, StopReason::kCallback);
-  EXPECT_EQ(n, 3);
-  EXPECT_EQ(g.sequence().n_cached(), 32 + 2);
+  auto s = make_scheduler(model_file(fxs[0]), one_sequence());
+  ASSERT_TRUE(s);
+  auto h = s->submit(greedy_request(prompt(), 32));
+  ASSERT_TRUE(h.is_ok());
+  std::vector<TokenEvent> evs = (*h)->wait_all();
+  std::string all;
+  std::vector<size_t> ends;  // text length after each token
+  for (auto& e : evs) {
+    all += e.text;
+    if (e.id >= 0) ends.push_back(all.size());
+  }
+  // The stop string: the text of the first token from the third on that has text.
+  std::string stop;
+  for (size_t k = 2; k < evs.size() && stop.empty(); ++k)
+    if (evs[k].id >= 0) stop = evs[k].text;
+  if (stop.empty()) GTEST_SKIP() << "skipped: the greedy continuation writes no text";
+  const size_t at = all.find(stop);
+  size_t n = 0;
+  while (ends[n] < at + stop.size()) ++n;
+  GenRequest r = greedy_request(prompt(), 32);
+  r.stop = {stop};
+  Generated g = generate(*s, r);
+  ASSERT_TRUE(g.error.is_ok());
+  EXPECT_EQ(g.stop, StopReason::kStopString);
+  EXPECT_EQ(g.reason, FinishReason::kStop);
+  EXPECT_EQ(g.ids.size(), n + 1);
+  EXPECT_EQ(g.text, all.substr(0, at));
 }
 
-// Chat turns: sync() with the conversation so far plus a new turn keeps the cached prefix and feeds only the
-// suffix, and the result equals feeding everything from scratch.
-TEST(Generate, SyncFeedsOnlyTheNewSuffix) {
+// Chat turns: a request whose prompt is the conversation so far plus a new turn attaches the cached blocks of the
+// conversation (the prefix cache) and computes only the rest; its row equals computing everything from scratch.
+TEST(Generate, ChatTurnReusesTheConversation) {
   auto fxs = committed();
-  Loaded l = load(fxs[0].dir + "/" + fxs[0].name + ".gguf");
-  ASSERT_TRUE(l.model);
-  Generator g(*l.engine, 0, greedy(512, 8));
+  EngineConfig cfg = one_sequence();
+  cfg.prefix_cache = true;
+  auto s = make_scheduler(model_file(fxs[0]), cfg);
+  ASSERT_TRUE(s);
   std::vector<int32_t> conv = prompt();
-  ASSERT_TRUE(g.sync(conv).is_ok());
-  EXPECT_EQ(g.timings().n_prompt, 32);
-  std::vector<int32_t> reply;
-  ASSERT_TRUE(g.generate([&](int32_t id, const std::string&) {
-                 if (id >= 0) reply.push_back(id);
-                 return true;
-               }).is_ok());
-  ASSERT_EQ(reply.size(), 8u);
-  // Next turn: the conversation + the reply + 5 new tokens: the 7 fed reply tokens are cached already, the last
-  // reply token and the 5 new ones are fed.
-  conv.insert(conv.end(), reply.begin(), reply.end());
+  Generated first = generate(*s, greedy_request(conv, 8));
+  ASSERT_EQ(first.ids.size(), 8u);
+  EXPECT_EQ(first.timings.n_cached, 0);
+  // Next turn: the conversation + the reply + 5 new tokens (45): the 39 tokens fed before hold two full blocks.
+  conv.insert(conv.end(), first.ids.begin(), first.ids.end());
   const std::vector<int32_t> turn = {10, 20, 30, 40, 50};
   conv.insert(conv.end(), turn.begin(), turn.end());
-  ASSERT_TRUE(g.sync(conv).is_ok());
-  EXPECT_EQ(g.timings().n_prompt, 32 + 1 + 5);
-  EXPECT_EQ(l.cache->seq_len(0), static_cast<int64_t>(conv.size()));
-  std::vector<float> incremental(g.last_logits().begin(), g.last_logits().end());
-  // A diverging history (an edited earlier turn) truncates back to the common prefix.
+  const uint64_t computed = s->stats().prompt_tokens_computed;
+  std::vector<std::vector<float>> rows;
+  GenRequest next = greedy_request(conv, 1);
+  next.hooks = test::record_rows(&rows);
+  Generated second = generate(*s, next);
+  ASSERT_TRUE(second.error.is_ok());
+  EXPECT_EQ(second.timings.n_cached, 32);
+  EXPECT_EQ(s->stats().prompt_tokens_computed - computed, conv.size() - 32);
+  ASSERT_EQ(rows.size(), 1u);
+  // A diverging history (an edited earlier turn) attaches only the blocks before the edit.
   std::vector<int32_t> edited(conv.begin(), conv.begin() + 20);
   edited.push_back(7);
-  ASSERT_TRUE(g.sync(edited).is_ok());
-  EXPECT_EQ(l.cache->seq_len(0), 21);
-  // From scratch on a second sequence-sized cache gives the same last row as the incremental path.
-  Loaded fresh = load(fxs[0].dir + "/" + fxs[0].name + ".gguf");
-  Generator g2(*fresh.engine, 0, greedy(512, 8));
-  ASSERT_TRUE(g2.feed(conv).is_ok());
-  std::vector<float> scratch(g2.last_logits().begin(), g2.last_logits().end());
+  EXPECT_EQ(generate(*s, greedy_request(edited, 1)).timings.n_cached, 16);
+  // From scratch (no prefix cache) gives the same last row as the incremental path.
+  auto fresh = make_scheduler(model_file(fxs[0]), one_sequence());
+  std::vector<std::vector<float>> scratch;
+  next.hooks = test::record_rows(&scratch);
+  ASSERT_TRUE(generate(*fresh, next).error.is_ok());
+  ASSERT_EQ(scratch.size(), 1u);
   const bool is_float = fxs[0].type == "f16" || fxs[0].type == "bf16";
   const double limit = is_float ? 1e-4 : std::max(2e-3, 4 * fxs[0].self_spread);
-  EXPECT_LE(test::nmse(incremental.data(), scratch.data(), scratch.size()), limit);
+  EXPECT_LE(test::nmse(rows[0].data(), scratch[0].data(), scratch[0].size()), limit);
 }
 
 TEST(Generate, SameSeedSameText) {
   auto fxs = committed();
-  Loaded l = load(fxs[0].dir + "/" + fxs[0].name + ".gguf");
-  ASSERT_TRUE(l.model);
+  auto s = make_scheduler(model_file(fxs[0]), one_sequence());
+  ASSERT_TRUE(s);
   auto run = [&](uint64_t seed) {
-    l.cache->clear();
-    GenerateOptions o;
-    o.seq.n_predict = 24;
-    o.seq.ignore_eos = true;
-    o.seq.sampling.seed = seed;
-    o.seq.sampling.temp = 1.5f;
-    Generator g(*l.engine, 0, o);
-    EXPECT_TRUE(g.feed(prompt()).is_ok());
-    std::vector<int32_t> ids;
-    EXPECT_TRUE(g.generate([&](int32_t id, const std::string&) {
-                   if (id >= 0) ids.push_back(id);
-                   return true;
-                 }).is_ok());
-    return ids;
+    GenRequest r = greedy_request(prompt(), 24);
+    r.sampling.temp = 1.5f;
+    r.sampling.seed = seed;
+    return generate(*s, r).ids;
   };
   auto a = run(5), b = run(5), c = run(6);
+  EXPECT_EQ(a.size(), 24u);
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
 }
 
-// Two sequences driven through shared batches (what the server's scheduler does) give each the same tokens as
-// running it alone.
+// Two sequences driven by hand through shared batches (Sequence over Engine::forward) give each the same tokens
+// as the engine loop running it alone.
 TEST(Generate, TwoSequencesInOneBatchMatchSolo) {
   auto fxs = committed();
-  const std::string path = fxs[0].dir + "/" + fxs[0].name + ".gguf";
-  Loaded l = load(path, 256, 2);
-  ASSERT_TRUE(l.model);
-  const Tokenizer& tok = l.model->tokenizer();
-  const int32_t nv = static_cast<int32_t>(l.model->hparams().n_vocab);
+  const std::string path = model_file(fxs[0]);
+  auto model = test::load_cpu_model(path);
+  ASSERT_TRUE(model);
+  KvCacheConfig kc;
+  kc.n_ctx = 256;
+  kc.max_seqs = 2;
+  auto engine = Engine::create(*model, kc);
+  ASSERT_TRUE(engine.is_ok());
+  KvCache& cache = (*engine)->cache();
+  const Tokenizer& tok = model->tokenizer();
+  const int32_t nv = static_cast<int32_t>(model->hparams().n_vocab);
   std::vector<int32_t> p0 = prompt(), p1(p0.begin(), p0.begin() + 20);
   SequenceOptions so;
-  so.n_predict = 6;
+  so.max_new_tokens = 6;
   so.ignore_eos = true;
   so.sampling.temp = 0;
-  Sequence s0(0, tok, nv, 128, so, *l.cache), s1(1, tok, nv, 128, so, *l.cache);
+  Sequence s0(0, tok, nv, 128, so, cache), s1(1, tok, nv, 128, so, cache);
   ASSERT_TRUE(s0.append(p0).is_ok());
   ASSERT_TRUE(s1.append(p1).is_ok());
   s0.begin_turn();
@@ -398,7 +384,7 @@ TEST(Generate, TwoSequencesInOneBatchMatchSolo) {
     for (Sequence* s : {&s0, &s1})
       if (s->stop_reason() == StopReason::kNone && s->schedule(batch, 9) > 0) order.push_back(s);
     ASSERT_FALSE(order.empty());
-    ASSERT_TRUE(l.engine->forward(batch, &logits).is_ok());
+    ASSERT_TRUE((*engine)->forward(batch, &logits).is_ok());
     size_t row = 0;
     for (Sequence* s : order) {
       const bool want = s->scheduled_wants_logits();
@@ -410,15 +396,8 @@ TEST(Generate, TwoSequencesInOneBatchMatchSolo) {
     }
   }
   auto solo = [&](const std::vector<int32_t>& p) {
-    Loaded one = load(path);
-    Generator g(*one.engine, 0, greedy(512, 6));
-    EXPECT_TRUE(g.feed(p).is_ok());
-    std::vector<int32_t> ids;
-    EXPECT_TRUE(g.generate([&](int32_t id, const std::string&) {
-                   if (id >= 0) ids.push_back(id);
-                   return true;
-                 }).is_ok());
-    return ids;
+    auto s = make_scheduler(path, one_sequence());
+    return generate(*s, greedy_request(p, 6)).ids;
   };
   EXPECT_EQ(out0, solo(p0));
   EXPECT_EQ(out1, solo(p1));

@@ -1,8 +1,8 @@
-// The continuous-batching scheduler (runtime/scheduler.h) and the prefix cache of the block manager
-// (runtime/kv_cache.h): many sequences in one step give the single-sequence Generator's greedy (and seeded)
-// outputs; the token budget holds every step and decode tokens go first; admission waits for slots and blocks; a
-// pool too small for everyone preempts and recomputes without changing outputs; a shared prefix is attached, not
-// recomputed; cancel frees the blocks; stop strings cut the text.
+// The engine loop (runtime/scheduler.h) and the prefix cache of the block manager (runtime/kv_cache.h): many
+// sequences in one step give the outputs of each request run alone (greedy and seeded); the token budget holds
+// every step and decode tokens go first; admission waits for slots and blocks; a pool too small for everyone
+// preempts and recomputes without changing outputs; a shared prefix is attached, not recomputed; cancel frees the
+// blocks; stop strings cut the text.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "common/engine_util.h"
 #include "common/test_util.h"
 #include "model/model.h"
 #include "runtime/engine.h"
-#include "runtime/generate.h"
 #include "runtime/kv_cache.h"
 #include "runtime/scheduler.h"
 
@@ -52,35 +52,23 @@ SamplerParams greedy_params() {
   return p;
 }
 
-// The reference: each prompt alone through the Generator.
+// The reference: each prompt alone, one request at a time through a one-sequence engine loop (what `kiln run`
+// does).
 std::vector<std::vector<int32_t>> reference(const std::vector<std::vector<int32_t>>& ps, int n_predict,
                                             SamplerParams sp = greedy_params()) {
-  auto m = load_model(demo_model());
-  KvCacheConfig kc;
-  kc.n_ctx = 512;
-  auto e = Engine::create(*m, kc);
-  EXPECT_TRUE(e.is_ok());
+  auto s = test::make_scheduler(demo_model(), test::one_sequence(512));
   std::vector<std::vector<int32_t>> out;
   for (const auto& p : ps) {
-    (*e)->cache().clear();
-    GenerateOptions o;
-    o.seq.n_predict = n_predict;
-    o.seq.ignore_eos = true;
-    o.seq.sampling = sp;
-    Generator g(**e, 0, o);
-    EXPECT_TRUE(g.feed(p).is_ok());
-    std::vector<int32_t> ids;
-    auto st = g.generate([&](int32_t id, const std::string&) {
-      if (id >= 0) ids.push_back(id);
-      return true;
-    });
-    EXPECT_TRUE(st.is_ok());
-    out.push_back(ids);
+    GenRequest r = test::greedy_request(p, n_predict);
+    r.sampling = sp;
+    test::Generated g = test::generate(*s, r);
+    EXPECT_TRUE(g.error.is_ok()) << g.error.to_string();
+    out.push_back(g.ids);
   }
   return out;
 }
 
-std::unique_ptr<Scheduler> make_sched(SchedulerConfig cfg) {
+std::unique_ptr<Scheduler> make_sched(EngineConfig cfg) {
   auto m = load_model(demo_model());
   if (!m) return nullptr;
   auto s = Scheduler::create(std::move(m), cfg);
@@ -98,7 +86,7 @@ std::vector<int32_t> ids_of(const std::vector<TokenEvent>& evs) {
 GenRequest request(const std::vector<int32_t>& p, int n, SamplerParams sp = greedy_params()) {
   GenRequest r;
   r.prompt = p;
-  r.max_tokens = n;
+  r.max_new_tokens = n;
   r.ignore_eos = true;
   r.sampling = sp;
   return r;
@@ -136,15 +124,15 @@ RunResult run_all(Scheduler& s, const std::vector<GenRequest>& reqs) {
   return r;
 }
 
-TEST(Scheduler, GreedyEqualsGeneratorWithBudgetAndChunks) {
+TEST(Scheduler, GreedyEqualsAloneWithBudgetAndChunks) {
   auto m0 = load_model(demo_model());
   ASSERT_TRUE(m0);
   auto ps = prompts(m0->tokenizer(), 8);
   const int n = 24;
   auto want = reference(ps, n);
-  SchedulerConfig cfg;
-  cfg.parallel = 4;
-  cfg.max_batch = 16;  // prompts go in chunks, mixed with decode tokens
+  EngineConfig cfg;
+  cfg.max_seqs = 4;
+  cfg.batch_tokens = 16;  // prompts go in chunks, mixed with decode tokens
   cfg.n_ctx = 1024;
   cfg.start = false;
   auto s = make_sched(cfg);
@@ -175,7 +163,7 @@ TEST(Scheduler, GreedyEqualsGeneratorWithBudgetAndChunks) {
 }
 
 // Seeded sampling: each request has its own sampler; sampling in parallel changes nothing.
-TEST(Scheduler, SeededSamplingEqualsGenerator) {
+TEST(Scheduler, SeededSamplingEqualsAlone) {
   auto m0 = load_model(demo_model());
   ASSERT_TRUE(m0);
   auto ps = prompts(m0->tokenizer(), 4);
@@ -184,8 +172,8 @@ TEST(Scheduler, SeededSamplingEqualsGenerator) {
   sp.seed = 1234;
   sp.repeat_penalty = 1.1f;
   auto want = reference(ps, 16, sp);
-  SchedulerConfig cfg;
-  cfg.parallel = 4;
+  EngineConfig cfg;
+  cfg.max_seqs = 4;
   cfg.n_ctx = 1024;
   cfg.start = false;
   cfg.sampling_threads = 2;
@@ -207,8 +195,8 @@ TEST(Scheduler, PreemptionKeepsOutputs) {
   auto want = reference(ps, n);
   for (bool prefix : {true, false}) {
     SCOPED_TRACE(prefix ? "prefix cache" : "no prefix cache");
-    SchedulerConfig cfg;
-    cfg.parallel = 4;
+    EngineConfig cfg;
+    cfg.max_seqs = 4;
     cfg.n_ctx = 160;  // 10 blocks; 4 sequences of ~50-60 tokens need 16
     cfg.prefix_cache = prefix;
     cfg.start = false;
@@ -246,8 +234,8 @@ TEST(Scheduler, PrefixCacheAttachesSharedPrefix) {
   auto want = reference({base, other, exact48}, 8);
   for (bool prefix : {true, false}) {
     SCOPED_TRACE(prefix ? "prefix cache" : "no prefix cache");
-    SchedulerConfig cfg;
-    cfg.parallel = 2;
+    EngineConfig cfg;
+    cfg.max_seqs = 2;
     cfg.n_ctx = 512;
     cfg.prefix_cache = prefix;
     auto s = make_sched(cfg);
@@ -281,8 +269,8 @@ TEST(Scheduler, CancelFreesBlocksAndStopStringsCut) {
   auto m0 = load_model(demo_model());
   ASSERT_TRUE(m0);
   auto ps = prompts(m0->tokenizer(), 1);
-  SchedulerConfig cfg;
-  cfg.parallel = 2;
+  EngineConfig cfg;
+  cfg.max_seqs = 2;
   cfg.n_ctx = 1024;
   auto s = make_sched(cfg);
   ASSERT_TRUE(s);
@@ -313,7 +301,7 @@ TEST(Scheduler, CancelFreesBlocksAndStopStringsCut) {
 }
 
 TEST(Scheduler, SubmitChecksRequests) {
-  SchedulerConfig cfg;
+  EngineConfig cfg;
   cfg.n_ctx = 64;
   auto s = make_sched(cfg);
   ASSERT_TRUE(s);
@@ -332,7 +320,7 @@ TEST(Scheduler, SubmitChecksRequests) {
   auto ids = ids_of((*h)->wait_all());
   EXPECT_EQ((*h)->finish_reason(), FinishReason::kLength);
   EXPECT_EQ(ids.size(), 5u);  // positions 60..63 fed, the 5th sampled from position 63
-  EXPECT_TRUE(Scheduler::create(load_model(demo_model()), SchedulerConfig{.parallel = 0}).status().code() ==
+  EXPECT_TRUE(Scheduler::create(load_model(demo_model()), EngineConfig{.max_seqs = 0}).status().code() ==
               ErrorCode::kInvalidArgument);
 }
 

@@ -106,6 +106,32 @@ TEST_F(Serve, CompletionEqualsKilnRunAndStreams) {
   EXPECT_EQ(r.j()["choices"][1]["index"], 1);
 }
 
+// Seeded sampling (temperature, top-k/p, min-p, a repeat penalty): `kiln run` (one request to the engine loop) and
+// the server (one of its sequences, beside other requests) give the same text from the same token prompt.
+TEST_F(Serve, SeededSamplingEqualsKilnRun) {
+  json ids = post("/tokenize", {{"content", "The quick brown fox"}}).j()["tokens"];
+  ASSERT_TRUE(ids.is_array() && !ids.empty());
+  std::string list;
+  for (auto& id : ids) list += (list.empty() ? "" : ",") + std::to_string(id.get<int>());
+  const std::string sampling = " --temp 0.9 -s 11 --repeat-penalty 1.1 -n 20 --ignore-eos";
+  auto run = test::run_kiln("run --device cpu -t 1 -m '" + model_path() + "' --tokens " + list + sampling);
+  ASSERT_EQ(run.rc, 0) << run.err;
+  ASSERT_NE(run.err.find("generated 20 tokens"), std::string::npos) << run.err;
+  std::string want = run.out;
+  want.pop_back();  // kiln run ends with a newline
+  json b = {{"prompt", ids},        {"max_tokens", 20},       {"temperature", 0.9},
+            {"seed", 11},           {"repeat_penalty", 1.1},  {"ignore_eos", true}};
+  json other = completion("A different prompt that runs beside it", 30);  // a neighbour in the same steps
+  HttpResponse r, o;
+  std::thread t([&] { o = post("/v1/completions", other); });
+  r = post("/v1/completions", b);
+  t.join();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(o.status, 200) << o.body;
+  EXPECT_EQ(r.j()["choices"][0]["text"], want);
+  EXPECT_EQ(r.j()["usage"]["completion_tokens"], 20);
+}
+
 TEST_F(Serve, ChatStreamAndNonStream) {
   json body = {{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hello!"}}}},
                {"max_tokens", 12},

@@ -23,7 +23,7 @@ const char* kCallB = R"(<tool_call>{"arguments":{"city":"Paris"},"name":"get_wea
 
 std::string temp_dir() {
   static const std::string d = [] {
-    std::string p = ::testing::TempDir() + "kiln_srvtpl_" + std::to_string(::getpid());
+    std::string p = ::kiln::test::temp_dir() + "kiln_srvtpl_" + std::to_string(::getpid());
     std::filesystem::create_directories(p);
     return p;
   }();

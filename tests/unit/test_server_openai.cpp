@@ -33,7 +33,7 @@ TEST(ServeOpenAI, OfficialClientWorksUnchanged) {
                        "-a", "fixture"}))
       << p.log();
   const std::string script = std::string(KILN_SOURCE_DIR) + "/tests/server/openai_check.mjs";
-  const std::string out = ::testing::TempDir() + "openai_check_" + std::to_string(::getpid()) + ".log";
+  const std::string out = ::kiln::test::temp_dir() + "openai_check_" + std::to_string(::getpid()) + ".log";
   const std::string cmd = "KILN_NPM_DIR='" + npm_dir + "' timeout 120 node '" + script + "' http://127.0.0.1:" +
                           std::to_string(p.port) + "/v1 k-123 fixture >'" + out + "' 2>&1";
   const int st = std::system(cmd.c_str());

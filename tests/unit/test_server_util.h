@@ -33,7 +33,7 @@ struct ServeProcess {
   // Starts `kiln serve ARGS --port 0` and waits (up to 60 s) for its "ready" line. False with the log on failure.
   bool start(const std::vector<std::string>& args) {
     static int counter = 0;
-    log_path = ::testing::TempDir() + "kiln_serve_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) +
+    log_path = ::kiln::test::temp_dir() + "kiln_serve_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) +
                ".log";
     pid = ::fork();
     if (pid == 0) {

@@ -18,7 +18,7 @@ class TemplateCli : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(std::filesystem::exists(kiln::test::kiln_binary())) << "build kiln_cli first";
-    dir_ = ::testing::TempDir() + "kiln_tplcli_" + std::to_string(::getpid());
+    dir_ = ::kiln::test::temp_dir() + "kiln_tplcli_" + std::to_string(::getpid());
     std::filesystem::create_directories(dir_);
     write("msgs.json", R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}])");
     write("tools.json", R"([{"type": "function", "function": {"name": "f", "parameters": {}}}])");

@@ -73,7 +73,7 @@ Outcome compare(const std::vector<std::string>& templates) {
   job["now"] = kNow;
   job["templates"] = templates;
   job["conversations"] = convs;
-  const std::string base = ::testing::TempDir() + "kiln_tpl_" + std::to_string(::getpid());
+  const std::string base = ::kiln::test::temp_dir() + "kiln_tpl_" + std::to_string(::getpid());
   std::ofstream(base + ".job.json") << job.dump();
   const std::string cmd = "'" + py + "' '" KILN_SOURCE_DIR "/tests/template_oracle.py' '" + base + ".job.json' '" +
                           base + ".out.json'";

@@ -30,7 +30,7 @@ TEST(TemplateSnippets, MatchJinja2) {
   ordered_json job;
   job["now"] = now;
   job["snippets"] = snippets;
-  const std::string base = ::testing::TempDir() + "kiln_snip_" + std::to_string(::getpid());
+  const std::string base = ::kiln::test::temp_dir() + "kiln_snip_" + std::to_string(::getpid());
   std::ofstream(base + ".job.json") << job.dump();
   const std::string cmd = "'" + py + "' '" KILN_SOURCE_DIR "/tests/template_oracle.py' '" + base + ".job.json' '" +
                           base + ".out.json'";

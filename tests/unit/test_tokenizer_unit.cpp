@@ -133,7 +133,7 @@ TEST(StreamDecoder, DanglingAndInvalidBytesBecomeReplacementChars) {
 kiln::Status load_from_kv(const std::vector<std::pair<std::string, kiln::gguf::Value>>& kv) {
   kiln::gguf::Writer w;
   for (const auto& [k, v] : kv) w.set(k, v);
-  const std::string path = (std::filesystem::temp_directory_path() / "kiln_tok_meta_test.gguf").string();
+  const std::string path = ::kiln::test::temp_dir() + "kiln_tok_meta_test.gguf";
   kiln::Status st = w.write(path);
   if (!st) return st;
   auto f = kiln::gguf::File::open(path);
@@ -200,17 +200,17 @@ TEST(Tokenizer, MetadataErrorsNameTheKey) {
 }
 
 TEST(Unicode, LenientDecodingMatchesLlamaCpp) {
-  using kiln::tok::decode_utf8_all;
+  using kiln::decode_utf8_all;
   EXPECT_EQ(decode_utf8_all("a\xC3\xA4"), (std::vector<uint32_t>{'a', 0xE4}));
   EXPECT_EQ(decode_utf8_all("\xC0\xAF"), (std::vector<uint32_t>{'/'}));           // overlong accepted
   EXPECT_EQ(decode_utf8_all("\xED\xA0\x80"), (std::vector<uint32_t>{0xD800}));    // surrogate accepted
   EXPECT_EQ(decode_utf8_all("\xFF\xC3("), (std::vector<uint32_t>{0xFFFD, 0xFFFD, '('}));
   EXPECT_EQ(decode_utf8_all("\xE2\x82"), (std::vector<uint32_t>{0xFFFD, 0xFFFD}));
-  EXPECT_FALSE(kiln::tok::is_valid_utf8("\xC0\xAF"));
-  EXPECT_TRUE(kiln::tok::is_valid_utf8("\xF0\x9F\xA6\x99"));
-  EXPECT_EQ(kiln::tok::incomplete_utf8_tail("ab\xF0\x9F"), 2u);
-  EXPECT_EQ(kiln::tok::incomplete_utf8_tail("ab\xF0\x9F\xA6\x99"), 0u);
-  EXPECT_EQ(kiln::tok::sanitize_utf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_FALSE(kiln::is_valid_utf8("\xC0\xAF"));
+  EXPECT_TRUE(kiln::is_valid_utf8("\xF0\x9F\xA6\x99"));
+  EXPECT_EQ(kiln::incomplete_utf8_tail("ab\xF0\x9F"), 2u);
+  EXPECT_EQ(kiln::incomplete_utf8_tail("ab\xF0\x9F\xA6\x99"), 0u);
+  EXPECT_EQ(kiln::sanitize_utf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
 }
 
 TEST(Unicode, ByteLevelAlphabet) {
@@ -219,7 +219,7 @@ TEST(Unicode, ByteLevelAlphabet) {
   for (int b = 0; b < 256; ++b) {
     const std::string u = kiln::tok::byte_to_unicode(static_cast<uint8_t>(b));
     size_t pos = 0;
-    EXPECT_EQ(kiln::tok::unicode_to_byte(kiln::tok::decode_utf8(u, &pos)), b);
+    EXPECT_EQ(kiln::tok::unicode_to_byte(kiln::decode_utf8(u, &pos)), b);
   }
 }
 

@@ -78,8 +78,8 @@ class FixtureVocabs {
   FixtureVocabs() {
     const std::string fx = kiln::test::fixtures_dir();
     if (fx.empty() || !fs::exists(fx + "/tokenizer.tar.xz")) return;
-    char tmpl[] = "/tmp/kiln-tokvec-XXXXXX";
-    if (!mkdtemp(tmpl)) return;
+    std::string tmpl = kiln::test::temp_dir() + "kiln-tokvec-XXXXXX";
+    if (!mkdtemp(tmpl.data())) return;
     root_ = tmpl;
     const std::string cmd = "tar xJf '" + fx + "/tokenizer.tar.xz' -C '" + root_ + "'";
     if (std::system(cmd.c_str()) != 0) return;

@@ -39,9 +39,35 @@ Result<std::unique_ptr<Backend>> cpu_create(int, const BackendOptions& o) {
   c.reference = o.reference;
   return make_cpu_backend(c);
 }
+// CPU ranks share the process: the in-process group (backend/comm.h).
+Result<std::vector<std::unique_ptr<Communicator>>> cpu_group(const std::vector<Backend*>& ranks) {
+  return make_local_group(static_cast<int>(ranks.size()));
+}
+// "cpu:  N threads, kernels LEVEL (features: ...)": what the dispatch chose and what CPUID reported.
+Result<std::string> cpu_report() {
+  const cpu::CpuFeatures& f = cpu::cpu_features();
+  std::string feats;
+  auto add = [&](bool on, const char* name) {
+    if (on) feats += std::string(feats.empty() ? "" : " ") + name;
+  };
+  add(f.avx2, "avx2");
+  add(f.fma, "fma");
+  add(f.f16c, "f16c");
+  add(f.bmi2, "bmi2");
+  add(f.avx512f, "avx512f");
+  add(f.avx512bw, "avx512bw");
+  add(f.avx512vl, "avx512vl");
+  add(f.avx512dq, "avx512dq");
+  add(f.avx512vnni, "avx512vnni");
+  add(f.avx512bf16, "avx512bf16");
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "cpu:  %d threads, kernels %s (features: %s)\n", default_thread_count(),
+                cpu::simd_level_name(cpu::matmul_simd_level()), feats.empty() ? "none" : feats.c_str());
+  return std::string(buf);
+}
 }  // namespace
 
-extern const BackendFactory kCpuBackendFactory = {"cpu", cpu_devices, cpu_create};
+extern const BackendFactory kCpuBackendFactory = {"cpu", cpu_devices, cpu_create, cpu_group, cpu_report};
 
 namespace cpu {
 namespace {
@@ -581,28 +607,7 @@ Status CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 }
 
 bool CpuBackend::supports(Op op, DType a, DType b) const {
-  const bool cache_type = is_cache_type(a);
-  switch (op) {
-    case Op::kGetRows: return can_dequantize(a);
-    case Op::kMatmul: return matmul_supports(a);
-    case Op::kKvStore:
-    case Op::kAttention: return cache_type;
-    case Op::kCopy: return a == b || (is_float_type(a) && is_float_type(b));
-    case Op::kArgmax:
-    case Op::kRmsNorm:
-    case Op::kRope:
-    case Op::kSwiglu:
-    case Op::kAdd:
-    case Op::kMul:
-    case Op::kScale:
-    case Op::kSoftmax: return a == DType::F32;
-    case Op::kAttentionWindow: return cache_type;
-    case Op::kGeglu:
-    case Op::kSigmoidMul:
-    case Op::kConv1dSilu:
-    case Op::kDeltaNet: return a == DType::F32;
-  }
-  return false;
+  return op_checks::supports_op(op, a, b, matmul_supports, can_dequantize);
 }
 
 }  // namespace cpu

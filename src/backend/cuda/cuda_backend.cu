@@ -101,31 +101,11 @@ Status CudaBackend::use() const {
   return Status::ok();
 }
 
+// The weight readers' selector decides matmul and get_rows (gemm_supports: the same function dispatch uses); the
+// Gated DeltaNet's kernel also refuses key head sizes it is not built for (delta_net_supports, at the op: no model
+// kiln runs has one); the attention kernels (attention.cu, fattn_mma.cu) skip positions before a sliding window.
 bool CudaBackend::supports(Op op, DType a, DType b) const {
-  switch (op) {
-    case Op::kGetRows:
-    case Op::kMatmul: return gemm_supports(a);
-    case Op::kKvStore:
-    case Op::kAttention: return is_cache_type(a);
-    case Op::kCopy: return a == b || (is_float_type(a) && is_float_type(b));
-    case Op::kArgmax:
-    case Op::kRmsNorm:
-    case Op::kRope:
-    case Op::kSwiglu:
-    case Op::kAdd:
-    case Op::kMul:
-    case Op::kScale:
-    case Op::kSoftmax: return a == DType::F32;
-    // GeGLU, the sigmoid gate (elementwise.cu) and the Gated DeltaNet ops (ssm.cu): f32 operands. (gated_delta_net
-    // also refuses key head sizes its kernel is not built for, see delta_net_supports: no model kiln runs has one.)
-    case Op::kGeglu:
-    case Op::kSigmoidMul:
-    case Op::kConv1dSilu:
-    case Op::kDeltaNet: return a == DType::F32;
-    // Sliding-window attention: both kernels (attention.cu, fattn_mma.cu) skip positions before the window.
-    case Op::kAttentionWindow: return is_cache_type(a);
-  }
-  return false;
+  return op_checks::supports_op(op, a, b, gemm_supports, gemm_supports);
 }
 
 // ---- memory -----------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-// Chat templates: the model's tokenizer.chat_template (Jinja source) is matched to one of the built-in formats
-// by its distinctive markers; kiln does not run Jinja.
+// The built-in chat formats (hand-written families: --chat-template NAME, and the fallback for a model file without
+// a template, runtime/prompt.h). Pure string formatting; the model's own Jinja template runs in the interpreter
+// (template.h). detect_chat_format matches a template's source to a family by its distinctive markers.
 #pragma once
 
 #include <string>

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/chat_template.h"
+#include "template/chat_formats.h"
 
 namespace {
 

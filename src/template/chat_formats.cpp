@@ -1,4 +1,4 @@
-#include "tokenizer/chat_template.h"
+#include "template/chat_formats.h"
 
 #include <cstring>
 

@@ -1,0 +1,37 @@
+// The engine loop's flags, one set for `kiln run`, `kiln chat` and `kiln serve`, filling one EngineConfig
+// (runtime/engine_config.h) the same way:
+//   -c/--ctx-size, --kv-type, -ctk, -ctv   (CacheOptions, cli/model_source.h)    n_ctx, kv_type
+//   -b/--batch-size                                                               batch_tokens
+//   -np/--parallel, --no-prefix-cache      serve only (run and chat: one sequence) max_seqs, prefix_cache
+// What -c means differs as it does in llama.cpp: for run and chat it is the one sequence's context (default: the
+// model's, at most kContextCap; above the training context with a warning), for serve the KV pool shared by
+// --parallel sequences (default: the model's context times --parallel, at most kServePoolCap), each of which holds
+// at most the training context.
+#pragma once
+
+#include <cstdint>
+
+#include "cli/args.h"
+#include "cli/model_source.h"
+#include "runtime/engine_config.h"
+
+namespace kiln::cli {
+
+inline constexpr int64_t kServePoolCap = 65536;  // serve's default -c at most
+
+struct EngineArgs {
+  bool server = false;        // serve's meaning of -c, and its -np / --no-prefix-cache
+  CacheOptions cache;         // -c, --kv-type, -ctk, -ctv
+  int32_t batch_tokens = defaults::kBatch;  // -b
+  int32_t max_seqs = 1;       // -np (serve; default 4)
+  bool no_prefix_cache = false;
+};
+
+// Registers the flags above (serve: also -np and --no-prefix-cache). The caller sets args->server first.
+void add_engine_options(ArgParser& args, EngineArgs* a);
+// Range checks before the model loads; errors name the flag (and fold -ctk/-ctv into --kv-type).
+Status check_engine_options(EngineArgs& a);
+// The config for this model: -c resolved against its training context (a note when run/chat's -c is above it).
+Result<EngineConfig> engine_config(const Model& model, const EngineArgs& a);
+
+}  // namespace kiln::cli

@@ -1,0 +1,79 @@
+// The per-sequence hooks of the engine step (docs/ARCHITECTURE.md, "The engine loop"). A request may bring its own
+// instances (GenRequest::hooks builds them when the request is admitted); they live with the request's Sequence
+// and run on the engine thread only, one sequence each, so they need no locking. kiln ships the identity of each:
+// no logits processor, no token mask, no drafts; grammar-constrained sampling plugs in as a TokenMaskProvider and
+// speculative decoding as a DraftProposer.
+//
+// Where they sit in one step (Scheduler: schedule -> execute -> update):
+//   schedule()  DraftProposer::propose for a sequence that decodes (its only pending token is its last sample)
+//   execute()   plan -> forward -> fetch: a sequence with any logits processor or a restricting mask fetches its
+//               logits row (OutputKind::kLogits) even when greedy; otherwise a greedy sequence without penalties
+//               takes the device's argmax (OutputKind::kArgmax) and no row leaves the device
+//   update()    per output row: copy of the row -> LogitsProcessor::process (in order) -> TokenMaskProvider::allowed
+//               (disallowed ids set to -inf) -> the sampler (penalties -> top-k -> top-p -> min-p -> temperature ->
+//               draw) -> TokenMaskProvider::accept(token) -> stop checks (EOG, max_new_tokens, context, stop strings)
+//               -> the token event streams out. Log-probabilities are those of the raw row (the model's
+//               distribution, before any processor).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace kiln {
+
+// One link of a sequence's logits-processor chain: rewrites the sequence's own copy of its logits row (n_vocab
+// floats, raw model output) in place before the sampler sees it. -inf removes a token; NaN is never written.
+class LogitsProcessor {
+ public:
+  virtual ~LogitsProcessor() = default;
+  virtual void process(std::span<float> logits) = 0;
+};
+
+// Says which tokens may come next (grammar-constrained sampling, JSON schemas, tool-call formats).
+//   restricts()      asked once per step in execute(): false promises that allowed() will leave every token
+//                    allowed, so a greedy sequence may keep the device's argmax instead of fetching its row.
+//   allowed(mask)    update(), before the sampler, once per sampled position: `mask` holds n_vocab bits in
+//                    ceil(n_vocab / 64) words, bit (i % 64) of word i / 64 set = token i may come next; it arrives
+//                    all set (bits past n_vocab are ignored). Returns false to leave every token allowed (nothing is
+//                    touched), true when it wrote a mask. A mask that allows no token ends the request with an error.
+//   accept(token)    update(), after the token is chosen (EOG tokens included), before the stop checks: the provider
+//                    advances its state. Prompt tokens are never passed; a preempted sequence is recomputed without
+//                    calls (its state is that of the tokens it has generated).
+class TokenMaskProvider {
+ public:
+  virtual ~TokenMaskProvider() = default;
+  virtual bool restricts() const = 0;
+  virtual bool allowed(std::span<uint64_t> mask) = 0;
+  virtual void accept(int32_t token) = 0;
+};
+
+// Proposes draft tokens for a decoding sequence (speculative decoding: a draft model, n-grams of the context, ...).
+//   propose(tokens, max_k, out)   schedule(), for a sequence whose only pending token is its last sampled one:
+//                                 writes up to max_k ids that may follow `tokens` (the whole sequence, prompt and
+//                                 generated, the last one not in the cache yet) into out[0..) and returns how many.
+//   accepted(n)                   update(), after the step: how many of the proposed drafts the sampler confirmed.
+// Verification: the step runs the last token and the k drafts as one chunk with k + 1 output rows; update() samples
+// row 0, and while the sample equals draft j it samples row j + 1; the confirmed drafts and the one sampled token
+// stay, the cache is truncated past them. The step does not verify drafts yet: it asks for max_k =
+// Scheduler's kMaxDraftTokens (0), so propose() returns 0 and every decode step is one token.
+class DraftProposer {
+ public:
+  virtual ~DraftProposer() = default;
+  virtual int32_t propose(std::span<const int32_t> tokens, int32_t max_k, std::span<int32_t> out) = 0;
+  virtual void accepted(int32_t n) = 0;
+};
+
+// What one sequence runs with. Empty members are the identity (no processor, every token allowed, no drafts).
+struct SequenceHooks {
+  std::vector<std::unique_ptr<LogitsProcessor>> processors;
+  std::unique_ptr<TokenMaskProvider> mask;
+  std::unique_ptr<DraftProposer> drafts;
+};
+
+// Builds a sequence's hooks at admission (called on the engine thread, once per request).
+using SequenceHooksFactory = std::function<SequenceHooks()>;
+
+}  // namespace kiln

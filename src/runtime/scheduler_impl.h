@@ -1,0 +1,138 @@
+// The engine thread's state (runtime/scheduler.h): private to scheduler.cpp (creation, submission, the thread) and
+// scheduler_step.cpp (one step: schedule -> execute -> update).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "model/model.h"
+#include "runtime/engine.h"
+#include "runtime/scheduler.h"
+#include "runtime/sequence.h"
+#include "runtime/stop_filter.h"
+#include "util/thread_pool.h"
+
+namespace kiln {
+
+using Clock = std::chrono::steady_clock;
+
+inline double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// One admitted request. The fields under "this step" are written by schedule() and read by execute() and update()
+// of the same step.
+struct Active {
+  std::shared_ptr<RequestHandle> h;
+  std::unique_ptr<Sequence> seq;
+  int32_t slot = -1;        // block-table row; -1 once finished (removed at the end of the step)
+  StopFilter stops;         // the request's stop strings
+  bool started = false;     // scheduled at least once
+  bool got_first = false;   // produced its first output
+  Clock::time_point t_sched, t_first, t_last;
+  Clock::time_point deadline = Clock::time_point::max();
+  RequestTimings tm;
+  // This step.
+  bool scheduled = false, wants = false;
+  bool preempted_now = false;  // preempted in this step: recomputed from the next one on
+  size_t n_sched = 0;
+  OutputKind kind = OutputKind::kArgmax;
+  Sequence::Step st;
+  TokenEvent ev;
+};
+
+struct Scheduler::Impl {
+  EngineConfig cfg;
+  int64_t max_seq_ctx = 0;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<ThreadPool> pool;  // samples the output rows of a step in parallel
+  std::thread thread;
+
+  // Submitters -> engine thread.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<RequestHandle>> incoming;
+  bool stop = false, draining = false, cancel_all = false;
+  uint64_t next_id = 1;
+  std::atomic<int64_t> n_pending{0};  // submitted, not finished
+
+  // Engine thread only.
+  std::deque<std::shared_ptr<RequestHandle>> waiting;
+  std::vector<std::unique_ptr<Active>> active;  // oldest first
+  std::vector<int32_t> free_slots;
+  struct Notice {
+    std::shared_ptr<RequestHandle> h;
+    RequestEnd end;
+  };
+  std::vector<Notice> notify;  // finished this step; told after the gauges are published
+  std::function<void(const StepInfo&)> observer;
+
+  // The step being built (schedule() fills, execute() and update() read).
+  Batch batch;
+  std::vector<Active*> order, sched, outs;
+  std::vector<OutputKind> kinds;  // [max_outputs]
+  std::vector<int32_t> drafts;    // [kMaxDraftTokens] DraftProposer output
+  StepInfo info;
+  int64_t tokens_left = 0, outs_left = 0;  // what is left of batch_tokens and max_outputs in this step
+  int64_t n_prompt_tok = 0;       // prompt tokens computed in this step (incl. recomputation)
+  std::vector<double> ttft, itl;  // latencies observed in this step (seconds)
+
+  mutable std::mutex stats_mu;
+  SchedulerStats stats;
+  struct Tick {
+    Clock::time_point t;
+    int64_t prompt, gen;
+  };
+  std::deque<Tick> window;
+
+  // ---- the loop (scheduler_step.cpp) ----
+  void loop();
+  bool step();  // one iteration; false once the scheduler stops
+
+  // Requests join at the step boundary; false: stop.
+  bool take_incoming();
+  // Cancelled and timed-out requests end here (their blocks are freed now).
+  void expire();
+  void schedule();
+  bool execute(StepOutputs* out);
+  void update(const StepOutputs& out);
+  // Nothing could be scheduled: preempt, or fail the one request that can never fit.
+  void stall();
+
+  // schedule() pieces.
+  bool decoding(const Active& a) const;  // its prompt is in the cache and one token is pending
+  bool has_kv(const Active& a) const;
+  int64_t decode_room(Active& a);        // 1 when a decode token fits (preempting if needed), else 0
+  int64_t chunk_room(Active& a);         // prompt tokens of a that fit tokens_left and the free blocks
+  int64_t fit(const Active& a, int64_t n, int64_t free_blocks) const;
+  void attach(Active& a);                // prefix cache
+  void put(Active& a, size_t n);
+  void preempt(Active& a);
+  void admit();
+  std::unique_ptr<Active> make_active(const std::shared_ptr<RequestHandle>& h, int32_t slot);
+
+  // update() pieces.
+  void sample(Active& a, const StepOutputs& out, size_t row);
+  void deliver(Active& a, Clock::time_point now);
+  void record(Clock::time_point now, int64_t n_gen);
+
+  // Ends a request: the held-back text goes out, its blocks and slot are freed, the handle hears at publish().
+  void finish(Active& a, StopReason r, Status err = Status::ok());
+  void finish_waiting(const std::shared_ptr<RequestHandle>& h, StopReason r);
+  void remove_finished();
+  void publish();
+};
+
+// FNV-1a over the model's identity (architecture, name, shape, weights) and the KV type: the first link of the
+// prefix cache's hash chain.
+uint64_t model_identity(const Model& m, bool q8);
+
+}  // namespace kiln

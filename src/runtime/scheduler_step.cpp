@@ -1,0 +1,472 @@
+// One step of the engine loop (runtime/scheduler.h): schedule -> execute -> update, on the engine thread.
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/scheduler_impl.h"
+
+namespace kiln {
+
+namespace {
+
+// Log-softmax of the raw logits: the sampled token's logprob and the top k alternatives.
+void logprobs_of(std::span<const float> row, int32_t id, int32_t k, TokenEvent* ev) {
+  float mx = -INFINITY;
+  for (float v : row) mx = std::max(mx, v);
+  double sum = 0;
+  for (float v : row) sum += std::exp(static_cast<double>(v - mx));
+  const double logz = mx + std::log(sum);
+  if (id >= 0 && id < static_cast<int32_t>(row.size())) ev->logprob = static_cast<float>(row[id] - logz);
+  if (k <= 0) return;
+  std::vector<TokenLogprob> top;
+  top.reserve(k + 1);
+  for (int32_t i = 0; i < static_cast<int32_t>(row.size()); ++i) {
+    if (static_cast<int32_t>(top.size()) == k && !(row[i] > top.back().logprob)) continue;
+    TokenLogprob t{i, row[i]};
+    auto it = std::upper_bound(top.begin(), top.end(), t,
+                               [](const TokenLogprob& a, const TokenLogprob& b) { return a.logprob > b.logprob; });
+    top.insert(it, t);
+    if (static_cast<int32_t>(top.size()) > k) top.pop_back();
+  }
+  for (auto& t : top) t.logprob = static_cast<float>(t.logprob - logz);
+  ev->top = std::move(top);
+}
+
+}  // namespace
+
+// ---- the loop ----
+
+void Scheduler::Impl::loop() {
+  while (step()) {
+  }
+  // Shutdown: everything left is cancelled.
+  for (auto& a : active) finish(*a, StopReason::kCancelled);
+  active.clear();
+  for (auto& h : waiting) finish_waiting(h, StopReason::kCancelled);
+  waiting.clear();
+  publish();
+}
+
+bool Scheduler::Impl::step() {
+  if (!take_incoming()) return false;
+  expire();
+  if (active.empty() && waiting.empty()) {
+    publish();
+    return true;
+  }
+  schedule();
+  if (batch.size() == 0) {
+    stall();
+  } else {
+    StepOutputs out;
+    if (execute(&out)) update(out);
+  }
+  publish();
+  return true;
+}
+
+bool Scheduler::Impl::take_incoming() {
+  std::unique_lock<std::mutex> lk(mu);
+  if (active.empty() && waiting.empty() && incoming.empty() && !stop)
+    cv.wait(lk, [&] { return stop || !incoming.empty(); });
+  if (stop) return false;
+  while (!incoming.empty()) {
+    waiting.push_back(std::move(incoming.front()));
+    incoming.pop_front();
+  }
+  if (cancel_all) {
+    for (auto& a : active) a->h->cancel();
+    for (auto& h : waiting) h->cancel();
+  }
+  return true;
+}
+
+void Scheduler::Impl::expire() {
+  const auto now = Clock::now();
+  for (auto& a : active) {
+    if (a->h->cancelled()) finish(*a, StopReason::kCancelled);
+    else if (now >= a->deadline) finish(*a, StopReason::kTimeout);
+  }
+  remove_finished();
+  for (auto it = waiting.begin(); it != waiting.end();) {
+    RequestHandle& h = **it;
+    const bool late = h.request().timeout_s > 0 &&
+                      now - h.submitted() >= std::chrono::duration<double>(h.request().timeout_s);
+    if (h.cancelled() || late) {
+      finish_waiting(*it, h.cancelled() ? StopReason::kCancelled : StopReason::kTimeout);
+      it = waiting.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// ---- schedule(): which sequences, how many tokens each ----
+
+bool Scheduler::Impl::has_kv(const Active& a) const {
+  const KvCache& cache = engine->cache();
+  return cache.seq_len(a.slot) > 0 || !cache.table(a.slot).empty();
+}
+
+bool Scheduler::Impl::decoding(const Active& a) const { return has_kv(a) && a.seq->n_pending() == 1; }
+
+int64_t Scheduler::Impl::fit(const Active& a, int64_t n, int64_t free_blocks) const {
+  const KvCache& cache = engine->cache();
+  if (cache.blocks_needed(a.slot, n) <= free_blocks) return n;
+  int64_t lo = 0, hi = n;  // blocks_needed(lo) fits, blocks_needed(hi) does not
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    (cache.blocks_needed(a.slot, mid) <= free_blocks ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+void Scheduler::Impl::attach(Active& a) {
+  if (!cfg.prefix_cache || has_kv(a)) return;
+  const auto& toks = a.seq->tokens();
+  const int64_t got = engine->cache().attach_prefix(a.slot, toks, static_cast<int64_t>(toks.size()) - 1);
+  if (!a.started) a.tm.n_cached = got;
+  std::lock_guard<std::mutex> lk(stats_mu);
+  stats.prefix_hit_tokens += static_cast<uint64_t>(got);
+}
+
+void Scheduler::Impl::preempt(Active& a) {
+  engine->cache().truncate(a.slot, 0);  // the tokens stay in the Sequence: all pending again
+  ++a.tm.n_preempted;
+  a.preempted_now = true;
+  ++info.n_preempted;
+}
+
+void Scheduler::Impl::put(Active& a, size_t n) {
+  // The blocks now (the engine's plan finds them reserved); n fits: checked by the caller.
+  if (!engine->cache().reserve(a.slot, static_cast<int64_t>(n)).is_ok()) return;
+  const size_t got = a.seq->schedule(batch, n);
+  a.n_sched = got;
+  a.scheduled = true;
+  a.wants = a.seq->scheduled_wants_logits();
+  if (!a.started) {
+    a.started = true;
+    a.t_sched = Clock::now();
+    a.tm.queue_ms = ms_between(a.h->submitted(), a.t_sched);
+  }
+  tokens_left -= static_cast<int64_t>(got);
+  if (a.wants) --outs_left;
+  sched.push_back(&a);
+  if (observer) info.entries.push_back({a.h->id(), static_cast<int32_t>(got), a.wants});
+}
+
+int64_t Scheduler::Impl::decode_room(Active& a) {
+  if (a.preempted_now || !decoding(a)) return 0;  // preempted by an older sequence's decode in this step
+  KvCache& cache = engine->cache();
+  // No free block: preempt the newest sequence that holds blocks and is not in this step (itself, when newest).
+  while (cache.blocks_needed(a.slot, 1) > cache.n_blocks_free()) {
+    Active* victim = nullptr;
+    for (size_t j = active.size(); j-- > 0;)
+      if (has_kv(*active[j]) && !active[j]->scheduled) {
+        victim = active[j].get();
+        break;
+      }
+    if (!victim) return 0;
+    preempt(*victim);
+    if (victim == &a) return 0;
+  }
+  // Asked for kMaxDraftTokens drafts: 0 until the step verifies them (runtime/hooks.h), so a decode is one token.
+  if (DraftProposer* d = a.seq->hooks().drafts.get()) d->propose(a.seq->tokens(), kMaxDraftTokens, drafts);
+  return 1;
+}
+
+int64_t Scheduler::Impl::chunk_room(Active& a) {
+  if (a.scheduled || a.preempted_now || a.seq->n_pending() == 0) return 0;
+  if (has_kv(a) && a.seq->n_pending() == 1 && a.got_first) return 0;  // a decode that found no room
+  attach(a);
+  const int64_t want = std::min<int64_t>(static_cast<int64_t>(a.seq->n_pending()), tokens_left);
+  return fit(a, want, engine->cache().n_blocks_free());
+}
+
+std::unique_ptr<Active> Scheduler::Impl::make_active(const std::shared_ptr<RequestHandle>& h, int32_t slot) {
+  const GenRequest& rq = h->request();
+  auto a = std::make_unique<Active>();
+  a->h = h;
+  a->slot = slot;
+  SequenceOptions so;
+  so.max_new_tokens = rq.max_new_tokens;
+  so.ignore_eos = rq.ignore_eos;
+  so.sampling = rq.sampling;
+  a->seq = std::make_unique<Sequence>(slot, model->tokenizer(), static_cast<int32_t>(model->hparams().n_vocab),
+                                      max_seq_ctx, so, engine->cache());
+  if (rq.hooks) a->seq->set_hooks(rq.hooks());
+  a->stops = StopFilter(rq.stop);
+  a->tm.n_prompt = static_cast<int64_t>(rq.prompt.size());
+  if (rq.timeout_s > 0)
+    a->deadline = h->submitted() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(std::min(rq.timeout_s, 1e7)));
+  return a;
+}
+
+// Admission while a slot, tokens, an output row and blocks are free (one free block kept per running sequence, so
+// the decodes of the next step do not preempt at once).
+void Scheduler::Impl::admit() {
+  KvCache& cache = engine->cache();
+  while (!waiting.empty() && !free_slots.empty() && tokens_left > 0 && outs_left > 0) {
+    std::shared_ptr<RequestHandle> h = waiting.front();
+    const int32_t slot = free_slots.back();
+    std::unique_ptr<Active> a = make_active(h, slot);
+    if (Status st = a->seq->append(h->request().prompt); !st.is_ok()) {  // checked in submit(); a backstop
+      waiting.pop_front();
+      RequestEnd end;
+      end.reason = FinishReason::kError;
+      end.error = st;
+      notify.push_back({h, std::move(end)});
+      continue;
+    }
+    a->seq->begin_turn();
+    attach(*a);
+    int64_t keep = 0;
+    for (auto& o : active) keep += has_kv(*o) ? 1 : 0;
+    const int64_t room = cache.n_blocks_free() - keep;
+    const int64_t want = std::min<int64_t>(static_cast<int64_t>(a->seq->n_pending()), tokens_left);
+    const int64_t n = room > 0 ? fit(*a, want, room) : 0;
+    if (n <= 0) {  // admission waits for blocks
+      cache.truncate(slot, 0);
+      std::lock_guard<std::mutex> lk(stats_mu);
+      stats.prefix_hit_tokens -= static_cast<uint64_t>(a->tm.n_cached);
+      break;
+    }
+    waiting.pop_front();
+    free_slots.pop_back();
+    active.push_back(std::move(a));
+    put(*active.back(), static_cast<size_t>(n));
+    info.n_prefill_tokens += static_cast<int32_t>(n);
+    ++info.n_admitted;
+    std::lock_guard<std::mutex> lk(stats_mu);
+    stats.prompt_tokens += h->request().prompt.size();
+  }
+}
+
+void Scheduler::Impl::schedule() {
+  batch.clear();
+  sched.clear();
+  info = StepInfo{};
+  tokens_left = engine->caps().batch_tokens;
+  outs_left = engine->caps().max_outputs;
+  for (auto& a : active) a->scheduled = a->preempted_now = false;
+  // One pass over the running sequences: those decoding first (a token each keeps their latency steady), then
+  // those with prompt left (chunks, or recomputation after a preemption), oldest first within each.
+  order.clear();
+  for (auto& a : active)
+    if (decoding(*a)) order.push_back(a.get());
+  for (auto& a : active)
+    if (!decoding(*a)) order.push_back(a.get());
+  for (Active* a : order) {
+    if (tokens_left <= 0 || outs_left <= 0) break;
+    const bool decode = decoding(*a);
+    const int64_t n = decode ? decode_room(*a) : chunk_room(*a);
+    if (n <= 0) continue;
+    put(*a, static_cast<size_t>(n));
+    if (decode) ++info.n_decode;
+    else info.n_prefill_tokens += static_cast<int32_t>(n);
+  }
+  admit();
+  std::lock_guard<std::mutex> lk(stats_mu);
+  stats.preemptions += static_cast<uint64_t>(info.n_preempted);
+}
+
+void Scheduler::Impl::stall() {
+  // Nothing fits: blocks are held by sequences that cannot grow. Preempt the newest holder; a sequence that holds
+  // every block alone and still cannot grow fails (it needs more than the pool).
+  Active* victim = nullptr;
+  int holders = 0;
+  for (auto& o : active) holders += has_kv(*o) ? 1 : 0;
+  for (size_t j = active.size(); j-- > 0;)
+    if (has_kv(*active[j])) {
+      victim = active[j].get();
+      break;
+    }
+  if (victim && holders > 1) {
+    preempt(*victim);
+    std::lock_guard<std::mutex> lk(stats_mu);
+    ++stats.preemptions;
+  } else if (!active.empty()) {
+    Active& a = victim ? *victim : *active.front();
+    finish(a, StopReason::kNone,
+           make_error(ErrorCode::kOutOfRange, "out of KV cache: the request needs more than the %lld token slots of -c",
+                      (long long)engine->cache().n_blocks_total() * cfg.block_size));
+    remove_finished();
+  } else {
+    // Waiting requests only and none admitted: cannot happen with an empty pool; avoid a busy loop anyway.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// ---- execute(): plan -> forward -> fetch ----
+
+bool Scheduler::Impl::execute(StepOutputs* out) {
+  outs.clear();
+  for (Active* a : sched) {
+    if (!a->wants) continue;
+    a->kind = a->h->request().logprobs ? OutputKind::kLogits : a->seq->output_kind();
+    kinds[outs.size()] = a->kind;
+    outs.push_back(a);
+  }
+  auto r = engine->step(batch.tokens, std::span<const OutputKind>(kinds.data(), outs.size()));
+  if (!r) {
+    for (Active* a : sched) {
+      a->seq->rollback();
+      finish(*a, StopReason::kNone, r.status());
+    }
+    remove_finished();
+    return false;
+  }
+  *out = *r;
+  n_prompt_tok = 0;
+  for (Active* a : sched) {
+    a->seq->commit();
+    if (cfg.prefix_cache) engine->cache().cache_blocks(a->slot, a->seq->tokens());
+    if (!a->got_first || !a->wants || a->n_sched > 1) n_prompt_tok += static_cast<int64_t>(a->n_sched);
+  }
+  info.n_tokens = static_cast<int32_t>(batch.size());
+  info.n_seqs = static_cast<int32_t>(sched.size());
+  return true;
+}
+
+// ---- update(): sample, append, stop checks, stream out, free ----
+
+void Scheduler::Impl::sample(Active& a, const StepOutputs& out, size_t row) {
+  const GenRequest& rq = a.h->request();
+  a.ev = TokenEvent{};
+  if (a.kind == OutputKind::kLogits) {
+    std::span<const float> logits(out.row(static_cast<int32_t>(row)), static_cast<size_t>(out.n_vocab));
+    a.st = a.seq->on_logits(logits);
+    if (rq.logprobs && a.st.token >= 0) logprobs_of(logits, a.st.token, rq.top_logprobs, &a.ev);
+  } else {
+    a.st = a.seq->on_token(out.argmax[row]);
+  }
+  if (DraftProposer* d = a.seq->hooks().drafts.get()) d->accepted(0);
+  a.ev.id = a.st.token;
+  if (a.st.token >= 0) a.ev.text = a.stops.push(a.st.piece);
+}
+
+void Scheduler::Impl::deliver(Active& a, Clock::time_point now) {
+  if (!a.got_first) {
+    a.got_first = true;
+    a.t_first = now;
+    a.tm.prompt_ms = ms_between(a.t_sched, now);
+    a.tm.ttft_ms = ms_between(a.h->submitted(), now);
+    ttft.push_back(a.tm.ttft_ms / 1000.0);
+  } else {
+    itl.push_back(ms_between(a.t_last, now) / 1000.0);
+  }
+  a.t_last = now;
+  if (a.st.token >= 0) {
+    ++a.tm.n_gen;
+    a.h->push(std::move(a.ev));
+  }
+  if (!a.st.error.is_ok()) {
+    finish(a, StopReason::kNone, a.st.error);
+  } else if (a.stops.hit()) {
+    a.seq->stop(StopReason::kStopString);
+    finish(a, StopReason::kStopString);
+  } else if (a.st.stop != StopReason::kNone) {
+    finish(a, a.st.stop);
+  }
+}
+
+void Scheduler::Impl::record(Clock::time_point now, int64_t n_gen) {
+  std::lock_guard<std::mutex> lk(stats_mu);
+  SchedulerStats& S = stats;
+  for (double v : ttft) S.ttft.add(v);
+  for (double v : itl) S.itl.add(v);
+  S.steps += 1;
+  S.generated_tokens += static_cast<uint64_t>(n_gen);
+  S.prompt_tokens_computed += static_cast<uint64_t>(n_prompt_tok);
+  window.push_back({now, n_prompt_tok, n_gen});
+  while (!window.empty() && now - window.front().t > std::chrono::seconds(10)) window.pop_front();
+}
+
+void Scheduler::Impl::update(const StepOutputs& out) {
+  // Sampling of every output row, in parallel: each task touches only its own sequence.
+  if (outs.size() >= 2 && pool->size() > 1) {
+    pool->parallel_for(static_cast<int64_t>(outs.size()), [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) sample(*outs[j], out, static_cast<size_t>(j));
+    });
+  } else {
+    for (size_t j = 0; j < outs.size(); ++j) sample(*outs[j], out, j);
+  }
+  // In batch order: tokens out, stop rules, finished sequences free their slots and blocks.
+  const auto now = Clock::now();
+  ttft.clear();
+  itl.clear();
+  int64_t n_gen = 0;
+  for (Active* a : outs) {
+    n_gen += a->st.token >= 0 ? 1 : 0;
+    deliver(*a, now);
+  }
+  remove_finished();
+  record(now, n_gen);
+  if (observer) observer(info);
+}
+
+// ---- the end of a request ----
+
+void Scheduler::Impl::finish(Active& a, StopReason r, Status err) {
+  if (err.is_ok()) {
+    // The decoder's held-back tail may complete a stop string; then whatever text was held for one goes out.
+    std::string rest = a.stops.push(a.seq->flush_text());
+    if (a.stops.hit()) r = StopReason::kStopString;
+    rest += a.stops.flush();
+    if (!rest.empty()) {
+      TokenEvent ev;
+      ev.text = std::move(rest);
+      a.h->push(std::move(ev));
+    }
+  }
+  const auto now = Clock::now();
+  if (a.got_first) a.tm.gen_ms = ms_between(a.t_first, now);
+  else if (a.started) a.tm.prompt_ms = ms_between(a.t_sched, now);
+  RequestEnd end;
+  end.reason = err.is_ok() ? finish_reason_of(r) : FinishReason::kError;
+  end.stop = r;
+  end.timings = a.tm;
+  end.error = std::move(err);
+  end.seed = a.seq->sampler().seed();
+  notify.push_back({a.h, std::move(end)});
+  engine->cache().truncate(a.slot, 0);
+  free_slots.push_back(a.slot);
+  a.slot = -1;
+}
+
+void Scheduler::Impl::finish_waiting(const std::shared_ptr<RequestHandle>& h, StopReason r) {
+  RequestEnd end;
+  end.reason = finish_reason_of(r);
+  end.stop = r;
+  end.timings.n_prompt = static_cast<int64_t>(h->request().prompt.size());
+  end.timings.queue_ms = ms_between(h->submitted(), Clock::now());
+  notify.push_back({h, std::move(end)});
+}
+
+void Scheduler::Impl::remove_finished() {
+  active.erase(std::remove_if(active.begin(), active.end(), [](auto& a) { return a->slot < 0; }), active.end());
+}
+
+// The gauges first, then the requests hear that they finished (so a client that saw its request end sees the
+// blocks it held freed in the stats).
+void Scheduler::Impl::publish() {
+  const KvCache& cache = engine->cache();
+  {
+    std::lock_guard<std::mutex> lk(stats_mu);
+    SchedulerStats& S = stats;
+    S.queue_depth = static_cast<int64_t>(waiting.size());
+    S.running = static_cast<int64_t>(active.size());
+    S.kv_blocks_total = cache.n_blocks_total();
+    S.kv_blocks_used = cache.n_blocks_used();
+    S.kv_blocks_cached = cache.n_blocks_cached();
+    S.kv_blocks_free = cache.n_blocks_free() - cache.n_blocks_cached();
+    for (auto& n : notify) ++S.finished[static_cast<int>(n.end.reason)];
+  }
+  for (auto& n : notify) {
+    n.h->finish(std::move(n.end));
+    n_pending.fetch_sub(1);
+  }
+  notify.clear();
+}
+
+}  // namespace kiln

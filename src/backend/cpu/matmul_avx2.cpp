@@ -1,13 +1,14 @@
 // AVX2 (+FMA, F16C) matmul kernels for CPUs without AVX-512 VNNI: F32/F16/BF16, Q4_0/Q8_0/IQ4_NL/MXFP4, Q4_K/Q6_K
-// and IQ4_XS; the other types take the threaded scalar path. Same tiling as matmul_avx512.cpp with 256-bit vectors (16 registers, so
-// smaller tiles) and 32-element chunks.
+// and IQ4_XS; the other types take the threaded scalar path. Same tiling as matmul_avx512.cpp with 256-bit vectors
+// (16 registers, so smaller tiles) and 32-element chunks.
 //
 // Numerics (agree with matmul_ref.cpp up to f32 summation order):
 //  - F32/F16/BF16: as the AVX-512 kernels, 8 f32 lanes per (row, token).
 //  - Q4_0/Q8_0/IQ4_NL/MXFP4 x Q8_0 (signed activations): w decoded to int8 in [-128, 127] (the codebook types by
-//    a vpshufb table lookup of their nibbles: IQ4_NL's values, MXFP4's doubled FP4 values with half its scale); vpmaddubsw(|w|, sign(a, w)) gives
-//    int16 pair sums of a*w (|a| <= 127 so the largest pair, 2*128*127, does not saturate), vpmaddwd with ones
-//    widens them to int32 exactly; each block's 8 lanes are converted and fma'd with d_w * d_a.
+//    a vpshufb table lookup of their nibbles: IQ4_NL's values, MXFP4's doubled FP4 values with half its scale);
+//    vpmaddubsw(|w|, sign(a, w)) gives int16 pair sums of a*w (|a| <= 127 so the largest pair, 2*128*127, does not
+//    saturate), vpmaddwd with ones widens them to int32 exactly; each block's 8 lanes are converted and fma'd with
+//    d_w * d_a.
 //  - Q4_K/Q6_K x Q8_K: uint8 q (Q6_K: q in [0, 63] with -32 * sum_g sc_g * bsums_g added in int32);
 //    vpmaddubsw(q, a) -> int16 (max 2*63*127), vpmaddwd with the sub-block scale -> int32, exact per super-block;
 //    acc += (d_w d_a) * isum - (dmin_w d_a) * summs per super-block in f32 lanes.

@@ -1,5 +1,7 @@
 #include "grammar/utf8.h"
 
+#include "util/utf8.h"
+
 namespace kiln::grammar {
 
 size_t decode_utf8(std::string_view s, uint32_t* cp) {
@@ -31,23 +33,7 @@ size_t decode_utf8(std::string_view s, uint32_t* cp) {
   return n;
 }
 
-void append_utf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+void append_utf8(uint32_t cp, std::string* out) { kiln::append_utf8(out, cp); }  // util/utf8's encoder
 
 namespace {
 

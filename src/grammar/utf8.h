@@ -1,5 +1,6 @@
-// UTF-8 for the grammar layer: strict decoding (no overlong forms, no surrogates, nothing above U+10FFFF) and
-// the split of a code point range into byte-range sequences, so character classes become byte automata.
+// UTF-8 for the grammar layer: strict decoding (no overlong forms, no surrogates, nothing above U+10FFFF: util/utf8
+// decodes leniently, as the tokenizers must) and the split of a code point range into byte-range sequences, so
+// character classes become byte automata. Encoding is util/utf8's.
 #pragma once
 
 #include <array>

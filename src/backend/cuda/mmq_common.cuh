@@ -12,6 +12,8 @@ constexpr int kMmqThreads = 128, kMmqBM = 64, kMmqBN = 64, kMmqPitch = 80;  // p
 constexpr int kMmqBKQ = 64, kMmqBKF = 32;                                   // K elements per stage
 // Split-K (mmq_finish): at most kMmqSplitMax blocks per tile, each at least kMmqSplitMinStages stages long.
 constexpr int kMmqSplitMax = 16, kMmqSplitMinStages = 4;
+// Partial float4 loads in flight per thread in the split-K reduction (all of a fragment's splits at once).
+constexpr int kMmqSplitLoads = 16;
 // The split count of a launch of `tiles` output tiles of bm x bn whose kernel keeps per_sm blocks resident and runs
 // n_stage K stages (mmq.cu).
 int mmq_split_count(const MatmulParams& p, int64_t tiles, int per_sm, int n_stage, int bm, int bn);
@@ -138,19 +140,24 @@ __device__ __forceinline__ MmqKRange mmq_k_range(const MatmulParams& p, int n_st
 }
 
 // The epilogue of every mmq kernel: mmq_store, after the split-K reduction when the grid is split. Partial layout:
-// tile (blockIdx.y * gridDim.x + blockIdx.x), split z, fragment element i, thread: [tile][z][i][NTH] (coalesced).
+// tile (blockIdx.y * gridDim.x + blockIdx.x), split z, fragment f = mt * NT + nt (one float4: its 4 accumulators),
+// thread: float4 [tile][z][f][NTH] (a warp's 16-byte stores and loads are contiguous).
+// The reduction is latency bound (one block reads S x BM x BN floats from L2): every split's float4 of a fragment is
+// loaded kMmqSplitLoads at a time before any is added, then summed in the order z = 0..S-1.
 template <int NTH, int MT, int NT>
 __device__ __forceinline__ void mmq_finish(const MatmulParams& p, float (&acc)[MT][NT][4], int64_t r0, int64_t t0,
                                            int wm, int wn, int g, int tig) {
   if (p.k_split > 1) {
-    constexpr int kE = MT * NT * 4;
+    constexpr int kF = MT * NT;
     __shared__ unsigned mmq_last;
     const unsigned tile = blockIdx.y * gridDim.x + blockIdx.x;
     const int S = p.k_split, z = static_cast<int>(blockIdx.z), tid = static_cast<int>(threadIdx.x);
-    const float* part = p.split.part + static_cast<size_t>(tile) * S * kE * NTH + tid;
-    float* mine = p.split.part + static_cast<size_t>(tile) * S * kE * NTH + static_cast<size_t>(z) * kE * NTH + tid;
+    float4* mine = reinterpret_cast<float4*>(p.split.part) + (static_cast<size_t>(tile) * S + z) * kF * NTH + tid;
 #pragma unroll
-    for (int i = 0; i < kE; ++i) __stcg(mine + i * NTH, (&acc[0][0][0])[i]);
+    for (int f = 0; f < kF; ++f) {
+      const float* a = acc[f / NT][f % NT];
+      __stcg(mine + f * NTH, make_float4(a[0], a[1], a[2], a[3]));
+    }
     __threadfence();  // this block's partial is visible device-wide before it counts itself in
     __syncthreads();
     if (tid == 0) {
@@ -161,15 +168,20 @@ __device__ __forceinline__ void mmq_finish(const MatmulParams& p, float (&acc)[M
     __syncthreads();
     if (!mmq_last) return;
     __threadfence();
-    // every partial, this block's too, read back in the order z = 0, 1, .., S-1 (element-major, 4 loads of an
-    // element in flight; split-major loops over the kE elements, or 32-bit offsets, spilled 24-128 bytes on the
-    // 168-register tile P2M)
+    const float4* part = reinterpret_cast<const float4*>(p.split.part) + static_cast<size_t>(tile) * S * kF * NTH + tid;
 #pragma unroll
-    for (int i = 0; i < kE; ++i) {
-      float v = 0.0f;
-#pragma unroll 4
-      for (int zz = 0; zz < S; ++zz) v += __ldcg(part + (static_cast<size_t>(zz) * kE + i) * NTH);
-      (&acc[0][0][0])[i] = v;
+    for (int f = 0; f < kF; ++f) {
+      float* a = acc[f / NT][f % NT];
+      a[0] = a[1] = a[2] = a[3] = 0.0f;
+#pragma unroll 1
+      for (int z0 = 0; z0 < S; z0 += kMmqSplitLoads) {
+        float4 v[kMmqSplitLoads];
+#pragma unroll
+        for (int k = 0; k < kMmqSplitLoads; ++k)
+          v[k] = z0 + k < S ? __ldcg(part + (static_cast<size_t>(z0 + k) * kF + f) * NTH) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int k = 0; k < kMmqSplitLoads; ++k) a[0] += v[k].x, a[1] += v[k].y, a[2] += v[k].z, a[3] += v[k].w;
+      }
     }
   }
   mmq_store<MT, NT>(p, acc, r0, t0, wm, wn, g, tig);

@@ -83,19 +83,21 @@ int main(int argc, char** argv) {
       // its time and its reference check
       static const char* const kTileName[] = {"",          "64x64",      "64x128",   "128x64",    "128x128",
                                               "P64x64",    "P128x64",    "P128x128", "P2_64x64",  "P2_128x64",
-                                              "PU128x64",  "PD64x64",    "PD128x128"};
+                                              "PU128x64",  "PD64x64",    "PD128x128", "P64x16",
+                                              "P64x32"};
       char tiles[800] = "";
       {
         int pos = 0;
-        for (int tile = kMmqTileS; tile <= kMmqTilePDL; ++tile) {
+        for (int tile = kMmqTileS; tile <= kMmqTileP32; ++tile) {
           const bool pipelined =
               t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K || t == DType::Q8_0 || t == DType::F16;
           const bool pd = t == DType::Q6_K || t == DType::Q8_0;  // mmq_p6_kernel: P64x64 and P128x128 only
           if ((t == DType::Q6_K || !q) && (tile == kMmqTileN || tile == kMmqTileM)) continue;
           if (!q && tile == kMmqTileL) continue;  // F16: tiles 1-4 are all mmq_f_kernel's 64 x 64
           if (tile >= kMmqTilePS && !pipelined) continue;
-          if (pd && tile >= kMmqTilePM && tile != kMmqTilePL) continue;
-          if (tile >= kMmqTilePDS && t != DType::Q4_K) continue;  // Q4_K on mmq_p6_kernel
+          if (pd && tile >= kMmqTilePM && tile != kMmqTilePL && tile < kMmqTileP16) continue;
+          if ((tile == kMmqTilePDS || tile == kMmqTilePDL) && t != DType::Q4_K) continue;  // Q4_K on mmq_p6_kernel
+          if (tile >= kMmqTileP16 && !q) continue;  // F16: = P2S
           mmq_set_tile_override(tile);
           SK(launch_mmq(p, a, 0));
           CK(cudaDeviceSynchronize());

@@ -3,7 +3,7 @@
 // it takes, on awkward shapes: token counts around the 64-token tile (17 .. 129, 512), row counts that are not tile
 // multiples (67, 200, 1000, 8400), n_in of one block / sub-stage tails (32, 96 for the 32-element types) and several
 // super-blocks (256, 512, 4096), bias, accumulate (matmul_add), strided x and y; quantized types with the kernel's
-// tile chosen by its rule and forced to each of the twelve tiles (mmq.cuh MmqTile; 8400 x 200 is a shape the rule
+// tile chosen by its rule and forced to each of the fourteen tiles (mmq.cuh MmqTile; 8400 x 200 is a shape the rule
 // sends to a big tile on a 132-SM GPU). Skipped (visibly) without a GPU.
 // Checks, per case:
 //   (a) the numerics model: quantized weights — the q8_1 activations of quantize.cu computed here on the host
@@ -232,10 +232,10 @@ TEST(CudaMmq, EveryTypeMatchesModelExactAndGemv) {
       }
       const double lim_ex = t == DType::F16 ? 1e-6 : t == DType::BF16 ? 6e-5 : 1e-3;
       // mode 0: matmul + bias, contiguous; 1: matmul_add onto y0, x and y strided; 2: matmul, no bias, strided x;
-      // each with the quantized kernel's tile chosen by the rule (0) and forced to each of the twelve (mmq.cuh MmqTile;
+      // each with the quantized kernel's tile chosen by the rule (0) and forced to each of the fourteen (mmq.cuh MmqTile;
       // types without a tile take their default)
 #ifdef KILN_HAVE_CUDA
-      const int n_tiles = 13;  // F16/BF16: 1-4 are mmq_f_kernel, 5-12 the pipelined mmq_fp_kernel
+      const int n_tiles = 15;  // F16/BF16: 1-4 are mmq_f_kernel, 5-14 the pipelined mmq_fp_kernel
 #else
       const int n_tiles = 1;
 #endif

@@ -139,6 +139,10 @@ static int mmq_pick_tile_q(const MatmulParams& p) {
 //         gate/up 174.9 / 120.3, down 178.8 / 132.3)
 int mmq_pick_tile(const MatmulParams& p) {
   if (g_tile_override != 0) return g_tile_override;
+  if (p.type == DType::Q4_K || p.type == DType::Q5_K || p.type == DType::Q6_K || p.type == DType::Q8_0) {
+    if (p.n_tok <= 16) return kMmqTileP16;
+    if (p.n_tok <= 32) return kMmqTileP32;
+  }
   const int64_t n_sm = sm_count();
   const auto grid = [&](int bm, int bn) { return (p.n_tok + bn - 1) / bn * ((p.n_out + bm - 1) / bm); };
   const int64_t gm = grid(128, 64);

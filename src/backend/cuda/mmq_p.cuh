@@ -59,7 +59,7 @@ __device__ __forceinline__ void mmq_p_issue(MmqPSmem<T, BM, BN, KS, SL>& sm, con
       }
     }
     constexpr int kXC = KS / 16, kD = KS / 32;
-    static_assert(kXC * BN % NTH == 0 && kD * BN % NTH == 0);
+    static_assert(kXC * BN % NTH == 0);
 #pragma unroll
     for (int i = 0; i < kXC * BN / NTH; ++i) {
       const int idx = tid + NTH * i, n = idx / kXC, c = idx % kXC;
@@ -68,8 +68,9 @@ __device__ __forceinline__ void mmq_p_issue(MmqPSmem<T, BM, BN, KS, SL>& sm, con
       mmq_cp16(&sm.x[slot][n][16 * c], ok ? a.qs + t * a.qs_stride + static_cast<int64_t>(st) * KS + 16 * c : a.qs, ok);
     }
 #pragma unroll
-    for (int i = 0; i < kD * BN / NTH; ++i) {
+    for (int i = 0; i < (kD * BN + NTH - 1) / NTH; ++i) {  // the 16-token tile: fewer ds chunks than threads
       const int idx = tid + NTH * i, n = idx / kD, j = idx % kD;
+      if (kD * BN % NTH != 0 && idx >= kD * BN) break;
       const int64_t t = t0 + n;
       const bool ok = t < a.n_tok;
       mmq_cp16(&sm.xd[slot][n][j], ok ? a.ds + t * a.ds_stride + kD * st + j : a.ds, ok);

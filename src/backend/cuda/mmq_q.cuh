@@ -14,12 +14,13 @@ namespace kiln::cuda {
 //   kMmqTileM  WC 2 MT 4 NT 4: 128 rows x  64 tokens, 128 threads (Q4_K/Q5_K, 1-4 waves)
 //   kMmqTileL  WC 4 MT 4 NT 4: 128 rows x 128 tokens, 256 threads (Q3_K/Q6_K)
 // mmq_pick_tile (mmq.cu) chooses per call (the measured table is there); the per-16 types have only S and L.
-// Tiles 5-12 are the pipelined kernels' configurations (the table at mmq_run_pipelined; the rule, with the measured
+// Tiles 5-14 are the pipelined kernels' configurations (the table at mmq_run_pipelined; the rule, with the measured
 // figures, at mmq_pick_tile in mmq.cu); where one cannot run (alignment, n_in % 128, the device's shared memory)
 // mmq_fallback_tile picks mmq_q_kernel's tile (or, forced, its twin).
 enum MmqTile : int {
   kMmqTileS = 1, kMmqTileN = 2, kMmqTileM = 3, kMmqTileL = 4, kMmqTilePS = 5, kMmqTilePM = 6, kMmqTilePL = 7,
-  kMmqTileP2S = 8, kMmqTileP2M = 9, kMmqTilePUM = 10, kMmqTilePDS = 11, kMmqTilePDL = 12
+  kMmqTileP2S = 8, kMmqTileP2M = 9, kMmqTilePUM = 10, kMmqTilePDS = 11, kMmqTilePDL = 12, kMmqTileP16 = 13,
+  kMmqTileP32 = 14
 };
 int mmq_pick_tile(const MatmulParams& p);
 int mmq_fallback_tile(const MatmulParams& p, int tile);  // for a pipelined tile that cannot run (mmq.cu)

@@ -11,8 +11,8 @@
 #   ctest   ctest -L cuda (op tests, backend-parametric ops, parity on the carried fixtures)
 #   san     compute-sanitizer memcheck / racecheck on the blas op test
 #   e2e     kiln vs llama.cpp on the llama3-8b q4_k_m synth file: pp512 / pp2048 / tg128 (3 interleaved rounds),
-#           P sequences decoding (kiln bench -np, llama-batched-bench S_TG), each kiln row also with
-#           KILN_CUDA_MATMUL=mmq (the previous rule) as the A/B
+#           P sequences decoding (kiln bench -np, llama-batched-bench S_TG); the A/B rows with KILN_CUDA_MATMUL=mmq:
+#           the decode rows at $AB_NPL sequences (default 8,16,32), pp512 / pp2048 when AB_PP is set
 #   big     pp2048 in 2048-token steps on both sides (kiln -b 2048, llama.cpp -ub 2048)
 #   chunk   matmul_select_bench on Q4_K with 16..128 MiB of dequantized-weight scratch (rows per cuBLAS call)
 #   e2e_next  qwen3.5-9b and gemma3-12b pp512, kiln and llama.cpp
@@ -117,14 +117,14 @@ if has e2e; then
   [ -f $M ] || $K synth --shape llama3-8b --type q4_k_m -o $M >/dev/null || exit 1
   for r in 1 2 3; do
     echo "kiln round $r: $(kb -p 512,2048 -n 128 -r 3)"
-    echo "kiln mmq round $r: $(KILN_CUDA_MATMUL=mmq kb -p 512,2048 -n 0 -r 3)"
+    [ -n "${AB_PP:-}" ] && echo "kiln mmq round $r: $(KILN_CUDA_MATMUL=mmq kb -p 512,2048 -n 0 -r 3)"
     [ -x $L/llama-bench ] && echo "llama.cpp round $r: $($L/llama-bench -m $M -p 512,2048 -n 128 -r 3 -ngl 99 -fa 1 2>&1 | grep -E '(pp|tg)[0-9]' | awk -F'|' '{print $(NF-2), $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
   done | tee "$OUT/e2e.txt"
   echo "== e2e pp/tg $(el) s"
   NPL=${NPL:-1,8,16,32,64}
   for r in 1 2; do
     echo "kiln np round $r: $(kb -p 0 -n 128 -d 128 -np $NPL -r 2)"
-    [ $r = 1 ] && echo "kiln mmq np round $r: $(KILN_CUDA_MATMUL=mmq kb -p 0 -n 128 -d 128 -np 16,32,64 -r 2)"
+    [ $r = 1 ] && echo "kiln mmq np round $r: $(KILN_CUDA_MATMUL=mmq kb -p 0 -n 128 -d 128 -np ${AB_NPL:-8,16,32} -r 2)"
     [ -x $L/llama-batched-bench ] && { $L/llama-batched-bench -m $M -c 16640 -b 2048 -ub 512 -npp 128 -ntg 128 -npl $NPL -ngl 99 -fa on > "$OUT/batched_$r.txt" 2>&1;
       echo "llama.cpp np round $r: $(grep -E '^\|' "$OUT/batched_$r.txt" | tail -n +3 | awk -F'|' '{print "np"$4+0, $9+0}' | tr '\n' ';')"; }
   done | tee -a "$OUT/e2e.txt"

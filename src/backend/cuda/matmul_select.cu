@@ -20,27 +20,26 @@ namespace {
 
 // Per weight type, the token counts where the kernels change, measured on the H200 (132 SMs) with
 // dev/cuda/matmul_select_bench (back-to-back launches, weights rotated past the L2) over one llama3-8b layer's
-// products (2 q/o 4096x4096 + 2 k/v 1024x4096 + 2 gate/up 14336x4096 + 1 down 4096x14336) at 8, 16, 32, 64, 128,
-// 512 .. 4096 tokens (docs/BENCHMARKS.md has the table):
+// products (2 q/o 4096x4096 + 2 k/v 1024x4096 + 2 gate/up 14336x4096 + 1 down 4096x14336) at 2 .. 256 tokens
+// (docs/BENCHMARKS.md has the table; mmq with its 16- and 32-token tiles and the split-K reduction of 02fa592):
 //   gemv_to: the most tokens for which the GEMV is faster than the better of mmq and blas (between two measured
-//            counts: where the GEMV's time, linear in the tokens, crosses it). Q4_K / Q6_K keep the GEMV to
-//            kGemvMaxTok: the bench's single products are 10-20% slower than mmq at 26-32 tokens, but the model's
-//            GEMVs are grouped (q/k/v in one launch, gate/up with the SwiGLU fused: mmvq.cu), which the bench does
-//            not measure;
-//   blas_from: the fewest tokens from which blas stays faster than mmq.
-// Measured: Q4_0, Q8_0, Q4_K, Q6_K, F16 (BF16 as F16: the same GEMV and cuBLAS path); Q4_1, Q5_0, Q5_1 take Q4_0's
-// (the same dp4a GEMV, their mmq no faster than Q4_0's); Q2_K, Q3_K, Q5_K the rule measured before split-K mmq
-// (GEMV to kGemvMaxTok, blas from 33). Per shape, split-K mmq wins gate/up and down of Q4_K at 8-64 tokens by
-// 13-45% and blas q/o and k/v by 18-43%; the rule does not split by shape. IQ4_NL, IQ4_XS, MXFP4: not measured
-// yet; the GEMV to kGemvMaxTok, then blas (they have no mmq kernel).
+//            counts: where the GEMV's time, linear in the tokens, crosses it). Q4_K 0.152 / 0.189 ms at 4 / 8
+//            tokens against mmq's 0.163 / 0.175; Q8_0 0.171 / 0.282 against 0.205 / 0.207; Q6_K's GEMV stays
+//            ahead of its mmq (mmq_p6_kernel) to 32 tokens (0.407 / 0.411 ms);
+//   blas_from: the fewest tokens from which blas stays faster than mmq: 65 for every measured type (mmq's second
+//            64-token tile: Q4_K 0.345 / 0.530 ms at 64 / 96 tokens, blas 0.484 / 0.498).
+// Measured: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, F16 (BF16 as F16: the same GEMV and cuBLAS path); Q4_1, Q5_0, Q5_1 take
+// Q4_0's (the same dp4a GEMV, their mmq no faster than Q4_0's); Q2_K, Q3_K the rule measured before split-K mmq
+// (GEMV to kGemvMaxTok, blas from 33). IQ4_NL, IQ4_XS, MXFP4: not measured yet; the GEMV to kGemvMaxTok, then blas
+// (they have no mmq kernel).
 struct Crossover {
   DType type;
   int64_t gemv_to, blas_from;
 };
 constexpr Crossover kCrossover[] = {
-    {DType::Q4_0, 16, 17}, {DType::Q4_1, 16, 17}, {DType::Q5_0, 16, 17}, {DType::Q5_1, 16, 17},
-    {DType::Q8_0, 12, 128}, {DType::Q2_K, 32, 33}, {DType::Q3_K, 32, 33}, {DType::Q4_K, 32, 128},
-    {DType::Q5_K, 32, 33},  {DType::Q6_K, 32, 128}, {DType::F16, 2, 3},   {DType::BF16, 2, 3},
+    {DType::Q4_0, 14, 65}, {DType::Q4_1, 14, 65}, {DType::Q5_0, 14, 65}, {DType::Q5_1, 14, 65},
+    {DType::Q8_0, 5, 65},   {DType::Q2_K, 32, 33}, {DType::Q3_K, 32, 33}, {DType::Q4_K, 6, 65},
+    {DType::Q5_K, 6, 65},   {DType::Q6_K, 32, 65}, {DType::F16, 2, 3},   {DType::BF16, 2, 3},
     {DType::IQ4_NL, 32, 33}, {DType::IQ4_XS, 32, 33}, {DType::MXFP4, 32, 33},
 };
 static_assert(kGemvMaxTok >= 32, "kCrossover's gemv_to values are at most 32");

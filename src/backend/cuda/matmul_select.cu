@@ -24,8 +24,11 @@ namespace {
 // (docs/BENCHMARKS.md has the table; mmq with its 16- and 32-token tiles and the split-K reduction of 02fa592):
 //   gemv_to: the most tokens for which the GEMV is faster than the better of mmq and blas (between two measured
 //            counts: where the GEMV's time, linear in the tokens, crosses it). Q4_K 0.152 / 0.189 ms at 4 / 8
-//            tokens against mmq's 0.163 / 0.175; Q8_0 0.171 / 0.282 against 0.205 / 0.207; Q6_K's GEMV stays
-//            ahead of its mmq (mmq_p6_kernel) to 32 tokens (0.407 / 0.411 ms);
+//            tokens against mmq's 0.163 / 0.175, but the model groups its GEMVs (q/k/v in one launch, gate/up
+//            with the SwiGLU fused: mmvq.cu), which the bench does not: end to end (llama3-8b Q4_K_M, 8
+//            sequences) the GEMV to 8 tokens gave 1291 t/s, mmq from 7 tokens 1108; Q8_0 0.171 / 0.282 against
+//            0.205 / 0.207; Q6_K's GEMV against its mmq (mmq_p6_kernel) 0.388 / 0.408 ms at 24 tokens, 0.407 /
+//            0.411 at 32, and end to end at 32 sequences mmq won (2811 t/s against 2759);
 //   blas_from: the fewest tokens from which blas stays faster than mmq: 65 for every measured type (mmq's second
 //            64-token tile: Q4_K 0.345 / 0.530 ms at 64 / 96 tokens, blas 0.484 / 0.498).
 // Measured: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, F16 (BF16 as F16: the same GEMV and cuBLAS path); Q4_1, Q5_0, Q5_1 take
@@ -38,8 +41,8 @@ struct Crossover {
 };
 constexpr Crossover kCrossover[] = {
     {DType::Q4_0, 14, 65}, {DType::Q4_1, 14, 65}, {DType::Q5_0, 14, 65}, {DType::Q5_1, 14, 65},
-    {DType::Q8_0, 5, 65},   {DType::Q2_K, 32, 33}, {DType::Q3_K, 32, 33}, {DType::Q4_K, 6, 65},
-    {DType::Q5_K, 6, 65},   {DType::Q6_K, 32, 65}, {DType::F16, 2, 3},   {DType::BF16, 2, 3},
+    {DType::Q8_0, 5, 65},   {DType::Q2_K, 32, 33}, {DType::Q3_K, 32, 33}, {DType::Q4_K, 8, 65},
+    {DType::Q5_K, 6, 65},   {DType::Q6_K, 24, 65}, {DType::F16, 2, 3},   {DType::BF16, 2, 3},
     {DType::IQ4_NL, 32, 33}, {DType::IQ4_XS, 32, 33}, {DType::MXFP4, 32, 33},
 };
 static_assert(kGemvMaxTok >= 32, "kCrossover's gemv_to values are at most 32");

@@ -22,7 +22,8 @@
 // The pipelined kernels (mmq.cuh: tiles 5-12; registers sm_90 / sm_89 / sm_86 / sm_80, 0 bytes spilled, no stack;
 // dynamic smem in the ledger at the top of mmq.cuh). With the split-K epilogue (mmq_finish) sm_90 Q4_K reads PS 120,
 // PM 168, PL 168, P2S 128, P2M 158, PUM 255, PDS 118, PDL 240, mmq_q_kernel S 128 / N 254 / M 248 / L 238, and every
-// other type's instance compiles for sm_90 without spills; the other columns are from before split-K:
+// other type's instance compiles for sm_90 without spills. The 16- / 32-token tiles (P16 / P32, sm_90): Q4_K 91 / 127,
+// Q5_K 98 / 127, Q6_K 90 / 134, Q8_0 90 / 109 registers, no spills. The other columns are from before split-K:
 //   mmq_p_kernel  Q4_K: PS 123/122/122/128  PM 166/166/166/168  PL 168 (all)  P2S 124/118/118/118  P2M 162 (all)
 //                       PUM 254 (all)
 //                 Q5_K: PS 122/124/124/128  PM 242/248/248/226  PL 240/240/240/246  P2S 128 (all)  P2M 168 (all)

@@ -14,10 +14,11 @@
 //   counts, small projections) runs S blocks per tile, each over 1/S of the K stages; the last block of a tile to
 //   finish sums the S partials in the order z = 0..S-1 (mmq_common.cuh mmq_finish: deterministic, the counters
 //   reset themselves; mmq.cu mmq_split_count picks S from the kernel's resident blocks per SM).
-//   Measured (H200, Q4_K, one llama3-8b layer at 33 / 64 tokens): 0.668 / 0.674 ms unsplit, 0.507 / 0.465 split.
-//   The reduction is one block per tile reading S x BM x BN floats with few loads in flight: at 8-64 tokens each
-//   product still costs ~40 us however small (k/v 1024 x 4096: 44 us against the GEMV's 9 us); a reduction spread
-//   over the SMs (its own kernel, or every split reducing a slice) is the next step.
+//   Measured (H200, Q4_K, one llama3-8b layer at 33 / 64 tokens): 0.668 / 0.674 ms unsplit, 0.345 / 0.343 split.
+//   At 2..32 tokens the 64-token tile's MMAs and scale FMAs on padding tokens cost as much as the real ones: the
+//   16- and 32-token tiles (P16, P32) halve a layer there (0.307 -> 0.162 ms at 2 tokens). What bounds the kernel
+//   at 16-64 tokens is instruction issue (ncu, q/o at 64 tokens: 43% of issue slots, 1.1 eligible warps per
+//   scheduler, 0.26 TB/s of weights; the f32 scale arithmetic is ~1/3 of the instructions), not the weight stream.
 //
 // Quantized weights (mmq_q_kernel): each thread decodes 2*BM/threads 32-element sub-blocks per stage (quant.cuh
 // decode32: the definition of a block shared with get_rows, the GEMV and the old GEMM) into int8 smem plus f32 d

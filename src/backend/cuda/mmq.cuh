@@ -114,22 +114,6 @@ Status mmq_launch_split(int bm, int bn, int kstage, int threads, size_t smem, cu
   const dim3 grid(static_cast<unsigned>(tx), static_cast<unsigned>(ty), static_cast<unsigned>(q.k_split));
   return launch_pdl(Kern, grid, dim3(threads), smem, s, q, args...);
 }
-template <DType T, int MT, int NT, int WC>
-Status mmq_run_q(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
-  constexpr int BM = 32 * MT, BN = 8 * WC * NT;
-  constexpr size_t kSmem = sizeof(MmqQSmem<BM, BN>);
-  if constexpr (kSmem > 48 * 1024) {  // above the default dynamic limit: opt in once per device
-    static thread_local int done_dev = -1;
-    int dev = 0;
-    KILN_CUDA_TRY(cudaGetDevice(&dev));
-    if (done_dev != dev) {
-      KILN_CUDA_TRY(cudaFuncSetAttribute(mmq_q_kernel<T, MT, NT, WC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kSmem)));
-      done_dev = dev;
-    }
-  }
-  return mmq_launch_split<mmq_q_kernel<T, MT, NT, WC>>(BM, BN, kMmqBKQ, 64 * WC, kSmem, s, p, a);
-}
 // A kernel with dynamic shared memory above the default limit: the opt-in set once per device and kernel.
 template <auto Kern, class... Args>
 Status mmq_launch_dyn(int bm, int bn, int kstage, size_t smem, int threads, cudaStream_t s, const MatmulParams& p,
@@ -142,6 +126,15 @@ Status mmq_launch_dyn(int bm, int bn, int kstage, size_t smem, int threads, cuda
     done_dev = dev;
   }
   return mmq_launch_split<Kern>(bm, bn, kstage, threads, smem, s, p, args...);
+}
+template <DType T, int MT, int NT, int WC>
+Status mmq_run_q(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
+  constexpr int BM = 32 * MT, BN = 8 * WC * NT;
+  constexpr size_t kSmem = sizeof(MmqQSmem<BM, BN>);
+  if constexpr (kSmem > 48 * 1024)  // above the default dynamic limit
+    return mmq_launch_dyn<mmq_q_kernel<T, MT, NT, WC>>(BM, BN, kMmqBKQ, kSmem, 64 * WC, s, p, a);
+  else
+    return mmq_launch_split<mmq_q_kernel<T, MT, NT, WC>>(BM, BN, kMmqBKQ, 64 * WC, kSmem, s, p, a);
 }
 template <DType T, int MT, int NT, int WC, int KS, int SL, int MINB, bool UNR>
 Status mmq_run_p(const MatmulParams& p, const ActQ& a, cudaStream_t s) {

@@ -142,6 +142,10 @@ Sequence::Step Sequence::on_token(int32_t t) {
   s.token = t;
   s.piece = decoder_.push(t);
   ++n_generated_;
+  if (hooks_.mask && hooks_.mask->finished()) {  // e.g. a grammar that accepted and allows nothing more
+    s.stop = stop_ = StopReason::kEog;
+    return s;
+  }
   if (opts_.max_new_tokens >= 0 && n_generated_ >= opts_.max_new_tokens) {
     s.stop = stop_ = StopReason::kLimit;
     return s;

@@ -640,7 +640,9 @@ std::optional<ApiError> parse_completion(const json& b, const ParseContext& ctx,
 }
 
 ApiError grammar_error(const std::string& param, const Status& st) {
-  return bad(param, "'" + param + "': " + st.message());
+  const std::string& m = st.message();
+  if (m.rfind(param + ": ", 0) == 0) return bad(param, m);  // the grammar layer named it already ("guided_choice: ")
+  return bad(param, "'" + param + "': " + m);
 }
 
 ApiError submit_error(const Status& st) {

@@ -16,6 +16,9 @@
 // ending at "\nUser:" or a blank line (held back from the output until it can no longer be the start of one) or
 // after a per-reply token cap (-n; default kPlainReplyCap), so no reply fills the context.
 //
+// --grammar / --grammar-file / -j / -jf (cli/grammar_options.h): every reply follows the grammar (compiled once) and
+// ends where it ends; it is all content (no reasoning split, no stop strings).
+//
 // A message that does not fit the context is refused and the session goes on (/clear starts the conversation over).
 // Ctrl-C during a reply ends that reply; at the prompt, a second Ctrl-C in a row (or Ctrl-D, /exit) quits.
 #include <fcntl.h>
@@ -210,7 +213,9 @@ struct Conversation {
     req.sampling = args.sampling;
     req.max_new_tokens = max_new_tokens;
     req.ignore_eos = args.ignore_eos;
-    req.stop = prompt.stop_strings();
+    // A grammar ends the reply where the grammar ends (a stop string could cut it mid-way: "\n\n" is JSON
+    // whitespace).
+    if (!hooks) req.stop = prompt.stop_strings();
     req.hooks = hooks;
     std::string reply;  // the text the model wrote (up to a stop string)
     // A constrained reply is content as the grammar wrote it: not split into reasoning.

@@ -3,6 +3,8 @@
 // --chat: the prompt (-p or -f) is one user message (after -sys TEXT as the system message), rendered with the
 // model's chat template as `kiln chat` renders a turn (runtime/prompt.h's ChatPrompt; --chat-template-file and
 // --chat-template-kwargs as there); reasoning (<think>...</think>) goes to stderr, the content to stdout.
+// --grammar / --grammar-file / -j / -jf (cli/grammar_options.h): the output follows the grammar and ends where it
+// ends; it is all content (no reasoning split, no template stop strings).
 #include <unistd.h>
 
 #include <cstdio>
@@ -218,8 +220,9 @@ int run_main(int argc, char** argv) {
   req.sampling = r.sampling;
   req.max_new_tokens = r.max_new_tokens;
   req.ignore_eos = r.ignore_eos;
-  // --chat: the template's stop strings (plain text) end the reply, as a server request's "stop" does.
-  if (prompt->chat) req.stop = prompt->chat->stop_strings();
+  // --chat: the template's stop strings (plain text) end the reply, as a server request's "stop" does; a grammar
+  // ends it where the grammar ends (a stop string could cut it mid-way: "\n\n" is JSON whitespace).
+  if (prompt->chat && !r.constraint.parsed) req.stop = prompt->chat->stop_strings();
   std::vector<int32_t> out_ids;
   // A constrained reply is content as the grammar wrote it: not split into reasoning.
   const bool split = prompt->chat && !r.constraint.parsed;

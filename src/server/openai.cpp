@@ -101,8 +101,8 @@ std::optional<ApiError> get_int(const json& b, const char* k, int64_t lo, int64_
   return std::nullopt;
 }
 
-// Fields of OpenAI's schemas that kiln does not act on: their type is still checked, and the ones whose presence
-// would change the answer are refused rather than ignored.
+// Fields of OpenAI's schemas checked by type here; of those kiln does not act on, the ones whose presence would
+// change the answer are refused rather than ignored (response_format is read by parse_constraint).
 enum class T { kString, kObject, kArray, kBool, kInt, kStringOrObject };
 struct Known {
   const char* name;

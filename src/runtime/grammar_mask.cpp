@@ -70,14 +70,18 @@ std::shared_ptr<const grammar::VocabIndex> GrammarCache::vocab() {
 }
 
 GrammarCache::Compiled GrammarCache::compile(const std::string& gbnf) {
-  KILN_ASSIGN_OR_RETURN(std::shared_ptr<const grammar::Grammar> g, grammar::Grammar::from_gbnf(gbnf));
-  return grammar::CompiledGrammar::compile(std::move(g), vocab(), opts_.threads);
+  try {
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<const grammar::Grammar> g, grammar::Grammar::from_gbnf(gbnf));
+    return grammar::CompiledGrammar::compile(std::move(g), vocab(), opts_.threads);
+  } catch (const std::exception& e) {  // memory: the waiters must still hear, and the entry must not stay pending
+    return make_error(ErrorCode::kOutOfRange, "grammar: compiling failed: %s", e.what());
+  }
 }
 
 Result<std::shared_ptr<const grammar::CompiledGrammar>> GrammarCache::get(const std::string& gbnf) {
   std::promise<Compiled> promise;
   std::shared_future<Compiled> fut;
-  bool owner = false;
+  uint64_t serial = 0;  // this call's entry, when it compiles
   {
     std::lock_guard<std::mutex> lk(mu_);
     auto it = entries_.find(gbnf);
@@ -87,19 +91,19 @@ Result<std::shared_ptr<const grammar::CompiledGrammar>> GrammarCache::get(const 
       fut = it->second.value;
     } else {
       ++stats_.misses;
-      owner = true;
+      serial = ++serial_;
       fut = promise.get_future().share();
       lru_.push_front(gbnf);
-      entries_.emplace(gbnf, Entry{fut, 0, lru_.begin()});
+      entries_.emplace(gbnf, Entry{fut, 0, lru_.begin(), serial});
     }
   }
-  if (!owner) return fut.get();  // cached, or being compiled by another request: wait for it
+  if (serial == 0) return fut.get();  // cached, or being compiled by another request: wait for it
   Compiled c = compile(gbnf);
   const size_t bytes = c.is_ok() ? (*c)->stats().memory_bytes : 0;
   promise.set_value(c);
   std::lock_guard<std::mutex> lk(mu_);
   auto it = entries_.find(gbnf);
-  if (it != entries_.end()) {  // (evicted meanwhile when many others were compiled since)
+  if (it != entries_.end() && it->second.serial == serial) {  // (else evicted meanwhile, maybe compiled again)
     it->second.bytes = bytes;
     stats_.bytes += bytes;
   }

@@ -67,6 +67,7 @@ class GrammarCache {
     std::shared_future<Compiled> value;
     size_t bytes = 0;
     std::list<std::string>::iterator lru;  // position in lru_ (front: most recent)
+    uint64_t serial = 0;                   // which compile made it (an evicted text may be compiled again)
   };
   Compiled compile(const std::string& gbnf);
   void evict_locked();
@@ -79,6 +80,7 @@ class GrammarCache {
   std::unordered_map<std::string, Entry> entries_;
   std::list<std::string> lru_;
   Stats stats_;
+  uint64_t serial_ = 0;
 };
 
 }  // namespace kiln

@@ -16,6 +16,9 @@
 // ending at "\nUser:" or a blank line (held back from the output until it can no longer be the start of one) or
 // after a per-reply token cap (-n; default kPlainReplyCap), so no reply fills the context.
 //
+// --grammar / --grammar-file / -j / -jf (cli/grammar_options.h): every reply follows the grammar (compiled once) and
+// ends where it ends; it is all content (no reasoning split, no stop strings).
+//
 // A message that does not fit the context is refused and the session goes on (/clear starts the conversation over).
 // Ctrl-C during a reply ends that reply; at the prompt, a second Ctrl-C in a row (or Ctrl-D, /exit) quits.
 #include <fcntl.h>
@@ -34,6 +37,7 @@
 #include "cli/args.h"
 #include "cli/chat_cli.h"
 #include "cli/engine_options.h"
+#include "cli/grammar_options.h"
 #include "cli/model_source.h"
 #include "runtime/scheduler.h"
 #include "runtime/prompt.h"
@@ -144,12 +148,14 @@ struct ChatArgs {
   bool ignore_eos = false, verbose_prompt = false;
   std::string system_prompt;
   ChatTemplateArgs tpl;
+  GrammarArgs grammar;
 };
 
 void add_chat_options(ArgParser& args, ChatArgs* c) {
   add_model_options(args, &c->src);
   args.option({"-sys", "--system-prompt"}, &c->system_prompt, "TEXT", "system message");
   add_chat_template_options(args, &c->tpl);
+  add_grammar_options(args, &c->grammar);
   args.option({"-n", "--n-predict"}, &c->max_new_tokens, "N",
               "most tokens per reply; -1: until EOG or context full (default -1; plain text: " +
                   std::to_string(kPlainReplyCap) + ", at most a quarter of -c)");
@@ -172,6 +178,7 @@ struct Conversation {
   json messages = json::array();
   size_t n_fixed = 0;  // what /clear keeps (the system message)
   RequestTimings total;
+  SequenceHooksFactory hooks;  // --grammar and friends: every reply follows the grammar (null: none)
 
   // Room for the turn and at least one token of reply; else the message is refused (false) and the chat goes on.
   Result<bool> fits(const std::vector<int32_t>& ids) {
@@ -206,9 +213,13 @@ struct Conversation {
     req.sampling = args.sampling;
     req.max_new_tokens = max_new_tokens;
     req.ignore_eos = args.ignore_eos;
-    req.stop = prompt.stop_strings();
+    // A grammar ends the reply where the grammar ends (a stop string could cut it mid-way: "\n\n" is JSON
+    // whitespace).
+    if (!hooks) req.stop = prompt.stop_strings();
+    req.hooks = hooks;
     std::string reply;  // the text the model wrote (up to a stop string)
-    ReplyPrinter printer(&prompt, rendered, /*print=*/true);
+    // A constrained reply is content as the grammar wrote it: not split into reasoning.
+    ReplyPrinter printer(hooks ? nullptr : &prompt, rendered, /*print=*/true);
     auto h = stream_request(
         sched, std::move(req),
         [&](const TokenEvent& ev) {
@@ -243,7 +254,7 @@ struct Conversation {
   // only its content goes back into the conversation, the reasoning as reasoning_content.
   void add_reply(std::string reply, bool opened) {
     while (!reply.empty() && (reply.back() == '\n' || reply.back() == ' ')) reply.pop_back();
-    if (prompt.plain()) {
+    if (prompt.plain() || hooks) {
       messages.push_back({{"role", "assistant"}, {"content", reply}});
       return;
     }
@@ -326,6 +337,8 @@ int chat_main(int argc, char** argv) {
   if (Status st = check_engine_options(c.eng); !st) return fail("chat", st);
   auto popts = chat_prompt_options(c.tpl);
   if (!popts) return fail("chat", popts.status());
+  auto constraint = grammar_option(args, c.grammar);
+  if (!constraint) return fail("chat", constraint.status());
 
   auto loaded = load_model(c.src, /*show_progress=*/true);
   if (!loaded) return fail("chat", loaded.status());
@@ -338,7 +351,11 @@ int chat_main(int argc, char** argv) {
   auto sched = Scheduler::create(std::move(loaded->model), *cfg);
   if (!sched) return fail("chat", sched.status());
 
-  Conversation conv{**sched, *prompt, c, (*sched)->max_seq_ctx(), c.max_new_tokens, json::array(), 0, RequestTimings{}};
+  auto hooks = grammar_hooks(*constraint, (*sched)->tokenizer());
+  if (!hooks) return fail("chat", hooks.status());
+
+  Conversation conv{**sched, *prompt, c, (*sched)->max_seq_ctx(), c.max_new_tokens, json::array(), 0, RequestTimings{},
+                    std::move(hooks).value()};
   if (prompt->plain() && !args.seen("-n") && !args.seen("--n-predict"))
     conv.max_new_tokens = static_cast<int32_t>(std::clamp<int64_t>(conv.n_ctx / 4, 1, kPlainReplyCap));
   if (!c.system_prompt.empty()) conv.messages.push_back({{"role", "system"}, {"content", c.system_prompt}});

@@ -3,6 +3,8 @@
 // --chat: the prompt (-p or -f) is one user message (after -sys TEXT as the system message), rendered with the
 // model's chat template as `kiln chat` renders a turn (runtime/prompt.h's ChatPrompt; --chat-template-file and
 // --chat-template-kwargs as there); reasoning (<think>...</think>) goes to stderr, the content to stdout.
+// --grammar / --grammar-file / -j / -jf (cli/grammar_options.h): the output follows the grammar and ends where it
+// ends; it is all content (no reasoning split, no template stop strings).
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include "cli/args.h"
 #include "cli/chat_cli.h"
 #include "cli/engine_options.h"
+#include "cli/grammar_options.h"
 #include "cli/model_source.h"
 #include "runtime/prompt.h"
 #include "runtime/scheduler.h"
@@ -54,6 +57,8 @@ struct RunArgs {
   bool print_ids = false, no_bos = false, chat = false, verbose_prompt = false;
   std::string system_prompt;
   ChatTemplateArgs tpl;
+  GrammarArgs grammar;
+  GrammarOption constraint;        // --grammar and friends, parsed before the model loads
   bool have_p = false, have_f = false, have_tokens = false;
   std::vector<int32_t> token_ids;  // --tokens, read before the model loads
   ChatPromptOptions popts;         // --chat
@@ -73,6 +78,7 @@ void add_run_options(ArgParser& args, RunArgs* r) {
   args.flag({"--chat"}, &r->chat, "the prompt is a user message, rendered with the model's chat template");
   args.option({"-sys", "--system-prompt"}, &r->system_prompt, "TEXT", "system message (implies --chat)");
   add_chat_template_options(args, &r->tpl);
+  add_grammar_options(args, &r->grammar);
   args.flag({"--verbose-prompt"}, &r->verbose_prompt, "print the prompt text and its token count on stderr");
 }
 
@@ -105,6 +111,7 @@ Status check_run_args(const ArgParser& args, RunArgs& r) {
   KILN_TRY(check_sampling_options(r.sampling));
   KILN_TRY(check_model_options(r.src));
   KILN_TRY(check_engine_options(r.eng));
+  KILN_ASSIGN_OR_RETURN(r.constraint, grammar_option(args, r.grammar));
   if (r.have_tokens) {
     KILN_ASSIGN_OR_RETURN(r.token_ids, token_list(r));
   }
@@ -204,15 +211,22 @@ int run_main(int argc, char** argv) {
                                   r.have_tokens ? "--tokens" : r.have_f ? "-f" : "-p", prompt->ids.size(),
                                   (long long)n_ctx));
 
+  auto hooks = grammar_hooks(r.constraint, sched.tokenizer());
+  if (!hooks) return fail("run", hooks.status());
+
   GenRequest req;
+  req.hooks = std::move(hooks).value();
   req.prompt = prompt->ids;
   req.sampling = r.sampling;
   req.max_new_tokens = r.max_new_tokens;
   req.ignore_eos = r.ignore_eos;
-  // --chat: the template's stop strings (plain text) end the reply, as a server request's "stop" does.
-  if (prompt->chat) req.stop = prompt->chat->stop_strings();
+  // --chat: the template's stop strings (plain text) end the reply, as a server request's "stop" does; a grammar
+  // ends it where the grammar ends (a stop string could cut it mid-way: "\n\n" is JSON whitespace).
+  if (prompt->chat && !r.constraint.parsed) req.stop = prompt->chat->stop_strings();
   std::vector<int32_t> out_ids;
-  ReplyPrinter printer(prompt->chat ? &*prompt->chat : nullptr, prompt->rendered, !r.print_ids);
+  // A constrained reply is content as the grammar wrote it: not split into reasoning.
+  const bool split = prompt->chat && !r.constraint.parsed;
+  ReplyPrinter printer(split ? &*prompt->chat : nullptr, prompt->rendered, !r.print_ids);
   const bool plain = prompt->chat && prompt->chat->plain();
   auto h = stream_request(sched, std::move(req), [&](const TokenEvent& ev) {
     if (ev.id >= 0) out_ids.push_back(ev.id);

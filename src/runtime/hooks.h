@@ -1,8 +1,8 @@
 // The per-sequence hooks of the engine step (docs/ARCHITECTURE.md, "The engine loop"). A request may bring its own
 // instances (GenRequest::hooks builds them when the request is admitted); they live with the request's Sequence
 // and run on the engine thread only, one sequence each, so they need no locking. kiln ships the identity of each:
-// no logits processor, no token mask, no drafts; grammar-constrained sampling plugs in as a TokenMaskProvider and
-// speculative decoding as a DraftProposer.
+// no logits processor, no token mask, no drafts. Grammar-constrained sampling is a TokenMaskProvider
+// (runtime/grammar_mask.h); speculative decoding plugs in as a DraftProposer.
 //
 // Where they sit in one step (Scheduler: schedule -> execute -> update):
 //   schedule()  DraftProposer::propose for a sequence that decodes (its only pending token is its last sample)
@@ -11,8 +11,8 @@
 //               takes the device's argmax (OutputKind::kArgmax) and no row leaves the device
 //   update()    per output row: copy of the row -> LogitsProcessor::process (in order) -> TokenMaskProvider::allowed
 //               (disallowed ids set to -inf) -> the sampler (penalties -> top-k -> top-p -> min-p -> temperature ->
-//               draw) -> TokenMaskProvider::accept(token) -> stop checks (EOG, max_new_tokens, context, stop strings)
-//               -> the token event streams out. Log-probabilities are those of the raw row (the model's
+//               draw) -> TokenMaskProvider::accept(token) -> stop checks (EOG, TokenMaskProvider::finished,
+//               max_new_tokens, context, stop strings) -> the token event streams out. Log-probabilities are those of the raw row (the model's
 //               distribution, before any processor).
 #pragma once
 
@@ -42,12 +42,16 @@ class LogitsProcessor {
 //   accept(token)    update(), after the token is chosen (EOG tokens included), before the stop checks: the provider
 //                    advances its state. Prompt tokens are never passed; a preempted sequence is recomputed without
 //                    calls (its state is that of the tokens it has generated).
+//   finished()       update(), after accept(): true when nothing but an end of generation may follow (a grammar that
+//                    is complete and cannot go on). The sequence then ends there, as at an EOG token ("stop"),
+//                    without a step for the EOG token, and also with ignore_eos.
 class TokenMaskProvider {
  public:
   virtual ~TokenMaskProvider() = default;
   virtual bool restricts() const = 0;
   virtual bool allowed(std::span<uint64_t> mask) = 0;
   virtual void accept(int32_t token) = 0;
+  virtual bool finished() const { return false; }
 };
 
 // Proposes draft tokens for a decoding sequence (speculative decoding: a draft model, n-grams of the context, ...).

@@ -102,13 +102,20 @@ Sequence::Step Sequence::on_logits(std::span<const float> row) {
   if (hooks_.mask) {
     mask_.assign((row_.size() + 63) / 64, ~uint64_t{0});
     if (hooks_.mask->allowed(mask_)) {
+      // Word by word: a grammar's masks are mostly all-zero words (and all-one runs inside strings).
       size_t n_allowed = 0;
-      for (size_t i = 0; i < row_.size(); ++i) {
-        if ((mask_[i / 64] >> (i % 64)) & 1) {
-          ++n_allowed;
-        } else {
-          row_[i] = -INFINITY;
+      for (size_t w = 0; w < mask_.size(); ++w) {
+        const size_t b = w * 64, e = std::min(b + 64, row_.size());
+        const uint64_t bits = e - b == 64 ? mask_[w] : mask_[w] & ((uint64_t{1} << (e - b)) - 1);
+        n_allowed += static_cast<size_t>(__builtin_popcountll(bits));
+        if (bits == ~uint64_t{0}) continue;
+        if (bits == 0) {
+          std::fill(row_.begin() + static_cast<std::ptrdiff_t>(b), row_.begin() + static_cast<std::ptrdiff_t>(e),
+                    -INFINITY);
+          continue;
         }
+        for (size_t i = b; i < e; ++i)
+          if (!((bits >> (i - b)) & 1)) row_[i] = -INFINITY;
       }
       if (n_allowed == 0) {
         scheduled_logits_ = false;
@@ -142,6 +149,10 @@ Sequence::Step Sequence::on_token(int32_t t) {
   s.token = t;
   s.piece = decoder_.push(t);
   ++n_generated_;
+  if (hooks_.mask && hooks_.mask->finished()) {  // e.g. a grammar that accepted and allows nothing more
+    s.stop = stop_ = StopReason::kEog;
+    return s;
+  }
   if (opts_.max_new_tokens >= 0 && n_generated_ >= opts_.max_new_tokens) {
     s.stop = stop_ = StopReason::kLimit;
     return s;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "grammar/grammar.h"
 #include "runtime/prompt.h"
 
 namespace kiln::server {
@@ -32,16 +33,17 @@ bool present(const json& b, const char* k) {
   return it != b.end() && !it->is_null();
 }
 
-const char* type_name(const json& v) {
+template <class J>
+const char* type_name(const J& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return "a string";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a number";
+    case J::value_t::null: return "null";
+    case J::value_t::object: return "an object";
+    case J::value_t::array: return "an array";
+    case J::value_t::string: return "a string";
+    case J::value_t::boolean: return "a boolean";
+    case J::value_t::number_integer:
+    case J::value_t::number_unsigned: return "an integer";
+    case J::value_t::number_float: return "a number";
     default: return "a value";
   }
 }
@@ -99,8 +101,8 @@ std::optional<ApiError> get_int(const json& b, const char* k, int64_t lo, int64_
   return std::nullopt;
 }
 
-// Fields of OpenAI's schemas that kiln does not act on: their type is still checked, and the ones whose presence
-// would change the answer are refused rather than ignored.
+// Fields of OpenAI's schemas checked by type here; of those kiln does not act on, the ones whose presence would
+// change the answer are refused rather than ignored (response_format is read by parse_constraint).
 enum class T { kString, kObject, kArray, kBool, kInt, kStringOrObject };
 struct Known {
   const char* name;
@@ -140,11 +142,6 @@ std::optional<ApiError> check_known(const json& b, bool chat) {
     return unsupported("functions", "function calls are not supported");
   if (present(b, "logit_bias") && !b["logit_bias"].empty())
     return unsupported("logit_bias", "'logit_bias' is not supported");
-  if (present(b, "response_format")) {
-    const json& rf = b["response_format"];
-    if (!rf.contains("type") || !rf["type"].is_string() || rf["type"].get<std::string>() != "text")
-      return unsupported("response_format", "only response_format {\"type\": \"text\"} is supported");
-  }
   if (present(b, "echo") && b["echo"].get<bool>()) return unsupported("echo", "'echo' is not supported");
   if (present(b, "best_of") && b["best_of"].get<int64_t>() != 1)
     return unsupported("best_of", "'best_of' other than 1 is not supported");
@@ -294,6 +291,136 @@ std::optional<ApiError> check_tool_calls(const json& calls, const std::string& p
   return std::nullopt;
 }
 
+// ---- output constraints: at most one field, compiled to GBNF (docs/GRAMMAR.md) ----
+
+// The fields that constrain the output, as OpenAI (response_format), llama-server (grammar, json_schema) and vLLM
+// (guided_*) clients send them.
+constexpr const char* kConstraintFields[] = {"response_format", "grammar",       "json_schema",   "guided_json",
+                                             "guided_regex",    "guided_choice", "guided_grammar"};
+
+// Whether field k of the body asks for a constraint: present, and not a no-op (response_format text; llama-server's
+// default grammar "").
+bool constrains(const json& b, const char* k) {
+  if (!present(b, k)) return false;
+  const json& v = b[k];
+  if (std::strcmp(k, "response_format") == 0)
+    return !(v.is_object() && v.contains("type") && v["type"].is_string() && v["type"].get<std::string>() == "text");
+  if (std::strcmp(k, "grammar") == 0) return !(v.is_string() && v.get<std::string>().empty());
+  return true;
+}
+
+// A JSON schema (an object or a boolean; with text_ok also a string holding one, as vLLM's guided_json takes it).
+std::optional<ApiError> schema_grammar(const ojson& v, const std::string& param, bool text_ok, OutputGrammar* out) {
+  Result<std::string> g = Status(ErrorCode::kInvalidArgument, "");
+  if (v.is_object() || v.is_boolean()) {
+    g = grammar::json_schema_to_gbnf(v);
+  } else if (text_ok && v.is_string()) {
+    g = grammar::json_schema_to_gbnf(std::string_view(v.get_ref<const std::string&>()));
+  } else {
+    return bad(param, "'" + param + "' must be a JSON schema (an object" + (text_ok ? " or a string holding one" : "") +
+                          "), not " + type_name(v), "invalid_type");
+  }
+  if (!g) return grammar_error(param, g.status());
+  *out = OutputGrammar{param, std::move(g).value()};
+  return std::nullopt;
+}
+
+// OpenAI's response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema",
+// "strict", "description"}}; llama-server's {"type": "json_object", "schema": {...}} too. A json_schema without
+// "schema" allows any JSON value (as llama-server). strict is accepted either way: the schema is always enforced.
+std::optional<ApiError> response_format_grammar(const ojson& rf, std::optional<OutputGrammar>* out) {
+  if (!rf.contains("type") || !rf["type"].is_string())
+    return bad("response_format.type", "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"",
+               rf.contains("type") ? "invalid_type" : "missing_required_parameter");
+  const std::string type = rf["type"].get<std::string>();
+  OutputGrammar g;
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") {
+    if (rf.contains("schema") && !rf["schema"].is_null()) {
+      if (auto e = schema_grammar(rf["schema"], "response_format.schema", false, &g)) return e;
+    } else {
+      g = OutputGrammar{"response_format", grammar::json_object_gbnf()};
+    }
+  } else if (type == "json_schema") {
+    const std::string p = "response_format.json_schema";
+    if (!rf.contains("json_schema") || !rf["json_schema"].is_object())
+      return bad(p, "'" + p + "' must be an object {\"name\", \"schema\", \"strict\"}",
+                 rf.contains("json_schema") ? "invalid_type" : "missing_required_parameter");
+    const ojson& js = rf["json_schema"];
+    for (const char* k : {"name", "description"})
+      if (js.contains(k) && !js[k].is_string())
+        return bad(p + "." + k, "'" + p + "." + k + "' must be a string, not " + type_name(js[k]), "invalid_type");
+    if (js.contains("strict") && !js["strict"].is_null() && !js["strict"].is_boolean())
+      return bad(p + ".strict", "'" + p + ".strict' must be a boolean, not " + type_name(js["strict"]), "invalid_type");
+    const ojson schema = js.contains("schema") && !js["schema"].is_null() ? js["schema"] : ojson(true);
+    if (auto e = schema_grammar(schema, p + ".schema", false, &g)) return e;
+  } else {
+    return bad("response_format.type", "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", "
+               "not '" + type + "'");
+  }
+  *out = std::move(g);
+  return std::nullopt;
+}
+
+std::optional<ApiError> string_field(const ojson& b, const char* k, std::string* out) {
+  if (!b[k].is_string())
+    return bad(k, std::string("'") + k + "' must be a string, not " + type_name(b[k]), "invalid_type");
+  *out = b[k].get<std::string>();
+  return std::nullopt;
+}
+
+// The one constraint field of the body, as GBNF; two -> 400 naming both. `ob`: the body with its key order (a
+// schema's properties are written in the order the client gave them).
+std::optional<ApiError> parse_constraint(const json& b, const ojson& ob, std::optional<OutputGrammar>* out) {
+  if (present(b, "guided_whitespace_pattern"))
+    return bad("guided_whitespace_pattern", "'guided_whitespace_pattern' is not supported (JSON output allows "
+               "llama.cpp's bounded whitespace between tokens)", "unsupported_parameter");
+  std::vector<const char*> given;
+  for (const char* k : kConstraintFields)
+    if (constrains(b, k)) given.push_back(k);
+  if (given.empty()) return std::nullopt;
+  if (given.size() > 1)
+    return bad(given[1], std::string("'") + given[0] + "' and '" + given[1] +
+                             "' both constrain the output: send only one of them");
+  const std::string k = given[0];
+  OutputGrammar g{k, ""};
+  if (k == "response_format") return response_format_grammar(ob[k], out);
+  if (k == "json_schema" || k == "guided_json") {
+    if (auto e = schema_grammar(ob[k], k, k == "guided_json", &g)) return e;
+  } else if (k == "grammar" || k == "guided_grammar") {
+    if (auto e = string_field(ob, k.c_str(), &g.gbnf)) return e;
+  } else if (k == "guided_regex") {
+    std::string re;
+    if (auto e = string_field(ob, "guided_regex", &re)) return e;
+    auto r = grammar::regex_to_gbnf(re);
+    if (!r) return grammar_error(k, r.status());
+    g.gbnf = std::move(r).value();
+  } else {  // guided_choice
+    const ojson& c = ob[k];
+    if (!c.is_array()) return bad(k, "'guided_choice' must be an array of strings, not " + std::string(type_name(c)), "invalid_type");
+    std::vector<std::string> choices;
+    for (size_t i = 0; i < c.size(); ++i) {
+      if (!c[i].is_string())
+        return bad(k, "'guided_choice[" + std::to_string(i) + "]' must be a string, not " + type_name(c[i]), "invalid_type");
+      choices.push_back(c[i].get<std::string>());
+    }
+    auto r = grammar::choice_to_gbnf(choices);
+    if (!r) return grammar_error(k, r.status());
+    g.gbnf = std::move(r).value();
+  }
+  *out = std::move(g);
+  return std::nullopt;
+}
+
+// parse_constraint over the ordered body when the caller has it (else the body re-read: keys sorted).
+std::optional<ApiError> constraint_of(const json& b, const ojson* ordered, ParsedRequest* out) {
+  bool any = present(b, "guided_whitespace_pattern");
+  for (const char* k : kConstraintFields) any = any || present(b, k);
+  if (!any) return std::nullopt;
+  if (ordered) return parse_constraint(b, *ordered, &out->grammar);
+  return parse_constraint(b, ojson::parse(b.dump()), &out->grammar);
+}
+
 }  // namespace
 
 std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, ParsedRequest* out,
@@ -375,9 +502,11 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
   if (auto e = get_int(b, "top_logprobs", 0, 20, &top)) return e;
   if (present(b, "top_logprobs") && !lp) return bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   if (lp) out->gen.logprobs = true, out->gen.top_logprobs = static_cast<int32_t>(top);
+  if (auto e = constraint_of(b, ordered, out)) return e;
 
   // tools / tool_choice: "none" hides the tools; a named function offers only that one; "auto" and "required"
-  // offer them all ("required" is not enforced: kiln has no constrained decoding yet).
+  // offer them all ("required" is not enforced yet). A constrained output cannot be a tool call: "required" and a
+  // named function are refused beside a constraint; with "auto" the model sees the tools and answers as constrained.
   ojson tools = nullptr;
   if (present(b, "tools") && !b["tools"].empty()) {
     if (auto e = check_tools(b["tools"])) return e;
@@ -385,6 +514,10 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
   }
   if (present(b, "tool_choice")) {
     const json& tc = b["tool_choice"];
+    if (out->grammar && !(tc.is_string() && (tc.get<std::string>() == "none" || tc.get<std::string>() == "auto")))
+      return bad("tool_choice", "'tool_choice' asks for a tool call, which '" +
+                                    out->grammar->param.substr(0, out->grammar->param.find('.')) +
+                                    "' does not allow: send one of them");
     if (tc.is_string()) {
       const std::string v = tc.get<std::string>();
       if (v != "none" && v != "auto" && v != "required")
@@ -415,7 +548,7 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
   out->chat_prompt = ctx.chat;
   out->tools = tools.is_array() && !tools.empty();
   out->opened_reasoning = ctx.chat->prompt_opens_reasoning(*text);
-  out->split = out->tools || ctx.chat->has_reasoning();
+  out->split = !out->grammar && (out->tools || ctx.chat->has_reasoning());
   return std::nullopt;
 }
 
@@ -444,7 +577,8 @@ json chat_message(const ParsedRequest& pr, ChoiceState* c) {
   return m;
 }
 
-std::optional<ApiError> parse_completion(const json& b, const ParseContext& ctx, ParsedRequest* out) {
+std::optional<ApiError> parse_completion(const json& b, const ParseContext& ctx, ParsedRequest* out,
+                                         const nlohmann::ordered_json* ordered) {
   out->chat = false;
   out->gen.sampling = ctx.sampling;
   if (!b.contains("prompt")) return bad("prompt", "'prompt' is required", "missing_required_parameter");
@@ -496,12 +630,19 @@ std::optional<ApiError> parse_completion(const json& b, const ParseContext& ctx,
     if (auto e = check_prompt_len(ids.size(), "prompt", ctx)) return e;
   }
   if (auto e = parse_common(b, ctx, out)) return e;
+  if (auto e = constraint_of(b, ordered, out)) return e;
   if (out->prompts.size() * static_cast<size_t>(out->n) > 64)
     return bad("n", "at most 64 choices per request (prompts x n)");
   int64_t lp = 0;
   if (auto e = get_int(b, "logprobs", 0, 20, &lp)) return e;
   if (present(b, "logprobs")) out->gen.logprobs = true, out->gen.top_logprobs = static_cast<int32_t>(lp);
   return std::nullopt;
+}
+
+ApiError grammar_error(const std::string& param, const Status& st) {
+  const std::string& m = st.message();
+  if (m.rfind(param + ": ", 0) == 0) return bad(param, m);  // the grammar layer named it already ("guided_choice: ")
+  return bad(param, "'" + param + "': " + m);
 }
 
 ApiError submit_error(const Status& st) {

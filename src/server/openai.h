@@ -41,6 +41,15 @@ struct ParseContext {
   SamplerParams sampling;       // the server's defaults (kiln serve's sampling flags); a request overrides them
 };
 
+// A request's output constraint (docs/GRAMMAR.md) as GBNF text, and the field it came from: at most one of
+// response_format (json_object, json_schema), grammar and json_schema (llama-server), guided_json, guided_regex,
+// guided_choice and guided_grammar (vLLM). The server compiles it (runtime/grammar_mask.h's GrammarCache) before
+// submitting; a compile error is a 400 naming `param` (grammar_error).
+struct OutputGrammar {
+  std::string param;
+  std::string gbnf;
+};
+
 struct ParsedRequest {
   bool chat = false;
   bool stream = false;
@@ -53,14 +62,20 @@ struct ParsedRequest {
   const ChatPrompt* chat_prompt = nullptr;
   bool tools = false;             // tools were given (and tool_choice is not "none"): tool_calls are parsed
   bool opened_reasoning = false;  // the rendered prompt opened the reasoning block
-  bool split = false;             // replies are split (the template has reasoning markers, or tools)
+  bool split = false;             // replies are split (the template has reasoning markers, or tools; never with a
+                                  // grammar: the constrained text is the content)
+  std::optional<OutputGrammar> grammar;
 };
 
 // The body of a chat or completions request, checked field by field; tokenized. `ordered`: the same body parsed
 // with its key order kept (messages and tools reach the chat template as the client wrote them); null: `body`.
 std::optional<ApiError> parse_chat(const json& body, const ParseContext& ctx, ParsedRequest* out,
                                    const nlohmann::ordered_json* ordered = nullptr);
-std::optional<ApiError> parse_completion(const json& body, const ParseContext& ctx, ParsedRequest* out);
+std::optional<ApiError> parse_completion(const json& body, const ParseContext& ctx, ParsedRequest* out,
+                                         const nlohmann::ordered_json* ordered = nullptr);
+// A grammar-layer error (a schema keyword that cannot be enforced, GBNF syntax, a limit) as the 400 naming the
+// request field it came from.
+ApiError grammar_error(const std::string& param, const Status& st);
 // Maps a Scheduler::submit error (its message starts with the field) to an OpenAI error.
 ApiError submit_error(const Status& st);
 

@@ -11,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "runtime/grammar_mask.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 
@@ -67,6 +68,7 @@ struct Server::Impl {
   int bound_port = -1;
   ParseContext pctx;
   std::unique_ptr<ChatPrompt> chat;  // set_ready: how chat requests render (pctx.chat points here)
+  std::unique_ptr<GrammarCache> grammars;  // set_ready: output constraints compiled for the model's vocabulary
   HttpCounters counters;
   Clock::time_point started = Clock::now();
   std::mutex log_mu;
@@ -130,6 +132,7 @@ struct Server::Impl {
 
   void completions(const Request& req, Response& res, bool chat);
   std::optional<ApiError> parse_request(const Request& req, const json& body, bool chat, Exchange* ex);
+  std::optional<ApiError> compile_grammar(ParsedRequest* pr);
   std::optional<ApiError> submit_all(Scheduler& S, Exchange* ex);
   void tokenize(const Request& req, Response& res);
   void detokenize(const Request& req, Response& res);
@@ -380,17 +383,26 @@ struct Exchange {
 // The body parsed and checked into ex->pr (errors name the field); null when it is a valid request.
 std::optional<ApiError> Server::Impl::parse_request(const Request& req, const json& body, bool chat, Exchange* ex) {
   try {
-    if (chat) {
-      // The same body with its key order (tools' JSON schemas reach the template as the client wrote them).
-      const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(req.body);
-      return parse_chat(body, pctx, &ex->pr, &ordered);
-    }
-    return parse_completion(body, pctx, &ex->pr);
+    // The same body with its key order (tools' JSON schemas reach the template, and a response schema's properties
+    // the output, as the client wrote them).
+    const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(req.body);
+    if (chat) return parse_chat(body, pctx, &ex->pr, &ordered);
+    return parse_completion(body, pctx, &ex->pr, &ordered);
   } catch (const std::exception& x) {  // a JSON type surprise the checks missed: still the client's fault
     ApiError e;
     e.message = std::string("bad request: ") + x.what();
     return e;
   }
+}
+
+// The request's output constraint compiled for the model (cached by its GBNF text: the first request with a new
+// schema pays the compile, on this HTTP thread) and set as every choice's token mask.
+std::optional<ApiError> Server::Impl::compile_grammar(ParsedRequest* pr) {
+  if (!pr->grammar) return std::nullopt;
+  auto g = grammars->get(pr->grammar->gbnf);
+  if (!g) return grammar_error(pr->grammar->param, g.status());
+  pr->gen.hooks = grammar_hooks(std::move(g).value());
+  return std::nullopt;
 }
 
 // One request to the engine loop per prompt and choice (n); a refusal cancels those already submitted.
@@ -438,6 +450,7 @@ void Server::Impl::completions(const Request& req, Response& res, bool chat) {
   ex->req_copy.path = req.path;
   ex->t0 = t0;
   if (auto e = parse_request(req, body, chat, ex.get())) return fail(*e);  // ex->impl unset: not logged twice
+  if (auto e = compile_grammar(&ex->pr)) return fail(*e);
   ex->id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(rid);
   ex->created = static_cast<int64_t>(std::time(nullptr));
   if (auto e = submit_all(*S, ex.get())) return fail(*e);
@@ -714,6 +727,7 @@ Status Server::set_ready(Scheduler* s) {
   I.chat = std::make_unique<ChatPrompt>(std::move(cp).value());
   if (!I.chat->notice().empty()) std::fprintf(stderr, "kiln serve: %s\n", I.chat->notice().c_str());
   I.pctx.chat = I.chat.get();
+  I.grammars = std::make_unique<GrammarCache>(s->tokenizer());
   I.sched.store(s);
   return Status::ok();
 }

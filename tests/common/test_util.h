@@ -102,6 +102,34 @@ inline CmdResult run_kiln(const std::string& args, const std::string& input = ""
   return r;
 }
 
+// npm packages (e.g. {"ajv@8", "ajv-formats@3"}) installed once into <build>/<name> (ignored by git), where the
+// node tests load them from (KILN_NPM_DIR). Returns that folder, or "" with *why set when node or npm is missing or
+// the install failed (no network): the test then skips and says why. Tests that run in parallel share a folder, so
+// the check and the install run under flock.
+inline std::string npm_packages(const std::string& name, const std::vector<std::string>& packages, std::string* why) {
+  if (std::system("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1") != 0) {
+    *why = "node or npm not found";
+    return "";
+  }
+  // KILN_BINARY is <build>/bin/kiln.
+  const std::string dir =
+      (std::filesystem::path(kiln_binary()).parent_path().parent_path() / name).string();
+  std::string check = "true", specs;
+  for (const std::string& p : packages) {
+    const std::string pkg = p.substr(0, p.find('@', 1));
+    check += " && [ -f node_modules/" + pkg + "/package.json ]";
+    specs += " " + p;
+  }
+  const std::string cmd = "mkdir -p '" + dir + "' && cd '" + dir + "' && flock .install-lock sh -c '" + check +
+                          " || timeout 180 npm install --no-audit --no-fund --loglevel=error" + specs +
+                          " >npm-install.log 2>&1'";
+  if (std::system(cmd.c_str()) != 0) {
+    *why = "npm could not install" + specs + " (no network?): " + slurp(dir + "/npm-install.log").substr(0, 600);
+    return "";
+  }
+  return dir;
+}
+
 // sum((a-b)^2) / sum(b^2) over n elements.
 inline double nmse(const float* a, const float* ref, size_t n) {
   double num = 0, den = 0;

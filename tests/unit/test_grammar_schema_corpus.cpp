@@ -101,23 +101,10 @@ TEST(GrammarSchemaCorpus, EverySampleIsCompleteJson) {
   EXPECT_EQ(n, corpus().size() * kSamples);
 }
 
-std::string build_dir() {
-  // KILN_BINARY is <build>/bin/kiln.
-  return fs::path(kiln::test::kiln_binary()).parent_path().parent_path().string();
-}
-
 TEST(GrammarSchemaCorpus, EverySampleValidatesWithAjv) {
-  if (std::system("command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1") != 0)
-    GTEST_SKIP() << "skipped: node or npm not found";
-  const std::string npm_dir = build_dir() + "/npm-ajv";
-  if (!fs::exists(npm_dir + "/node_modules/ajv-formats/package.json")) {
-    const std::string cmd = "mkdir -p '" + npm_dir + "' && cd '" + npm_dir +
-                            "' && timeout 180 npm install --no-audit --no-fund --loglevel=error ajv@8 ajv-formats@3 "
-                            ">npm-install.log 2>&1";
-    if (std::system(cmd.c_str()) != 0)
-      GTEST_SKIP() << "skipped: npm could not install ajv (no network?): "
-                   << kiln::test::slurp(npm_dir + "/npm-install.log").substr(0, 600);
-  }
+  std::string why;
+  const std::string npm_dir = kiln::test::npm_packages("npm-ajv", {"ajv@8", "ajv-formats@3"}, &why);
+  if (npm_dir.empty()) GTEST_SKIP() << "skipped: " << why;
   nlohmann::ordered_json cases = nlohmann::ordered_json::array();
   for (const CaseResult& c : corpus()) {
     nlohmann::ordered_json outs = nlohmann::ordered_json::array();

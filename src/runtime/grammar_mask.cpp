@@ -1,0 +1,131 @@
+#include "runtime/grammar_mask.h"
+
+#include <algorithm>
+
+namespace kiln {
+
+namespace {
+
+// One sequence's grammar state behind the token-mask hook. The matcher writes 32-bit words (bit i of word i / 32);
+// the hook's mask is 64-bit words over the model's n_vocab, which may exceed the tokenizer's vocabulary (padded
+// embedding rows): those ids have no bit in the matcher's mask and stay disallowed.
+class GrammarMask final : public TokenMaskProvider {
+ public:
+  explicit GrammarMask(std::shared_ptr<const grammar::CompiledGrammar> g) : matcher_(std::move(g)) {}
+
+  bool restricts() const override { return true; }
+
+  bool allowed(std::span<uint64_t> mask) override {
+    std::fill(mask.begin(), mask.end(), uint64_t{0});
+    if (failed_) return true;  // a token the grammar refused was accepted: nothing may follow (the sequence errs)
+    words_.resize(std::max(mask.size() * 2, matcher_.compiled().vocab().mask_words()));
+    matcher_.fill_mask(words_);
+    for (size_t k = 0; k < mask.size(); ++k) mask[k] = words_[2 * k] | (uint64_t{words_[2 * k + 1]} << 32);
+    return true;
+  }
+
+  void accept(int32_t token) override {
+    // The sampler drew under the mask, so the grammar accepts the token; a refusal can only come from a path that
+    // bypassed the mask, and then the next mask is empty, which ends the sequence with an error.
+    if (!failed_ && !matcher_.accept_token(token).is_ok()) failed_ = true;
+  }
+
+  bool finished() const override {
+    return !failed_ && (matcher_.is_terminated() || (matcher_.is_complete() && matcher_.num_stacks() == 0));
+  }
+
+ private:
+  grammar::Matcher matcher_;
+  std::vector<uint32_t> words_;
+  bool failed_ = false;
+};
+
+}  // namespace
+
+grammar::Vocabulary grammar_vocabulary(const Tokenizer& tok) {
+  grammar::Vocabulary v;
+  const int32_t n = tok.n_vocab();
+  v.tokens.reserve(static_cast<size_t>(n));
+  for (int32_t id = 0; id < n; ++id) {
+    v.tokens.push_back(tok.token_to_piece(id, /*render_special=*/false));
+    if (tok.is_eog(id)) v.eog_ids.push_back(id);
+  }
+  return v;
+}
+
+SequenceHooksFactory grammar_hooks(std::shared_ptr<const grammar::CompiledGrammar> g) {
+  return [g = std::move(g)] {
+    SequenceHooks h;
+    h.mask = std::make_unique<GrammarMask>(g);
+    return h;
+  };
+}
+
+GrammarCache::GrammarCache(const Tokenizer& tok) : GrammarCache(tok, Options{}) {}
+GrammarCache::GrammarCache(const Tokenizer& tok, Options opts) : tok_(tok), opts_(opts) {}
+
+std::shared_ptr<const grammar::VocabIndex> GrammarCache::vocab() {
+  std::call_once(vocab_once_, [&] { vocab_ = grammar::VocabIndex::build(grammar_vocabulary(tok_)); });
+  return vocab_;
+}
+
+GrammarCache::Compiled GrammarCache::compile(const std::string& gbnf) {
+  try {
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<const grammar::Grammar> g, grammar::Grammar::from_gbnf(gbnf));
+    return grammar::CompiledGrammar::compile(std::move(g), vocab(), opts_.threads);
+  } catch (const std::exception& e) {  // memory: the waiters must still hear, and the entry must not stay pending
+    return make_error(ErrorCode::kOutOfRange, "grammar: compiling failed: %s", e.what());
+  }
+}
+
+Result<std::shared_ptr<const grammar::CompiledGrammar>> GrammarCache::get(const std::string& gbnf) {
+  std::promise<Compiled> promise;
+  std::shared_future<Compiled> fut;
+  uint64_t serial = 0;  // this call's entry, when it compiles
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = entries_.find(gbnf);
+    if (it != entries_.end()) {
+      ++stats_.hits;
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      fut = it->second.value;
+    } else {
+      ++stats_.misses;
+      serial = ++serial_;
+      fut = promise.get_future().share();
+      lru_.push_front(gbnf);
+      entries_.emplace(gbnf, Entry{fut, 0, lru_.begin(), serial});
+    }
+  }
+  if (serial == 0) return fut.get();  // cached, or being compiled by another request: wait for it
+  Compiled c = compile(gbnf);
+  const size_t bytes = c.is_ok() ? (*c)->stats().memory_bytes : 0;
+  promise.set_value(c);
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = entries_.find(gbnf);
+  if (it != entries_.end() && it->second.serial == serial) {  // (else evicted meanwhile, maybe compiled again)
+    it->second.bytes = bytes;
+    stats_.bytes += bytes;
+  }
+  evict_locked();
+  return c;
+}
+
+// Least recently used first, never the only entry (a grammar larger than max_bytes is still compiled and used).
+void GrammarCache::evict_locked() {
+  while (lru_.size() > 1 && (lru_.size() > opts_.max_entries || stats_.bytes > opts_.max_bytes)) {
+    auto it = entries_.find(lru_.back());
+    stats_.bytes -= it->second.bytes;
+    entries_.erase(it);
+    lru_.pop_back();
+  }
+}
+
+GrammarCache::Stats GrammarCache::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  Stats s = stats_;
+  s.entries = entries_.size();
+  return s;
+}
+
+}  // namespace kiln

@@ -1,0 +1,86 @@
+// Grammar-constrained generation in the engine loop: a grammar (src/grammar, docs/GRAMMAR.md) as a sequence's
+// TokenMaskProvider (runtime/hooks.h), and the compiled grammars of one model kept for reuse.
+//
+//   GBNF text --GrammarCache::get--> CompiledGrammar (shared, immutable) --grammar_hooks--> one Matcher per sequence
+//
+// Per step (runtime/hooks.h): allowed() fills the mask from the matcher (EOG ids only once the grammar is
+// complete), accept() advances it, finished() ends the sequence once the grammar is complete and no byte can follow
+// (so `guided_choice` ends right after the choice, with no step spent on an EOG token). Masks are computed on the
+// CPU, in update(), on the engine thread.
+//
+// GrammarCache: compiling a JSON schema's mask cache over a 150k-token vocabulary takes about a second, so a server
+// keeps compiled grammars by their GBNF text (least recently used dropped past a count and a memory bound). The
+// vocabulary index is built once, on first use. Thread-safe: request threads compile while the engine thread runs
+// matchers over grammars compiled before; concurrent requests for one text wait for a single compile.
+//
+// This header names no model or backend type (the server includes it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "grammar/grammar.h"
+#include "runtime/hooks.h"
+#include "tokenizer/tokenizer.h"
+#include "util/status.h"
+
+namespace kiln {
+
+// The vocabulary as the grammar layer sees it: each id's output bytes (Tokenizer::token_to_piece without special
+// rendering: "" for control tokens, which a grammar never allows as text) and the tokenizer's EOG ids.
+grammar::Vocabulary grammar_vocabulary(const Tokenizer& tok);
+
+// The hooks of a sequence whose output `g` constrains (a fresh Matcher per sequence).
+SequenceHooksFactory grammar_hooks(std::shared_ptr<const grammar::CompiledGrammar> g);
+
+class GrammarCache {
+ public:
+  struct Options {
+    size_t max_entries = 64;               // compiled grammars kept (failures too: a refused grammar stays refused)
+    size_t max_bytes = size_t{512} << 20;  // their mask caches together (CompiledGrammar::Stats::memory_bytes)
+    int threads = 1;                       // compile threads per grammar (the caller's thread included)
+  };
+  struct Stats {
+    uint64_t hits = 0, misses = 0;
+    size_t entries = 0, bytes = 0;
+  };
+
+  // tok must outlive the cache (the vocabulary index is built from it on first use).
+  explicit GrammarCache(const Tokenizer& tok);
+  GrammarCache(const Tokenizer& tok, Options opts);
+
+  // The grammar compiled for this model's vocabulary: cached, or compiled now. Errors are the grammar layer's
+  // (InvalidArgument naming the line and column, or the limit hit); the caller names the request field or flag.
+  Result<std::shared_ptr<const grammar::CompiledGrammar>> get(const std::string& gbnf);
+  std::shared_ptr<const grammar::VocabIndex> vocab();
+  Stats stats() const;
+
+ private:
+  using Compiled = Result<std::shared_ptr<const grammar::CompiledGrammar>>;
+  struct Entry {
+    std::shared_future<Compiled> value;
+    size_t bytes = 0;
+    std::list<std::string>::iterator lru;  // position in lru_ (front: most recent)
+    uint64_t serial = 0;                   // which compile made it (an evicted text may be compiled again)
+  };
+  Compiled compile(const std::string& gbnf);
+  void evict_locked();
+
+  const Tokenizer& tok_;
+  Options opts_;
+  std::once_flag vocab_once_;
+  std::shared_ptr<const grammar::VocabIndex> vocab_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Entry> entries_;
+  std::list<std::string> lru_;
+  Stats stats_;
+  uint64_t serial_ = 0;
+};
+
+}  // namespace kiln

@@ -3,6 +3,7 @@
 //   -c/--ctx-size, --kv-type, -ctk, -ctv   (CacheOptions, cli/model_source.h)    n_ctx, kv_type
 //   -b/--batch-size                                                               batch_tokens
 //   -np/--parallel, --no-prefix-cache      serve only (run and chat: one sequence) max_seqs, prefix_cache
+//   --spec-type, --spec-draft-n-max/-min, --spec-ngram-simple-size-n/-m          spec (speculative decoding)
 // What -c means differs as it does in llama.cpp: for run and chat it is the one sequence's context (default: the
 // model's, at most kContextCap; above the training context with a warning), for serve the KV pool shared by
 // --parallel sequences (default: the model's context times --parallel, at most kServePoolCap), each of which holds
@@ -10,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "cli/args.h"
 #include "cli/model_source.h"
@@ -25,6 +27,8 @@ struct EngineArgs {
   int32_t batch_tokens = defaults::kBatch;  // -b
   int32_t max_seqs = 1;       // -np (serve; default 4)
   bool no_prefix_cache = false;
+  std::string spec_type = "none";  // --spec-type: none | ngram-simple
+  SpecConfig spec;                 // the numbers of the --spec-* flags
 };
 
 // Registers the flags above (serve: also -np and --no-prefix-cache). The caller sets args->server first.

@@ -11,6 +11,8 @@
 //   kv_type         KV storage: F16 or Q8_0 (--kv-type, -ctk/-ctv)
 //   prefix_cache    keep and reuse the KV blocks of shared prompt prefixes (--no-prefix-cache turns it off; off for
 //                   hybrid models whatever is asked: their recurrent state cannot be reused)
+//   spec            speculative decoding (SpecConfig below; off for hybrid models: a rejected draft would have
+//                   advanced the recurrent state)
 // The generation limit of a request is GenRequest::max_new_tokens (-n, "max_tokens" in the API).
 #pragma once
 
@@ -18,8 +20,36 @@
 
 #include "quant/dtype.h"
 #include "runtime/defaults.h"
+#include "util/status.h"
 
 namespace kiln {
+
+// Speculative decoding (llama.cpp's flags): each decoding sequence proposes up to draft_max tokens per step
+// (--spec-draft-n-max), verified in the same forward pass as its pending token (k + 1 output rows); fewer than
+// draft_min proposed (--spec-draft-n-min) and the step decodes one token. kNgram: prompt lookup
+// (runtime/ngram_draft.h; --spec-type ngram-simple, --spec-ngram-simple-size-n / -size-m).
+struct SpecConfig {
+  enum class Type { kNone, kNgram };
+  Type type = Type::kNone;
+  int32_t draft_max = 16, draft_min = 0;
+  int32_t ngram_n = 12, ngram_m = 48;
+  int32_t drafts_per_step() const { return type == Type::kNone ? 0 : draft_max; }
+};
+// Range checks; errors name the flag.
+inline Status check_spec(const SpecConfig& sp) {
+  if (sp.draft_max < 0 || sp.draft_max > 256)
+    return make_error(ErrorCode::kInvalidArgument, "--spec-draft-n-max: must be in [0, 256] (got %d)", sp.draft_max);
+  if (sp.draft_min < 0 || sp.draft_min > sp.draft_max)
+    return make_error(ErrorCode::kInvalidArgument, "--spec-draft-n-min: must be in [0, --spec-draft-n-max %d] (got %d)",
+                      sp.draft_max, sp.draft_min);
+  if (sp.ngram_n < 1 || sp.ngram_n > 1024)
+    return make_error(ErrorCode::kInvalidArgument, "--spec-ngram-simple-size-n: must be in [1, 1024] (got %d)",
+                      sp.ngram_n);
+  if (sp.ngram_m < 1 || sp.ngram_m > 1024)
+    return make_error(ErrorCode::kInvalidArgument, "--spec-ngram-simple-size-m: must be in [1, 1024] (got %d)",
+                      sp.ngram_m);
+  return Status::ok();
+}
 
 struct EngineConfig {
   int64_t n_ctx = 4096;
@@ -30,6 +60,7 @@ struct EngineConfig {
   int32_t block_size = defaults::kBlockSize;
   DType kv_type = DType::F16;
   bool prefix_cache = true;
+  SpecConfig spec;
   int sampling_threads = 0;  // threads sampling the output rows of a step; 0: min(max_seqs, cores)
   bool start = true;         // start the engine thread in Scheduler::create (tests may call start() later)
 };

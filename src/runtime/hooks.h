@@ -61,8 +61,10 @@ class TokenMaskProvider {
 //   accepted(n)                   update(), after the step: how many of the proposed drafts the sampler confirmed.
 // Verification: the step runs the last token and the k drafts as one chunk with k + 1 output rows; update() samples
 // row 0, and while the sample equals draft j it samples row j + 1; the confirmed drafts and the one sampled token
-// stay, the cache is truncated past them. The step does not verify drafts yet: it asks for max_k =
-// Scheduler's kMaxDraftTokens (0), so propose() returns 0 and every decode step is one token.
+// stay, the cache is truncated past them. max_k is at most EngineConfig::spec's draft_max (0 with speculation off:
+// every decode step is one token) and what the step's token, output and KV budgets leave. Sampling each row as
+// usual and stopping at the first mismatch is the rejection rule for drafts proposed with certainty (prompt
+// lookup): the distribution of every emitted token is the sampler's.
 class DraftProposer {
  public:
   virtual ~DraftProposer() = default;

@@ -44,6 +44,7 @@ Status check_config(const EngineConfig& cfg) {
     return make_error(ErrorCode::kInvalidArgument, "max_seq_ctx: must be >= 0 (got %lld)", (long long)cfg.max_seq_ctx);
   if (cfg.max_outputs < 0)
     return make_error(ErrorCode::kInvalidArgument, "max_outputs: must be >= 0 (got %d)", cfg.max_outputs);
+  KILN_TRY(check_spec(cfg.spec));
   return Status::ok();
 }
 
@@ -56,13 +57,16 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
   s->impl_ = std::make_unique<Impl>();
   Impl& I = *s->impl_;
   I.cfg = cfg;
+  if (model->hparams().hybrid()) I.cfg.spec.type = SpecConfig::Type::kNone;  // engine_config.h: spec
   KvCacheConfig kc;
   kc.n_ctx = cfg.n_ctx;
   kc.block_size = cfg.block_size;
   kc.max_seqs = cfg.max_seqs;
   kc.dtype = cfg.kv_type;
   kc.batch_tokens = static_cast<int32_t>(std::min<int64_t>(cfg.batch_tokens, cfg.n_ctx));
-  kc.max_outputs = std::min(cfg.max_outputs > 0 ? cfg.max_outputs : cfg.max_seqs, kc.batch_tokens);
+  // Each decoding sequence may verify drafts: 1 + drafts_per_step output rows.
+  kc.max_outputs = std::min(cfg.max_outputs > 0 ? cfg.max_outputs : cfg.max_seqs * (1 + I.cfg.spec.drafts_per_step()),
+                            kc.batch_tokens);
   kc.prefix_cache = cfg.prefix_cache;
   kc.prefix_seed = model_identity(*model, cfg.kv_type == DType::Q8_0);
   KILN_ASSIGN_OR_RETURN(I.engine, Engine::create(*model, kc));
@@ -73,7 +77,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
   I.pool = std::make_unique<ThreadPool>(std::max(1, nt));
   for (int32_t i = cfg.max_seqs - 1; i >= 0; --i) I.free_slots.push_back(i);
   I.kinds.resize(static_cast<size_t>(I.engine->caps().max_outputs));
-  I.drafts.resize(static_cast<size_t>(kMaxDraftTokens));
+  I.drafts.resize(static_cast<size_t>(I.cfg.spec.drafts_per_step()));
   I.stats.ttft = Histogram({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
   I.stats.itl = Histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
   I.stats.block_size = cfg.block_size;

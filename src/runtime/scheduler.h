@@ -61,6 +61,7 @@ struct SchedulerStats {
   uint64_t generated_tokens = 0;
   uint64_t steps = 0;
   uint64_t preemptions = 0;
+  uint64_t draft_tokens = 0, draft_accepted = 0;  // speculative decoding: drafts verified, drafts confirmed
   uint64_t finished[5] = {};       // by FinishReason
   double prompt_tps = 0, gen_tps = 0;  // over the last ~10 s of steps
   Histogram ttft, itl;
@@ -79,10 +80,6 @@ struct StepInfo {
 
 class Scheduler {
  public:
-  // Draft tokens a step verifies per decoding sequence (runtime/hooks.h, DraftProposer): none until verification is
-  // built; DraftProposer::propose is asked for this many.
-  static constexpr int32_t kMaxDraftTokens = 0;
-
   // Creates the engine for `model` (owned from here on) with cfg's KV pool; errors name the bad option.
   static Result<std::unique_ptr<Scheduler>> create(std::unique_ptr<Model> model, const EngineConfig& cfg);
   ~Scheduler();  // cancels what is left and joins the engine thread

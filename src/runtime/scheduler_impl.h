@@ -44,8 +44,13 @@ struct Active {
   bool preempted_now = false;  // preempted in this step: recomputed from the next one on
   size_t n_sched = 0;
   OutputKind kind = OutputKind::kArgmax;
-  Sequence::Step st;
-  TokenEvent ev;
+  std::vector<int32_t> draft;  // the drafts verified in this step (after the pending token)
+  size_t row0 = 0;             // its first output row; 1 + draft.size() rows when it wants output
+  struct Out {
+    Sequence::Step st;
+    TokenEvent ev;
+  };
+  std::vector<Out> outs;  // what this step emitted: one per sampled row until a draft is rejected or it stops
 };
 
 struct Scheduler::Impl {
@@ -79,7 +84,7 @@ struct Scheduler::Impl {
   Batch batch;
   std::vector<Active*> order, sched, outs;
   std::vector<OutputKind> kinds;  // [max_outputs]
-  std::vector<int32_t> drafts;    // [kMaxDraftTokens] DraftProposer output
+  std::vector<int32_t> drafts;    // [cfg.spec.drafts_per_step()] DraftProposer output
   StepInfo info;
   int64_t tokens_left = 0, outs_left = 0;  // what is left of batch_tokens and max_outputs in this step
   int64_t n_prompt_tok = 0;       // prompt tokens computed in this step (incl. recomputation)
@@ -110,7 +115,8 @@ struct Scheduler::Impl {
   // schedule() pieces.
   bool decoding(const Active& a) const;  // its prompt is in the cache and one token is pending
   bool has_kv(const Active& a) const;
-  int64_t decode_room(Active& a);        // 1 when a decode token fits (preempting if needed), else 0
+  int64_t decode_room(Active& a);        // 1 + drafts when a decode token fits (preempting if needed), else 0
+  int64_t propose_drafts(Active& a);     // fills a.draft: how many
   int64_t chunk_room(Active& a);         // prompt tokens of a that fit tokens_left and the free blocks
   int64_t fit(const Active& a, int64_t n, int64_t free_blocks) const;
   void attach(Active& a);                // prefix cache
@@ -120,9 +126,9 @@ struct Scheduler::Impl {
   std::unique_ptr<Active> make_active(const std::shared_ptr<RequestHandle>& h, int32_t slot);
 
   // update() pieces.
-  void sample(Active& a, const StepOutputs& out, size_t row);
+  void sample(Active& a, const StepOutputs& out);
   void deliver(Active& a, Clock::time_point now);
-  void record(Clock::time_point now, int64_t n_gen);
+  void record(Clock::time_point now, int64_t n_gen, uint64_t drafted, uint64_t confirmed);
 
   // Ends a request: the held-back text goes out, its blocks and slot are freed, the handle hears at publish().
   void finish(Active& a, StopReason r, Status err = Status::ok());

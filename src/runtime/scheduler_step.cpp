@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/ngram_draft.h"
 #include "runtime/scheduler_impl.h"
 
 namespace kiln {
@@ -139,7 +140,7 @@ void Scheduler::Impl::preempt(Active& a) {
 void Scheduler::Impl::put(Active& a, size_t n) {
   // The blocks now (the engine's plan finds them reserved); n fits: checked by the caller.
   if (!engine->cache().reserve(a.slot, static_cast<int64_t>(n)).is_ok()) return;
-  const size_t got = a.seq->schedule(batch, n);
+  const size_t got = a.draft.empty() ? a.seq->schedule(batch, n) : a.seq->schedule_drafts(batch, a.draft);
   a.n_sched = got;
   a.scheduled = true;
   a.wants = a.seq->scheduled_wants_logits();
@@ -149,7 +150,7 @@ void Scheduler::Impl::put(Active& a, size_t n) {
     a.tm.queue_ms = ms_between(a.h->submitted(), a.t_sched);
   }
   tokens_left -= static_cast<int64_t>(got);
-  if (a.wants) --outs_left;
+  if (a.wants) outs_left -= 1 + static_cast<int64_t>(a.draft.size());
   sched.push_back(&a);
   if (observer) info.entries.push_back({a.h->id(), static_cast<int32_t>(got), a.wants});
 }
@@ -169,9 +170,27 @@ int64_t Scheduler::Impl::decode_room(Active& a) {
     preempt(*victim);
     if (victim == &a) return 0;
   }
-  // Asked for kMaxDraftTokens drafts: 0 until the step verifies them (runtime/hooks.h), so a decode is one token.
-  if (DraftProposer* d = a.seq->hooks().drafts.get()) d->propose(a.seq->tokens(), kMaxDraftTokens, drafts);
-  return 1;
+  return 1 + propose_drafts(a);
+}
+
+// Drafts to verify after a's pending token (runtime/hooks.h DraftProposer), within what the step has left: tokens,
+// output rows, the sequence's context and free KV blocks (drafts never preempt). Fewer than spec.draft_min: none.
+int64_t Scheduler::Impl::propose_drafts(Active& a) {
+  DraftProposer* d = a.seq->hooks().drafts.get();
+  if (!d) return 0;
+  KvCache& cache = engine->cache();
+  const int64_t room = std::max<int64_t>(
+      0, std::min<int64_t>({static_cast<int64_t>(drafts.size()), tokens_left - 1, outs_left - 1,
+                            a.seq->n_ctx() - static_cast<int64_t>(a.seq->tokens().size())}));
+  int64_t k = d->propose(a.seq->tokens(), static_cast<int32_t>(room),
+                         std::span<int32_t>(drafts.data(), static_cast<size_t>(room)));
+  k = std::clamp<int64_t>(k, 0, room);
+  for (int64_t i = 0; i < k; ++i)  // a proposer's id outside the vocabulary ends the drafts there
+    if (drafts[static_cast<size_t>(i)] < 0 || drafts[static_cast<size_t>(i)] >= model->hparams().n_vocab) k = i;
+  while (k > 0 && cache.blocks_needed(a.slot, 1 + k) > cache.n_blocks_free()) --k;
+  if (k == 0 || k < cfg.spec.draft_min) return 0;
+  a.draft.assign(drafts.begin(), drafts.begin() + k);
+  return k;
 }
 
 int64_t Scheduler::Impl::chunk_room(Active& a) {
@@ -194,6 +213,8 @@ std::unique_ptr<Active> Scheduler::Impl::make_active(const std::shared_ptr<Reque
   a->seq = std::make_unique<Sequence>(slot, model->tokenizer(), static_cast<int32_t>(model->hparams().n_vocab),
                                       max_seq_ctx, so, engine->cache());
   if (rq.hooks) a->seq->set_hooks(rq.hooks());
+  if (cfg.spec.type == SpecConfig::Type::kNgram && !a->seq->hooks().drafts)
+    a->seq->hooks().drafts = std::make_unique<NgramDraft>(NgramDraftParams{cfg.spec.ngram_n, cfg.spec.ngram_m});
   a->stops = StopFilter(rq.stop);
   a->tm.n_prompt = static_cast<int64_t>(rq.prompt.size());
   if (rq.timeout_s > 0)
@@ -248,7 +269,10 @@ void Scheduler::Impl::schedule() {
   info = StepInfo{};
   tokens_left = engine->caps().batch_tokens;
   outs_left = engine->caps().max_outputs;
-  for (auto& a : active) a->scheduled = a->preempted_now = false;
+  for (auto& a : active) {
+    a->scheduled = a->preempted_now = false;
+    a->draft.clear();
+  }
   // One pass over the running sequences: those decoding first (a token each keeps their latency steady), then
   // those with prompt left (chunks, or recomputation after a preemption), oldest first within each.
   order.clear();
@@ -301,13 +325,15 @@ void Scheduler::Impl::stall() {
 
 bool Scheduler::Impl::execute(StepOutputs* out) {
   outs.clear();
+  size_t n_rows = 0;  // a sequence verifying k drafts has k + 1 consecutive rows
   for (Active* a : sched) {
     if (!a->wants) continue;
     a->kind = a->h->request().logprobs ? OutputKind::kLogits : a->seq->output_kind();
-    kinds[outs.size()] = a->kind;
+    a->row0 = n_rows;
+    for (size_t r = 0; r <= a->draft.size(); ++r) kinds[n_rows++] = a->kind;
     outs.push_back(a);
   }
-  auto r = engine->step(batch.tokens, std::span<const OutputKind>(kinds.data(), outs.size()));
+  auto r = engine->step(batch.tokens, std::span<const OutputKind>(kinds.data(), n_rows));
   if (!r) {
     for (Active* a : sched) {
       a->seq->rollback();
@@ -330,19 +356,32 @@ bool Scheduler::Impl::execute(StepOutputs* out) {
 
 // ---- update(): sample, append, stop checks, stream out, free ----
 
-void Scheduler::Impl::sample(Active& a, const StepOutputs& out, size_t row) {
+// a's rows in order: row r holds the logits after draft r - 1; its sample confirms draft r when equal (and the
+// sequence goes on), else it is the step's last token (the drafts after it are rejected).
+void Scheduler::Impl::sample(Active& a, const StepOutputs& out) {
   const GenRequest& rq = a.h->request();
-  a.ev = TokenEvent{};
-  if (a.kind == OutputKind::kLogits) {
-    std::span<const float> logits(out.row(static_cast<int32_t>(row)), static_cast<size_t>(out.n_vocab));
-    a.st = a.seq->on_logits(logits);
-    if (rq.logprobs && a.st.token >= 0) logprobs_of(logits, a.st.token, rq.top_logprobs, &a.ev);
-  } else {
-    a.st = a.seq->on_token(out.argmax[row]);
+  a.outs.clear();
+  size_t n_confirmed = 0;
+  for (size_t r = 0; r <= a.draft.size(); ++r) {
+    const size_t row = a.row0 + r;
+    Active::Out o;
+    if (a.kind == OutputKind::kLogits) {
+      std::span<const float> logits(out.row(static_cast<int32_t>(row)), static_cast<size_t>(out.n_vocab));
+      o.st = a.seq->on_logits(logits);
+      if (rq.logprobs && o.st.token >= 0) logprobs_of(logits, o.st.token, rq.top_logprobs, &o.ev);
+    } else {
+      o.st = a.seq->on_token(out.argmax[row]);
+    }
+    o.ev.id = o.st.token;
+    if (o.st.token >= 0) o.ev.text = a.stops.push(o.st.piece);
+    const bool goes_on = r < a.draft.size() && o.st.token == a.draft[r] && o.st.stop == StopReason::kNone &&
+                         o.st.error.is_ok() && !a.stops.hit();
+    a.outs.push_back(std::move(o));
+    if (!goes_on) break;
+    ++n_confirmed;
   }
-  if (DraftProposer* d = a.seq->hooks().drafts.get()) d->accepted(0);
-  a.ev.id = a.st.token;
-  if (a.st.token >= 0) a.ev.text = a.stops.push(a.st.piece);
+  if (!a.draft.empty()) a.seq->settle_drafts(n_confirmed);
+  if (DraftProposer* d = a.seq->hooks().drafts.get()) d->accepted(static_cast<int32_t>(n_confirmed));
 }
 
 void Scheduler::Impl::deliver(Active& a, Clock::time_point now) {
@@ -356,23 +395,28 @@ void Scheduler::Impl::deliver(Active& a, Clock::time_point now) {
     itl.push_back(ms_between(a.t_last, now) / 1000.0);
   }
   a.t_last = now;
-  if (a.st.token >= 0) {
-    ++a.tm.n_gen;
-    a.h->push(std::move(a.ev));
-  }
-  if (!a.st.error.is_ok()) {
-    finish(a, StopReason::kNone, a.st.error);
+  for (Active::Out& o : a.outs)
+    if (o.st.token >= 0) {
+      ++a.tm.n_gen;
+      a.h->push(std::move(o.ev));
+    }
+  // Only the step's last token can end the sequence (sample() stops at an error, a stop or a stop string).
+  const Sequence::Step& st = a.outs.back().st;
+  if (!st.error.is_ok()) {
+    finish(a, StopReason::kNone, st.error);
   } else if (a.stops.hit()) {
     a.seq->stop(StopReason::kStopString);
     finish(a, StopReason::kStopString);
-  } else if (a.st.stop != StopReason::kNone) {
-    finish(a, a.st.stop);
+  } else if (st.stop != StopReason::kNone) {
+    finish(a, st.stop);
   }
 }
 
-void Scheduler::Impl::record(Clock::time_point now, int64_t n_gen) {
+void Scheduler::Impl::record(Clock::time_point now, int64_t n_gen, uint64_t drafted, uint64_t confirmed) {
   std::lock_guard<std::mutex> lk(stats_mu);
   SchedulerStats& S = stats;
+  S.draft_tokens += drafted;
+  S.draft_accepted += confirmed;
   for (double v : ttft) S.ttft.add(v);
   for (double v : itl) S.itl.add(v);
   S.steps += 1;
@@ -386,22 +430,24 @@ void Scheduler::Impl::update(const StepOutputs& out) {
   // Sampling of every output row, in parallel: each task touches only its own sequence.
   if (outs.size() >= 2 && pool->size() > 1) {
     pool->parallel_for(static_cast<int64_t>(outs.size()), [&](int64_t b, int64_t e) {
-      for (int64_t j = b; j < e; ++j) sample(*outs[j], out, static_cast<size_t>(j));
+      for (int64_t j = b; j < e; ++j) sample(*outs[j], out);
     });
   } else {
-    for (size_t j = 0; j < outs.size(); ++j) sample(*outs[j], out, j);
+    for (Active* a : outs) sample(*a, out);
   }
   // In batch order: tokens out, stop rules, finished sequences free their slots and blocks.
   const auto now = Clock::now();
   ttft.clear();
   itl.clear();
   int64_t n_gen = 0;
+  uint64_t drafted = 0, confirmed = 0;  // every out but the last of a verifying sequence confirmed a draft
   for (Active* a : outs) {
-    n_gen += a->st.token >= 0 ? 1 : 0;
+    for (const Active::Out& o : a->outs) n_gen += o.st.token >= 0 ? 1 : 0;
+    if (!a->draft.empty()) drafted += a->draft.size(), confirmed += a->outs.size() - 1;
     deliver(*a, now);
   }
   remove_finished();
-  record(now, n_gen);
+  record(now, n_gen, drafted, confirmed);
   if (observer) observer(info);
 }
 

@@ -71,11 +71,32 @@ size_t Sequence::schedule(Batch& batch, size_t max_n) {
   return n;
 }
 
+size_t Sequence::schedule_drafts(Batch& batch, std::span<const int32_t> drafts) {
+  if (n_scheduled_ != 0 || n_pending() != 1) return 0;
+  const int64_t p = n_cached();
+  batch.add(tokens_[static_cast<size_t>(p)], static_cast<int32_t>(p), id_, true);
+  for (size_t i = 0; i < drafts.size(); ++i) batch.add(drafts[i], static_cast<int32_t>(p + 1 + i), id_, true);
+  n_scheduled_ = 1;
+  verify_base_ = p + 1;
+  scheduled_logits_ = true;
+  return 1 + drafts.size();
+}
+
+void Sequence::settle_drafts(size_t n_confirmed) {
+  if (verify_base_ < 0) return;
+  // tokens_ now ends with the confirmed drafts and, unless the sequence stopped, the last sample (pending)
+  const int64_t keep = std::min<int64_t>(verify_base_ + static_cast<int64_t>(n_confirmed),
+                                         static_cast<int64_t>(tokens_.size()));
+  cache_.truncate(id_, keep);
+  verify_base_ = -1;
+}
+
 void Sequence::commit() { n_scheduled_ = 0; }
 
 void Sequence::rollback() {
   n_scheduled_ = 0;
   scheduled_logits_ = false;
+  verify_base_ = -1;
 }
 
 void Sequence::begin_turn() {

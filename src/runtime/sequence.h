@@ -45,7 +45,10 @@ class Sequence {
   // Every token of the sequence: cached first, then pending.
   const std::vector<int32_t>& tokens() const { return tokens_; }
   int64_t n_cached() const { return cache_.seq_len(id_); }
-  size_t n_pending() const { return tokens_.size() - static_cast<size_t>(n_cached() + n_scheduled_); }
+  size_t n_pending() const {  // 0 while a verify step's drafts sit in the cache (commit .. settle_drafts)
+    const int64_t n = static_cast<int64_t>(tokens_.size()) - (n_cached() + n_scheduled_);
+    return n > 0 ? static_cast<size_t>(n) : 0;
+  }
 
   // Queues tokens to feed; they also enter the penalty window. Errors (nothing queued): an id outside
   // [0, n_vocab) (names its index), or more tokens than the context holds.
@@ -57,6 +60,13 @@ class Sequence {
   // token only). Returns how many; at most one chunk may be outstanding.
   size_t schedule(Batch& batch, size_t max_n);
   bool scheduled_wants_logits() const { return scheduled_logits_; }
+  // A decode that verifies drafts (runtime/hooks.h DraftProposer): the one pending token and `drafts` after it, each
+  // asking for an output row. Returns 1 + drafts.size() (0 when a chunk is outstanding or not exactly one token is
+  // pending). The drafts become tokens of the sequence only as the samples of their rows confirm them
+  // (on_logits / on_token); settle_drafts(n) after the rows: the cache keeps the pending token and the first n
+  // drafts, the rejected drafts' slots go.
+  size_t schedule_drafts(Batch& batch, std::span<const int32_t> drafts);
+  void settle_drafts(size_t n_confirmed);
   void commit();    // the scheduled chunk is in the cache (the engine committed its length)
   void rollback();  // the forward pass failed: the chunk is pending again
 
@@ -103,6 +113,7 @@ class Sequence {
   std::vector<uint64_t> mask_;   // [ceil(n_vocab / 64)] the token mask's bits (only with a mask)
   std::vector<int32_t> tokens_;
   int64_t n_scheduled_ = 0;   // tokens in the outstanding chunk
+  int64_t verify_base_ = -1;  // with drafts outstanding: the cache length the pending token ends at
   bool scheduled_logits_ = false;
   int32_t n_generated_ = 0;
   StopReason stop_ = StopReason::kNone;

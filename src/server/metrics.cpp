@@ -94,6 +94,10 @@ std::string render_metrics(const HttpCounters& http, const SchedulerStats* s, in
   metric(o, "kiln_steps_total", "counter", "engine steps", static_cast<double>(s->steps));
   metric(o, "kiln_preemptions_total", "counter", "sequences preempted (KV dropped, recomputed later)",
          static_cast<double>(s->preemptions));
+  metric(o, "kiln_draft_tokens_total", "counter", "speculative decoding: draft tokens verified",
+         static_cast<double>(s->draft_tokens));
+  metric(o, "kiln_draft_accepted_total", "counter", "speculative decoding: draft tokens the samples confirmed",
+         static_cast<double>(s->draft_accepted));
   head(o, "kiln_sequences_finished_total", "counter", "requests finished by reason");
   const char* names[] = {"none", "stop", "length", "cancelled", "error"};
   for (int i = 1; i < 5; ++i)

@@ -147,6 +147,23 @@ std::optional<ApiError> check_known(const json& b, bool chat) {
     return unsupported("best_of", "'best_of' other than 1 is not supported");
   if (present(b, "suffix") && !b["suffix"].get<std::string>().empty())
     return unsupported("suffix", "'suffix' is not supported");
+  // llama-server's and vLLM's fields for samplers and constraints kiln does not have: refused when their value
+  // would change the answer (a number other than the sampler's "off"), never ignored.
+  if (present(b, "structured_outputs"))
+    return unsupported("structured_outputs", "'structured_outputs' is not supported: use response_format, json_schema, "
+                       "grammar or the guided_* fields");
+  struct Off {
+    const char* name;
+    double off;
+  };
+  for (const Off& o : {Off{"typical_p", 1.0}, Off{"tfs_z", 1.0}, Off{"mirostat", 0.0}, Off{"dry_multiplier", 0.0},
+                       Off{"xtc_probability", 0.0}}) {
+    if (!present(b, o.name)) continue;
+    if (!b[o.name].is_number())
+      return bad(o.name, std::string("'") + o.name + "' must be a number, not " + type_name(b[o.name]), "invalid_type");
+    if (b[o.name].get<double>() != o.off)
+      return unsupported(o.name, std::string("'") + o.name + "' is not supported (only its neutral value)");
+  }
   return std::nullopt;
 }
 

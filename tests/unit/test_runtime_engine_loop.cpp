@@ -184,8 +184,8 @@ SequenceHooksFactory all_hooks(Counts* c, int32_t only = -1) {
 }
 
 // Identity hooks change no token, greedy or seeded, and each is called as runtime/hooks.h says: a processor and the
-// mask once per sampled position, accept once per chosen token, propose once per decode step (asked for
-// kMaxDraftTokens), accepted once per sampled position.
+// mask once per sampled position, accept once per chosen token, propose once per decode step (asked for 0 drafts:
+// speculation is off), accepted once per step with output.
 TEST(EngineHooks, IdentityHooksChangeNothing) {
   auto s = test::make_scheduler(demo_model(), test::one_sequence(512));
   ASSERT_TRUE(s);
@@ -208,7 +208,7 @@ TEST(EngineHooks, IdentityHooksChangeNothing) {
     EXPECT_EQ(c.accepted, 12);
     EXPECT_EQ(c.accepted_ids, plain.ids);
     EXPECT_EQ(c.proposed, 11);  // every step after the prompt's decodes one token
-    EXPECT_EQ(c.max_k_seen, Scheduler::kMaxDraftTokens);
+    EXPECT_EQ(c.max_k_seen, 0);  // speculation off (EngineConfig::spec): no room for drafts
     EXPECT_EQ(c.verified, 12);
   }
 }

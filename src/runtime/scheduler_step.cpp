@@ -425,6 +425,7 @@ void Scheduler::Impl::finish(Active& a, StopReason r, Status err) {
   RequestEnd end;
   end.reason = err.is_ok() ? finish_reason_of(r) : FinishReason::kError;
   end.stop = r;
+  if (r == StopReason::kStopString) end.stop_string = a.stops.matched();
   end.timings = a.tm;
   end.error = std::move(err);
   end.seed = a.seq->sampler().seed();

@@ -159,7 +159,7 @@ std::optional<ApiError> parse_common(const json& b, const ParseContext& ctx, Par
   if (present(b, "model")) {
     if (!b["model"].is_string()) return bad("model", std::string("'model' must be a string, not ") + type_name(b["model"]), "invalid_type");
     out->model = b["model"].get<std::string>();
-    if (!out->model.empty() && out->model != ctx.model_id) {
+    if (ctx.strict_model && !out->model.empty() && out->model != ctx.model_id) {
       ApiError e = bad("model", "The model '" + out->model + "' does not exist; this server serves '" + ctx.model_id +
                                     "' (GET /v1/models)", "model_not_found");
       e.status = 404;

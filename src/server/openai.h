@@ -35,7 +35,8 @@ struct ParseContext {
   const Tokenizer* tok = nullptr;
   const ChatPrompt* chat = nullptr;  // how conversations render (runtime/prompt.h): the model's template, ...
   int64_t max_seq_ctx = 0;      // tokens one sequence may hold
-  std::string model_id;         // what /v1/models lists; "model" must name it (or be absent)
+  std::string model_id;         // what /v1/models lists
+  bool strict_model = false;    // "model" must name model_id (else 404); otherwise any name is accepted and echoed
   double timeout_s = 0;         // per request
   int32_t default_max_new_tokens = -1;
   SamplerParams sampling;       // the server's defaults (kiln serve's sampling flags); a request overrides them

@@ -88,7 +88,8 @@ class ResponsesWriter : public StreamWriter {
 
   std::string begin(const ChatGeneration& g) override {
     const json r = response_object(ids_, o_, g.request().model, nullptr, json::array());
-    return event("response.created", {{"response", r}}) + event("response.in_progress", {{"response", r}});
+    std::string s = event("response.created", {{"response", r}});
+    return s + event("response.in_progress", {{"response", r}});
   }
 
   std::string delta(const ReplyStream::Delta& d) override {

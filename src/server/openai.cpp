@@ -413,6 +413,7 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
   if (auto e = check_prompt_len(ids.size(), "messages", ctx)) return e;
   out->prompts.push_back(std::move(ids));
   out->chat_prompt = ctx.chat;
+  out->prompt_text = *text;
   out->tools = tools.is_array() && !tools.empty();
   out->opened_reasoning = ctx.chat->prompt_opens_reasoning(*text);
   out->split = out->tools || ctx.chat->has_reasoning();

@@ -52,6 +52,7 @@ struct ParsedRequest {
   std::string model;
   // chat: how replies are split (ChatPrompt::parse_reply / ReplyStream)
   const ChatPrompt* chat_prompt = nullptr;
+  std::string prompt_text;        // the conversation as the template rendered it (POST /apply-template)
   bool tools = false;             // tools were given (and tool_choice is not "none"): tool_calls are parsed
   bool opened_reasoning = false;  // the rendered prompt opened the reasoning block
   bool split = false;             // replies are split (the template has reasoning markers, or tools)

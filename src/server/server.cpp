@@ -696,6 +696,7 @@ Server::Server(ServerConfig cfg) : impl_(std::make_unique<Impl>()) {
   });
   add_anthropic_routes(I.http, I);
   add_responses_routes(I.http, I);
+  add_llama_routes(I.http, I);
   add_cors(I.http, I.cfg.cors_origin);
   I.http.Get("/metrics", [&I](const Request& q, Response& r) {
     Scheduler* S = I.sched.load();

@@ -65,4 +65,27 @@ inline std::string make_model(const std::string& name, const std::string& tmpl, 
   return out;
 }
 
+// The fixture with tokens 990, 991, 992 renamed to Qwen's fill-in-the-middle markers (the vocabulary then has FIM
+// prefix, suffix and middle tokens: /infill is served).
+inline std::string make_fim_model(const std::string& name) {
+  const std::string out = model_dir() + "/" + name;
+  auto src = gguf::File::open(test::data_path("models/fixture-llama-f16.gguf"));
+  EXPECT_TRUE(src.is_ok()) << src.status().to_string();
+  gguf::Writer w;
+  for (const auto& kv : src->kvs()) {
+    gguf::Value v = kv.value;
+    if (kv.key == "tokenizer.ggml.tokens") {
+      auto& a = std::get<gguf::Array>(v.v);
+      a.items[990] = std::string("<|fim_prefix|>");
+      a.items[991] = std::string("<|fim_suffix|>");
+      a.items[992] = std::string("<|fim_middle|>");
+    }
+    w.set(kv.key, v);
+  }
+  for (const auto& t : src->tensors())
+    EXPECT_TRUE(w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data).is_ok());
+  EXPECT_TRUE(w.write(out).is_ok());
+  return out;
+}
+
 }  // namespace kiln::test

@@ -179,11 +179,12 @@ std::optional<ApiError> parse_responses(RouteHost& host, const Request& req, Par
     ojson chat;
     if (auto e = responses_to_chat(body, &chat, o)) return e;
     auto e = parse_chat(json::parse(chat.dump()), host.parse_context(), pr, &chat);
-    if (e && e->param == "max_tokens") {  // the chat field's checks, under this API's name
+    if (e && e->param == "max_tokens") {  // the chat field's checks, under this API's names
       e->param = "max_output_tokens";
       const size_t at = e->message.find("'max_tokens'");
       if (at != std::string::npos) e->message.replace(at, 12, "'max_output_tokens'");
     }
+    if (e && e->param == "messages") e->param = "input";  // the rendered conversation: too long, template error
     return e;
   } catch (const std::exception& x) {  // a JSON type surprise the checks missed: still the client's fault
     return field_error("", std::string("bad request: ") + x.what());

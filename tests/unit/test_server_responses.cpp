@@ -167,7 +167,7 @@ TEST_F(Responses, HostileBodies) {
       {"stream a string", {{"stream", "yes"}}, "stream"},
       {"parallel_tool_calls a string", {{"parallel_tool_calls", "no"}}, "parallel_tool_calls"},
       {"reasoning effort a number", {{"reasoning", {{"effort", 3}}}}, "reasoning.effort"},
-      {"huge input", {{"input", big}}, "messages"},
+      {"huge input", {{"input", big}}, "input"},
   };
   for (const Case& c : cases) {
     json body = request(4);

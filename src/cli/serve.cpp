@@ -59,6 +59,8 @@ int serve_main(int argc, char** argv) {
   args.option({"--cors-origin"}, &sc.cors_origin, "ORIGIN",
               "allow browsers from ORIGIN ('*' for any) to call the API: CORS headers, preflight OPTIONS (default: none)");
   args.flag({"--slots"}, &sc.slots, "serve GET /slots (the state of each sequence slot; off by default)");
+  bool no_webui = false;
+  args.flag({"--no-webui"}, &no_webui, "no chat page at / (default: served)");
   add_sampling_options(args, &sc.sampling);
   if (Status st = args.parse(argc, argv); !st) return fail("serve", st);
   if (args.help_requested()) {
@@ -101,6 +103,7 @@ int serve_main(int argc, char** argv) {
   sc.parallel = eng.max_seqs;
   sc.log_requests = !quiet;
   sc.build = KILN_VERSION;
+  sc.webui = !no_webui;
   sc.model_id = !alias.empty() ? alias : !src.path.empty() ? basename_of(src.path) : "kiln-demo";
 
   // SIGINT/SIGTERM only count (async-signal-safe); the main thread polls the count.

@@ -50,7 +50,7 @@ void props(RouteHost& host, const Request& req, Response& res) {
             {"endpoint_slots", cfg.slots},
             {"endpoint_props", false},
             {"endpoint_metrics", true},
-            {"webui", false},
+            {"webui", cfg.webui},
             {"build_info", "kiln " + cfg.build}};
   answer(host, req, res, 200, p, id);
 }

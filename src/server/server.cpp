@@ -40,7 +40,7 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 const char* endpoint_of(const std::string& path) {
   static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics",
                                 "/tokenize", "/detokenize", "/v1/messages", "/v1/messages/count_tokens",
-                                "/v1/responses", "/props", "/apply-template", "/slots", "/infill"};
+                                "/v1/responses", "/props", "/apply-template", "/slots", "/infill", "/"};
   for (const char* k : known)
     if (path == k) return k;
   return "other";
@@ -613,7 +613,9 @@ Server::Server(ServerConfig cfg) : impl_(std::make_unique<Impl>()) {
 
   // Auth: a Bearer token on everything but /health.
   I.http.set_pre_routing_handler([&I](const Request& req, Response& res) {
-    if (I.cfg.api_key.empty() || req.path == "/health" || req.method == "OPTIONS")  // preflights carry no key
+    // Preflights carry no key; the chat page holds none and asks for it.
+    if (I.cfg.api_key.empty() || req.path == "/health" || req.method == "OPTIONS" ||
+        (req.path == "/" && req.method == "GET"))
       return httplib::Server::HandlerResponse::Unhandled;
     // Bearer (OpenAI's clients) or x-api-key (Anthropic's).
     const std::string auth = req.get_header_value("Authorization");
@@ -697,6 +699,7 @@ Server::Server(ServerConfig cfg) : impl_(std::make_unique<Impl>()) {
   add_anthropic_routes(I.http, I);
   add_responses_routes(I.http, I);
   add_llama_routes(I.http, I);
+  add_webui_route(I.http, I);
   add_cors(I.http, I.cfg.cors_origin);
   I.http.Get("/metrics", [&I](const Request& q, Response& r) {
     Scheduler* S = I.sched.load();

@@ -26,6 +26,7 @@ struct ServerConfig {
   bool strict_model = false;             // a request naming another model gets 404 (else any name is accepted)
   std::string cors_origin;               // Access-Control-Allow-Origin for browsers ("*" or an origin); "": no CORS
   bool slots = false;                    // GET /slots (per-sequence state) is served
+  bool webui = true;                     // GET / serves the chat page
   std::string build = "";                // the build string /props reports
   ChatPromptOptions chat;                // how chat requests render (runtime/prompt.h: the model's template,
                                          // --chat-template-file, --chat-template NAME; no template: chatml)

@@ -77,6 +77,18 @@ const kept = await page.$eval('.msg.assistant .body', (e) => e.textContent);
 await check(convs === 1 && kept === first, 'after a reload the history is shown', { convs, kept });
 if (shots) await page.screenshot({ path: path.join(shots, 'webui.png') });
 
+// The renderer: fenced code highlighted, reasoning collapsed, markup in replies escaped.
+const md = await page.evaluate(() => markdown('# Title\n\nSome **bold** and `code`.\n\n```js\nconst x = "s"; // c\n```\n- a\n- b'));
+await check(md.includes('<h1>Title</h1>') && md.includes('<strong>bold</strong>') && md.includes('<code>code</code>') &&
+  md.includes('<span class="kw">const</span>') && md.includes('<span class="str">&quot;s&quot;</span>') &&
+  md.includes('<span class="com">// c</span>') && md.includes('<ul><li>a</li><li>b</li></ul>'), 'markdown and code highlighting', md);
+const node = await page.evaluate(() => {
+  const n = messageNode({ role: 'assistant', content: '<img src=x onerror=alert(1)>', reasoning: 'thinking <b>' });
+  const d = n.querySelector('details');
+  return { open: d.open, reasoning: d.textContent, img: n.querySelector('img') !== null };
+});
+await check(node.open === false && node.reasoning.includes('thinking <b>') && !node.img, 'reasoning collapsed, markup escaped', node);
+
 await check(errors.length === 0, 'no script errors', errors);
 await check(external.length === 0, 'nothing is loaded from elsewhere', external);
 await browser.close();

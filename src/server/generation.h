@@ -59,7 +59,8 @@ class StreamWriter {
   virtual ~StreamWriter() = default;
   virtual std::string begin(const ChatGeneration& g) = 0;  // before any token
   virtual std::string delta(const ReplyStream::Delta& d) = 0;
-  // The reply ended: `rest` is the last split (held content, tool calls); then the closing events.
+  // The reply ended (its last text already went through delta()): rest.tool_calls are the reply's tool calls;
+  // then the closing events.
   virtual std::string end(const ChatGeneration& g, const ReplyStream::Delta& rest) = 0;
   virtual std::string error(const ApiError& e) = 0;
   virtual std::string keep_alive() { return ": keep-alive\n\n"; }

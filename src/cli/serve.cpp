@@ -54,6 +54,13 @@ int serve_main(int argc, char** argv) {
               "on SIGINT/SIGTERM, seconds running requests may take to finish before they are cancelled (default 10)");
   args.option({"--threads-http"}, &sc.http_threads, "N", "HTTP worker threads (default max(64, 4 x parallel + 16))");
   args.flag({"--no-log"}, &quiet, "no log line per request");
+  args.flag({"--strict-model"}, &sc.strict_model,
+            "a request naming another model than the served one gets 404 (default: any name is accepted)");
+  args.option({"--cors-origin"}, &sc.cors_origin, "ORIGIN",
+              "allow browsers from ORIGIN ('*' for any) to call the API: CORS headers, preflight OPTIONS (default: none)");
+  args.flag({"--slots"}, &sc.slots, "serve GET /slots (the state of each sequence slot; off by default)");
+  bool no_webui = false;
+  args.flag({"--no-webui"}, &no_webui, "no chat page at / (default: served)");
   add_sampling_options(args, &sc.sampling);
   if (Status st = args.parse(argc, argv); !st) return fail("serve", st);
   if (args.help_requested()) {
@@ -70,6 +77,12 @@ int serve_main(int argc, char** argv) {
     return fail("serve", make_error(ErrorCode::kInvalidArgument, "--body-limit: must be in [1024, 2^30] bytes"));
   if (!(timeout_s > 0) || !(shutdown_s >= 0))
     return fail("serve", make_error(ErrorCode::kInvalidArgument, "--timeout / --shutdown-timeout: must be > 0"));
+  if (!sc.cors_origin.empty() && sc.cors_origin != "*" &&
+      ((sc.cors_origin.rfind("http://", 0) != 0 && sc.cors_origin.rfind("https://", 0) != 0) ||
+       sc.cors_origin.find_first_of(" \t\r\n,") != std::string::npos))
+    return fail("serve", make_error(ErrorCode::kInvalidArgument,
+                                    "--cors-origin: '*' or one origin such as http://localhost:3000 (got '%s')",
+                                    sc.cors_origin.c_str()));
   if (sc.http_threads < 0 || sc.http_threads > 4096)
     return fail("serve", make_error(ErrorCode::kInvalidArgument, "--threads-http: must be in [0, 4096]"));
   if (sc.default_max_new_tokens < -1 || sc.default_max_new_tokens == 0)
@@ -89,6 +102,8 @@ int serve_main(int argc, char** argv) {
   sc.timeout_s = timeout_s;
   sc.parallel = eng.max_seqs;
   sc.log_requests = !quiet;
+  sc.build = KILN_VERSION;
+  sc.webui = !no_webui;
   sc.model_id = !alias.empty() ? alias : !src.path.empty() ? basename_of(src.path) : "kiln-demo";
 
   // SIGINT/SIGTERM only count (async-signal-safe); the main thread polls the count.

@@ -76,6 +76,8 @@ class ChatPrompt {
   const std::string& notice() const { return notice_; }
   // What renders, for messages: "the model's chat template", "chat template file t.jinja", "built-in chatml", ...
   std::string describe() const;
+  // The Jinja source that renders (model or caller template); "" for the built-in families and plain text.
+  const std::string& source() const { return source_; }
 
   // The prompt text: messages is a JSON array of OpenAI messages (content a string or a list of typed parts);
   // tools an array of OpenAI tool definitions or null. Built-in families and plain text read role and the text

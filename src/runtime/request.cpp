@@ -73,6 +73,10 @@ StopReason RequestHandle::stop_reason() const {
   std::lock_guard<std::mutex> lk(mu_);
   return end_.stop;
 }
+std::string RequestHandle::stop_string() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return end_.stop_string;
+}
 Status RequestHandle::error() const {
   std::lock_guard<std::mutex> lk(mu_);
   return end_.error;

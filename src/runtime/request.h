@@ -69,6 +69,7 @@ struct RequestTimings {
 struct RequestEnd {
   FinishReason reason = FinishReason::kNone;
   StopReason stop = StopReason::kNone;  // the finer reason (eog, limit, context_full, stop_string, ...)
+  std::string stop_string;              // kStopString: the request's stop string that matched
   RequestTimings timings;
   Status error;
   uint64_t seed = 0;  // the sampler's seed (the random one drawn when the request asked for kRandomSeed)
@@ -90,6 +91,7 @@ class RequestHandle {
   bool finished() const;
   FinishReason finish_reason() const;
   StopReason stop_reason() const;
+  std::string stop_string() const;  // the stop string that ended the request ("" when none did)
   Status error() const;
   RequestTimings timings() const;
   uint64_t seed() const;

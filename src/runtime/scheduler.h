@@ -50,6 +50,17 @@ struct Histogram {
   void add(double v);
 };
 
+// One sequence slot as the last step left it (GET /slots).
+struct SlotState {
+  int32_t id = 0;
+  bool busy = false;
+  uint64_t request = 0;     // RequestHandle::id() of the request holding it
+  int64_t n_prompt = 0;     // the request's prompt tokens
+  int64_t n_cached = 0;     // tokens of the sequence in the KV cache
+  int64_t n_gen = 0;        // generated so far
+  int64_t n_ctx = 0;        // tokens the sequence may hold
+};
+
 struct SchedulerStats {
   int64_t queue_depth = 0;         // waiting for a slot or for blocks
   int64_t running = 0;             // sequences holding a slot
@@ -65,6 +76,7 @@ struct SchedulerStats {
   uint64_t finished[5] = {};       // by FinishReason
   double prompt_tps = 0, gen_tps = 0;  // over the last ~10 s of steps
   Histogram ttft, itl;
+  std::vector<SlotState> slots;    // every slot (max_seqs), by id
 };
 
 // What schedule() decided for one step (the step observer's view; tests).

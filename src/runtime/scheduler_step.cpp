@@ -471,6 +471,7 @@ void Scheduler::Impl::finish(Active& a, StopReason r, Status err) {
   RequestEnd end;
   end.reason = err.is_ok() ? finish_reason_of(r) : FinishReason::kError;
   end.stop = r;
+  if (r == StopReason::kStopString) end.stop_string = a.stops.matched();
   end.timings = a.tm;
   end.error = std::move(err);
   end.seed = a.seq->sampler().seed();
@@ -507,6 +508,14 @@ void Scheduler::Impl::publish() {
     S.kv_blocks_cached = cache.n_blocks_cached();
     S.kv_blocks_free = cache.n_blocks_free() - cache.n_blocks_cached();
     for (auto& n : notify) ++S.finished[static_cast<int>(n.end.reason)];
+    S.slots.resize(static_cast<size_t>(cfg.max_seqs));
+    for (size_t i = 0; i < S.slots.size(); ++i) S.slots[i] = SlotState{static_cast<int32_t>(i)};
+    for (const auto& a : active) {
+      if (a->slot < 0 || a->slot >= cfg.max_seqs) continue;
+      S.slots[static_cast<size_t>(a->slot)] =
+          SlotState{a->slot, true, a->h->id(), static_cast<int64_t>(a->h->request().prompt.size()), a->seq->n_cached(),
+                    a->seq->n_generated(), a->seq->n_ctx()};
+    }
   }
   for (auto& n : notify) {
     n.h->finish(std::move(n.end));

@@ -15,7 +15,10 @@ std::string StopFilter::push(std::string_view piece) {
   // held_ is shorter than the longest stop string (the tail kept below), so searching all of it is cheap.
   held_.append(piece);
   size_t cut = std::string::npos;
-  for (const std::string& s : stops_) cut = std::min(cut, held_.find(s));
+  for (const std::string& s : stops_) {
+    const size_t at = held_.find(s);
+    if (at < cut) cut = at, matched_ = s;
+  }
   if (cut != std::string::npos) {
     hit_ = true;
     std::string out = held_.substr(0, cut);

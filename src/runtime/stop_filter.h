@@ -25,11 +25,14 @@ class StopFilter {
   // The held-back text (no stop string completed); "" after a hit. The filter is empty afterwards.
   std::string flush();
   bool hit() const { return hit_; }
+  // The stop string that completed (the one whose first occurrence comes first); "" before a hit.
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;  // text not released yet: a possible stop-string start, shorter than the longest stop string
   bool hit_ = false;
+  std::string matched_;
 };
 
 }  // namespace kiln

@@ -173,7 +173,7 @@ std::optional<ApiError> parse_common(const json& b, const ParseContext& ctx, Par
   if (present(b, "model")) {
     if (!b["model"].is_string()) return bad("model", std::string("'model' must be a string, not ") + type_name(b["model"]), "invalid_type");
     out->model = b["model"].get<std::string>();
-    if (!out->model.empty() && out->model != ctx.model_id) {
+    if (ctx.strict_model && !out->model.empty() && out->model != ctx.model_id) {
       ApiError e = bad("model", "The model '" + out->model + "' does not exist; this server serves '" + ctx.model_id +
                                     "' (GET /v1/models)", "model_not_found");
       e.status = 404;
@@ -563,6 +563,7 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
   if (auto e = check_prompt_len(ids.size(), "messages", ctx)) return e;
   out->prompts.push_back(std::move(ids));
   out->chat_prompt = ctx.chat;
+  out->prompt_text = *text;
   out->tools = tools.is_array() && !tools.empty();
   out->opened_reasoning = ctx.chat->prompt_opens_reasoning(*text);
   out->split = !out->grammar && (out->tools || ctx.chat->has_reasoning());

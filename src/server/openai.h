@@ -35,7 +35,8 @@ struct ParseContext {
   const Tokenizer* tok = nullptr;
   const ChatPrompt* chat = nullptr;  // how conversations render (runtime/prompt.h): the model's template, ...
   int64_t max_seq_ctx = 0;      // tokens one sequence may hold
-  std::string model_id;         // what /v1/models lists; "model" must name it (or be absent)
+  std::string model_id;         // what /v1/models lists
+  bool strict_model = false;    // "model" must name model_id (else 404); otherwise any name is accepted and echoed
   double timeout_s = 0;         // per request
   int32_t default_max_new_tokens = -1;
   SamplerParams sampling;       // the server's defaults (kiln serve's sampling flags); a request overrides them
@@ -60,6 +61,7 @@ struct ParsedRequest {
   std::string model;
   // chat: how replies are split (ChatPrompt::parse_reply / ReplyStream)
   const ChatPrompt* chat_prompt = nullptr;
+  std::string prompt_text;        // the conversation as the template rendered it (POST /apply-template)
   bool tools = false;             // tools were given (and tool_choice is not "none"): tool_calls are parsed
   bool opened_reasoning = false;  // the rendered prompt opened the reasoning block
   bool split = false;             // replies are split (the template has reasoning markers, or tools; never with a

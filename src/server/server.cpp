@@ -14,6 +14,7 @@
 #include "runtime/grammar_mask.h"
 #include "server/metrics.h"
 #include "server/openai.h"
+#include "server/routes.h"
 
 namespace kiln::server {
 
@@ -38,11 +39,34 @@ bool ct_equal(const std::string& a, const std::string& b) {
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
 const char* endpoint_of(const std::string& path) {
-  static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health",
-                                "/metrics",             "/tokenize",       "/detokenize"};
+  static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics",
+                                "/tokenize", "/detokenize", "/v1/messages", "/v1/messages/count_tokens",
+                                "/v1/responses", "/props", "/apply-template", "/slots", "/infill", "/"};
   for (const char* k : known)
     if (path == k) return k;
   return "other";
+}
+
+// CORS (--cors-origin): every response names the allowed origin; a preflight OPTIONS is answered with the methods
+// and the request headers the browser asked for. Without an origin OPTIONS still answers (204, no CORS headers),
+// so browsers keep the API closed to other pages.
+void add_cors(httplib::Server& http, const std::string& origin) {
+  if (!origin.empty())
+    http.set_post_routing_handler([origin](const Request&, Response& res) {
+      res.set_header("Access-Control-Allow-Origin", origin);
+      if (origin != "*") res.set_header("Vary", "Origin");
+    });
+  http.Options(R"(/.*)", [origin](const Request& req, Response& res) {
+    res.status = 204;
+    res.set_header("Allow", "GET, POST, OPTIONS");
+    if (origin.empty()) return;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    std::string headers = req.get_header_value("Access-Control-Request-Headers");
+    if (headers.empty() || headers.find_first_of("\r\n") != std::string::npos)
+      headers = "Authorization, Content-Type, X-Api-Key, Anthropic-Version";
+    res.set_header("Access-Control-Allow-Headers", headers);
+    res.set_header("Access-Control-Max-Age", "86400");
+  });
 }
 
 // httplib listens with a backlog of 5 (compiled into the library): a burst of concurrent clients would see dropped
@@ -55,7 +79,7 @@ struct HttpServer : httplib::Server {
 
 struct Exchange;
 
-struct Server::Impl {
+struct Server::Impl : RouteHost {
   ServerConfig cfg;
   HttpServer http;
   std::atomic<Scheduler*> sched{nullptr};
@@ -73,7 +97,8 @@ struct Server::Impl {
   Clock::time_point started = Clock::now();
   std::mutex log_mu;
 
-  void log(uint64_t id, const Request& req, int status, const RequestTimings* t, double ms, const char* finish) {
+  void log(uint64_t id, const Request& req, int status, const RequestTimings* t, double ms,
+           const char* finish) override {
     counters.count(endpoint_of(req.path), status);
     if (!cfg.log_requests) return;
     char buf[512];
@@ -95,7 +120,7 @@ struct Server::Impl {
   }
 
   // Common gate of the model endpoints: ready, not shutting down, JSON object body.
-  std::optional<ApiError> gate(const Request& req, json* body) {
+  std::optional<ApiError> gate(const Request& req, json* body) override {
     if (!sched.load()) {
       ApiError e;
       e.status = 503;
@@ -129,6 +154,12 @@ struct Server::Impl {
     }
     return std::nullopt;
   }
+
+  Scheduler* scheduler() override { return sched.load(); }
+  const ParseContext& parse_context() const override { return pctx; }
+  const ServerConfig& config() const override { return cfg; }
+  uint64_t next_request_id() override { return next_id.fetch_add(1); }
+  std::atomic<int64_t>& in_flight_count() override { return in_flight; }
 
   void completions(const Request& req, Response& res, bool chat);
   std::optional<ApiError> parse_request(const Request& req, const json& body, bool chat, Exchange* ex);
@@ -595,14 +626,18 @@ Server::Server(ServerConfig cfg) : impl_(std::make_unique<Impl>()) {
 
   // Auth: a Bearer token on everything but /health.
   I.http.set_pre_routing_handler([&I](const Request& req, Response& res) {
-    if (I.cfg.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    // Preflights carry no key; the chat page holds none and asks for it.
+    if (I.cfg.api_key.empty() || req.path == "/health" || req.method == "OPTIONS" ||
+        (req.path == "/" && req.method == "GET"))
+      return httplib::Server::HandlerResponse::Unhandled;
+    // Bearer (OpenAI's clients) or x-api-key (Anthropic's).
     const std::string auth = req.get_header_value("Authorization");
-    const std::string key = auth.rfind("Bearer ", 0) == 0 ? auth.substr(7) : std::string();
+    const std::string key = auth.rfind("Bearer ", 0) == 0 ? auth.substr(7) : req.get_header_value("X-Api-Key");
     if (ct_equal(key, I.cfg.api_key)) return httplib::Server::HandlerResponse::Unhandled;
     ApiError e;
     e.status = 401;
     e.code = "invalid_api_key";
-    e.message = auth.empty() ? "missing API key: send the header 'Authorization: Bearer <key>'"
+    e.message = key.empty() ? "missing API key: send the header 'Authorization: Bearer <key>' (or 'x-api-key: <key>')"
                              : "invalid API key";
     I.send_error(res, e);
     I.log(I.next_id.fetch_add(1), req, 401, nullptr, 0, nullptr);
@@ -674,6 +709,11 @@ Server::Server(ServerConfig cfg) : impl_(std::make_unique<Impl>()) {
     }
     I.counters.count("/health", r.status);
   });
+  add_anthropic_routes(I.http, I);
+  add_responses_routes(I.http, I);
+  add_llama_routes(I.http, I);
+  add_webui_route(I.http, I);
+  add_cors(I.http, I.cfg.cors_origin);
   I.http.Get("/metrics", [&I](const Request& q, Response& r) {
     Scheduler* S = I.sched.load();
     SchedulerStats st;
@@ -715,6 +755,7 @@ Status Server::set_ready(Scheduler* s) {
   I.pctx.tok = &s->tokenizer();
   I.pctx.max_seq_ctx = s->max_seq_ctx();
   I.pctx.model_id = I.cfg.model_id;
+  I.pctx.strict_model = I.cfg.strict_model;
   I.pctx.timeout_s = I.cfg.timeout_s;
   I.pctx.default_max_new_tokens = I.cfg.default_max_new_tokens;
   I.pctx.sampling = I.cfg.sampling;

@@ -23,6 +23,11 @@ struct ServerConfig {
   double timeout_s = 600;                // per request: generation stops (finish "length") after this long
   int http_threads = 0;                  // 0: max(64, 4 * parallel + 16)
   std::string model_id = "kiln";         // the id /v1/models lists
+  bool strict_model = false;             // a request naming another model gets 404 (else any name is accepted)
+  std::string cors_origin;               // Access-Control-Allow-Origin for browsers ("*" or an origin); "": no CORS
+  bool slots = false;                    // GET /slots (per-sequence state) is served
+  bool webui = true;                     // GET / serves the chat page
+  std::string build = "";                // the build string /props reports
   ChatPromptOptions chat;                // how chat requests render (runtime/prompt.h: the model's template,
                                          // --chat-template-file, --chat-template NAME; no template: chatml)
   int32_t default_max_new_tokens = -1;   // when a request names none (-1: until EOG or the context is full)

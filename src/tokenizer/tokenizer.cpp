@@ -131,6 +131,9 @@ class TokenizerImpl final : public Tokenizer {
   }
   int32_t bos() const override { return v_.bos; }
   int32_t eos() const override { return v_.eos; }
+  FimTokens fim() const override {
+    return FimTokens{v_.fim[0], v_.fim[1], v_.fim[2], v_.fim[3], v_.fim[4], v_.fim[5]};
+  }
   bool add_bos() const override { return v_.add_bos; }
   bool add_eos() const override { return v_.add_eos; }
   bool is_eog(int32_t id) const override { return v_.eog.count(id) > 0; }

@@ -53,6 +53,11 @@ class Tokenizer {
   virtual bool add_eos() const = 0;
   // End of generation: EOS, EOT, <|im_end|>, <|eot_id|>, <end_of_turn>, ... as the vocabulary declares them.
   virtual bool is_eog(int32_t id) const = 0;
+  // Fill-in-the-middle markers (-1: none): a vocabulary with prefix, suffix and middle supports infill.
+  struct FimTokens {
+    int32_t pre = -1, suf = -1, mid = -1, pad = -1, rep = -1, sep = -1;
+  };
+  virtual FimTokens fim() const = 0;
   virtual const std::string& model_name() const = 0;  // tokenizer.ggml.model
   virtual const std::string& pre_name() const = 0;    // tokenizer.ggml.pre
   const std::string& chat_template() const { return chat_template_; }

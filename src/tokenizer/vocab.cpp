@@ -173,7 +173,7 @@ Result<Vocab> load_vocab(const gguf::File& f) {
   // Special ids: a default out of range is dropped; a key out of range keeps the default.
   for (int32_t* id : {&v.bos, &v.eos, &v.unk, &v.sep, &v.pad, &v.mask})
     if (*id >= static_cast<int64_t>(n)) *id = -1;
-  int32_t fim[6] = {-1, -1, -1, -1, -1, -1};
+  int32_t* fim = v.fim;
   KILN_TRY(read_special_id(f, "bos_token_id", n, &v.bos));
   KILN_TRY(read_special_id(f, "eos_token_id", n, &v.eos));
   KILN_TRY(read_special_id(f, "eot_token_id", n, &v.eot));

@@ -44,6 +44,9 @@ struct Vocab {
   size_t max_token_len = 0;
 
   int32_t bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, sep = -1, pad = -1, mask = -1;
+  // Fill-in-the-middle markers (tokenizer.ggml.fim_*_token_id, else found by their text): prefix, suffix,
+  // middle, pad, repo, file separator; -1 when the vocabulary has none.
+  int32_t fim[6] = {-1, -1, -1, -1, -1, -1};
   bool add_bos = false, add_eos = false, add_sep = false;
   bool add_space_prefix = false;   // SPM: a space is prepended to text that starts the input or follows a special
   bool escape_whitespace = false;  // ' ' <-> U+2581 (SPM always; BPE gemma4)

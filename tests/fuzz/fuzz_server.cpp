@@ -2,7 +2,8 @@
 // server's request checks (server/openai.h parse_chat / parse_completion), exactly as server.cpp calls them: the
 // body parsed by nlohmann (a parse error is the 400 server.cpp answers before this point), then the checks, with
 // a JSON type exception the checks missed caught as server.cpp does (a 400 naming it).
-// Input: byte 0 bit 0 = chat (1) or completions (0); the rest = the body.
+// Input: byte 0 bit 1 clear: bit 0 = chat (1) or completions (0); bit 1 set: bit 0 = Responses (1) or Anthropic
+// Messages (0), whose bodies become chat bodies (server/dialects.h) that parse_chat checks; the rest = the body.
 // Checks: nothing crashes, hangs or grows without bound; an error is a 4xx with a message; an accepted request has
 // every prompt token id inside the vocabulary, every prompt within the context, n and the choice count bounded.
 // The tokenizer is tests/data/tokenizer's gpt-2 vocabulary, the chat template the corpus's qwen3.jinja (tools,
@@ -19,6 +20,7 @@
 
 #include "fuzz_data.h"
 #include "runtime/prompt.h"
+#include "server/dialects.h"
 #include "server/openai.h"
 #include "tokenizer/tokenizer.h"
 
@@ -73,8 +75,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (body.is_discarded()) return 0;  // server.cpp answers 400 "invalid JSON" before the checks
   kiln::server::ParsedRequest pr;
   std::optional<kiln::server::ApiError> err;
+  const bool dialect = data[0] & 2;
   try {
-    if (chat) {
+    if (dialect) {
+      const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body_text);
+      nlohmann::ordered_json converted;
+      if (chat) {
+        kiln::server::ResponsesOptions o;
+        err = kiln::server::responses_to_chat(ordered, &converted, &o);
+      } else {
+        kiln::server::MessagesOptions o;
+        err = kiln::server::messages_to_chat(ordered, false, &converted, &o);
+      }
+      if (!err) err = kiln::server::parse_chat(nlohmann::json::parse(converted.dump()), e.ctx, &pr, &converted);
+    } else if (chat) {
       const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(body_text);
       err = kiln::server::parse_chat(body, e.ctx, &pr, &ordered);
     } else {

@@ -32,6 +32,7 @@ TEST(StopFilter, HoldsBackPossibleStartsAndCutsAtTheFirstMatch) {
   EXPECT_FALSE(f.hit());
   EXPECT_EQ(f.push("Dless"), "");  // "END" complete: nothing of it or after it
   EXPECT_TRUE(f.hit());
+  EXPECT_EQ(f.matched(), "END");
   EXPECT_EQ(f.push("more"), "");
   EXPECT_EQ(f.flush(), "");
 }
@@ -40,10 +41,12 @@ TEST(StopFilter, MatchInsideOnePieceAndEarliestOfSeveral) {
   StopFilter f({"cd", "bcd", "x"});
   EXPECT_EQ(f.push("abcdex"), "a");  // "bcd" starts first
   EXPECT_TRUE(f.hit());
+  EXPECT_EQ(f.matched(), "bcd");
   StopFilter g({"ab"});
   EXPECT_EQ(g.push("xa"), "x");
   EXPECT_EQ(g.flush(), "a");  // the end: held text goes out when no stop string completed
   EXPECT_FALSE(g.hit());
+  EXPECT_EQ(g.matched(), "");
 }
 
 TEST(StopFilter, NoStopsPassesEverythingAndEmptyStringsAreIgnored) {

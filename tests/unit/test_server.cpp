@@ -262,7 +262,7 @@ TEST_F(Serve, MalformedRequestsGet4xxWhileAStreamFinishes) {
        "messages[0].role"},
       {"content wrong type", "/v1/chat/completions", "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}", 400,
        "messages[0].content"},
-      {"unknown model", "/v1/chat/completions", chat({{"model", "gpt-4"}}), 404, "model"},
+      {"model wrong type", "/v1/chat/completions", chat({{"model", 5}}), 400, "model"},
       {"temperature < 0", "/v1/chat/completions", chat({{"temperature", -0.5}}), 400, "temperature"},
       {"temperature wrong type", "/v1/chat/completions", chat({{"temperature", "hot"}}), 400, "temperature"},
       {"top_p 0", "/v1/chat/completions", chat({{"top_p", 0}}), 400, "top_p"},

@@ -9,7 +9,7 @@
 
 #include <filesystem>
 
-#include "gguf/gguf.h"
+#include "unit/test_server_models.h"
 #include "unit/test_server_util.h"
 
 namespace kiln {
@@ -17,54 +17,9 @@ namespace {
 
 using test::HttpResponse;
 using test::json;
-
-const char* kCallA = R"(<tool_call>{"name":"get_weather","arguments":{"city":"Paris"}}</tool_call>)";
-const char* kCallB = R"(<tool_call>{"arguments":{"city":"Paris"},"name":"get_weather"}</tool_call>)";
-
-std::string temp_dir() {
-  static const std::string d = [] {
-    std::string p = ::kiln::test::temp_dir() + "kiln_srvtpl_" + std::to_string(::getpid());
-    std::filesystem::create_directories(p);
-    return p;
-  }();
-  return d;
-}
-
-// The fixture with `tmpl` as tokenizer.chat_template ("": none); tool_model: the two tool-call tokens forced.
-std::string make_model(const std::string& name, const std::string& tmpl, bool tool_model) {
-  const std::string out = temp_dir() + "/" + name;
-  auto src = gguf::File::open(test::data_path("models/fixture-llama-f16.gguf"));
-  EXPECT_TRUE(src.is_ok()) << src.status().to_string();
-  gguf::Writer w;
-  for (const auto& kv : src->kvs()) {
-    if (kv.key == "tokenizer.chat_template") continue;
-    gguf::Value v = kv.value;
-    if (tool_model && kv.key == "tokenizer.ggml.tokens") {
-      auto& a = std::get<gguf::Array>(v.v);
-      a.items[993] = std::string(kCallA);
-      a.items[994] = std::string(kCallB);
-    }
-    w.set(kv.key, v);
-  }
-  if (!tmpl.empty()) w.set("tokenizer.chat_template", tmpl);
-  static std::vector<uint16_t> head;  // must outlive write()
-  for (const auto& t : src->tensors()) {
-    if (tool_model && t.name == "output.weight") {
-      const int64_t n_embd = t.ne[0], n_vocab = t.ne[1];
-      head.assign(static_cast<size_t>(n_embd * n_vocab), 0);
-      const uint16_t* row0 = reinterpret_cast<const uint16_t*>(t.data);
-      for (int64_t k = 0; k < n_embd; ++k) {
-        head[993 * n_embd + k] = row0[k];
-        head[994 * n_embd + k] = static_cast<uint16_t>(row0[k] ^ 0x8000);  // -w
-      }
-      EXPECT_TRUE(w.add_tensor(t.name, t.type, {n_embd, n_vocab}, head.data()).is_ok());
-      continue;
-    }
-    EXPECT_TRUE(w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data).is_ok());
-  }
-  EXPECT_TRUE(w.write(out).is_ok());
-  return out;
-}
+using test::kCallA;
+using test::kCallB;
+using test::make_model;
 
 const json kTools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
   "description": "The weather in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -203,7 +158,7 @@ TEST_F(ServeTemplate, ConversationsWithToolResultsRenderAndBadToolsAre400) {
 // --chat-template-file and --chat-template-kwargs: a template that opens the reasoning block in the generation
 // prompt when `think` is set, so the whole reply is reasoning_content (non-stream and streamed alike).
 TEST(ServeTemplateFlags, TemplateFileKwargsAndReasoning) {
-  const std::string file = temp_dir() + "/think.jinja";
+  const std::string file = test::model_dir() + "/think.jinja";
   std::ofstream(file) << "{% for m in messages %}{% if m.role == 'system' %}\n{{ raise_exception('no system role') }}"
                          "{% endif %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
                          "{% if think %}<think>\n{% endif %}";
@@ -264,7 +219,7 @@ TEST(ServeTemplateFlags, FallbackNoticeAndBadTemplates) {
             std::string::npos) << p.log();
   EXPECT_EQ(p.stop(SIGTERM), 0) << p.log();
   // A template file that does not parse: refused before anything loads, exit 1 with the position.
-  const std::string broken = temp_dir() + "/broken.jinja";
+  const std::string broken = test::model_dir() + "/broken.jinja";
   std::ofstream(broken) << "{% for m in messages %}\n{{ m.content }\n";
   test::CmdResult r = test::run_kiln("serve --port 0 -m '" + test::data_path("models/fixture-llama-f16.gguf") +
                                      "' --chat-template-file '" + broken + "'");

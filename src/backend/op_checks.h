@@ -115,12 +115,12 @@ inline Status moe_ffn_operands(const Backend::MoeFfnArgs& a, const Tensor& acc, 
   KILN_TRY(same_shape("moe_ffn", "x", a.x, "acc", acc));
   if (a.x.data == acc.data) return make_error(ErrorCode::kInvalidArgument, "moe_ffn: acc must not alias x");
   const int64_t d = a.x.ne[0];
-  if (!a.router.valid() || !a.router.rows_uniform() || a.router.ne[0] != d || a.router.ne[2] != 1 ||
-      a.router.ne[3] != 1)
-    return make_error(ErrorCode::kInvalidArgument, "moe_ffn: router %s must be [%lld, n_expert]",
-                      a.router.shape_string().c_str(), static_cast<long long>(d));
+  if (!a.router.valid()) return make_error(ErrorCode::kInvalidArgument, "moe_ffn: router is not set");
   if (!matmul_weight(a.router.dtype))
     return make_error(ErrorCode::kUnsupported, "moe_ffn: router type %s is not supported", dtype_name(a.router.dtype));
+  if (!a.router.rows_uniform() || a.router.ne[0] != d || a.router.ne[2] != 1 || a.router.ne[3] != 1)
+    return make_error(ErrorCode::kInvalidArgument, "moe_ffn: router %s must be [%lld, n_expert]",
+                      a.router.shape_string().c_str(), static_cast<long long>(d));
   const int64_t n_expert = a.router.ne[1];
   if (!a.gate.valid() || !a.up.valid() || !a.down.valid())
     return make_error(ErrorCode::kInvalidArgument, "moe_ffn: gate, up and down must be set");
@@ -128,13 +128,13 @@ inline Status moe_ffn_operands(const Backend::MoeFfnArgs& a, const Tensor& acc, 
   const struct { const char* name; const Tensor& t; int64_t ne0, ne1; } w[] = {
       {"gate", a.gate, d, n_ff}, {"up", a.up, d, n_ff}, {"down", a.down, n_ff, d}};
   for (const auto& e : w) {
+    if (!moe_weight(e.t.dtype))
+      return make_error(ErrorCode::kUnsupported, "moe_ffn: %s type %s is not supported", e.name,
+                        dtype_name(e.t.dtype));
     if (e.t.ne[0] != e.ne0 || e.t.ne[1] != e.ne1 || e.t.ne[2] != n_expert || e.t.ne[3] != 1 || !e.t.rows_uniform())
       return make_error(ErrorCode::kInvalidArgument, "moe_ffn: %s %s must be [%lld, %lld, n_expert %lld] with "
                         "uniform rows", e.name, e.t.shape_string().c_str(), static_cast<long long>(e.ne0),
                         static_cast<long long>(e.ne1), static_cast<long long>(n_expert));
-    if (!moe_weight(e.t.dtype))
-      return make_error(ErrorCode::kUnsupported, "moe_ffn: %s type %s is not supported", e.name,
-                        dtype_name(e.t.dtype));
   }
   if (a.k < 1 || a.k > n_expert)
     return make_error(ErrorCode::kInvalidArgument, "moe_ffn: k = %d must be in [1, n_expert %lld]", a.k,

@@ -56,7 +56,8 @@ Backend* LoadedModel::home_of(const std::string& name) const {
 
 Status LoadedModel::bind(const std::vector<TensorSpec>& manifest, const LoadOptions& opts) {
   // Every tensor's presence, shape and type first: a file the placement cannot run fails before anything is
-  // uploaded.
+  // uploaded. (The token embedding is read by get_rows; when the output is tied to it, rehome_shared checks that
+  // the output backend multiplies it.)
   std::vector<const gguf::TensorInfo*> found(manifest.size(), nullptr);
   uint64_t total = 0, done = 0;
   for (size_t i = 0; i < manifest.size(); ++i) {

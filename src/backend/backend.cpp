@@ -24,6 +24,7 @@ const char* op_name(Op op) {
     case Op::kAttentionWindow: return "attention_window";
     case Op::kConv1dSilu: return "conv1d_silu";
     case Op::kDeltaNet: return "gated_delta_net";
+    case Op::kMoeFfn: return "moe_ffn";
   }
   return "?";
 }

@@ -81,10 +81,17 @@ struct AttnBatch {
 
 // What supports() is asked about. `a` is the main operand's type (the weight for kMatmul/kGetRows, the cache for
 // kKvStore/kAttention, the source for kCopy), `b` the second where one exists (the destination for kCopy).
-// The ops after kCopy (Qwen3.5 / Gemma 3) have defaults that return kUnsupported; kAttentionWindow asks whether
-// attention honours KvLayer::window for cache type `a`.
+// The ops after kCopy (Qwen3.5 / Gemma 3, mixture-of-experts models) have defaults that return kUnsupported;
+// kAttentionWindow asks whether attention honours KvLayer::window for cache type `a`; kMoeFfn whether moe_ffn reads
+// expert weights of type `a`.
 enum class Op { kGetRows, kRmsNorm, kMatmul, kRope, kKvStore, kAttention, kSwiglu, kAdd, kMul, kScale, kSoftmax,
-                kArgmax, kCopy, kGeglu, kSigmoidMul, kAttentionWindow, kConv1dSilu, kDeltaNet };
+                kArgmax, kCopy, kGeglu, kSigmoidMul, kAttentionWindow, kConv1dSilu, kDeltaNet, kMoeFfn };
+
+// How moe_ffn turns router logits into expert weights (llama.cpp's gating functions; only those kiln's
+// architectures use).
+enum class MoeGating {
+  kSoftmax,  // p = softmax over all experts of the router logits; the top k of p are chosen and weighted by p
+};
 const char* op_name(Op op);
 
 class Backend {
@@ -218,6 +225,31 @@ class Backend {
   virtual Status gated_delta_net(const DeltaNetArgs& a, const AttnBatch& meta, const Tensor& dst) {
     (void)a, (void)meta, (void)dst;
     return make_error(ErrorCode::kUnsupported, "gated_delta_net: not implemented by backend %s", name());
+  }
+
+  // ---- mixture-of-experts FFN (default: kUnsupported; supports(Op::kMoeFfn, expert type) answers) ----
+  // A routed SwiGLU FFN added to the residual stream, in llama.cpp's order of operations (build_moe_ffn):
+  //   l = router x_t                                  (as matmul: [n_expert] logits per token)
+  //   p = softmax(l)                                  (MoeGating::kSoftmax)
+  //   e_0..e_{k-1} = the k experts of largest p, in decreasing order of p (ties: the lower index first)
+  //   w_j = p[e_j]; with norm_topk: s = max(sum_j w_j, 2^-14), w_j = w_j / s   (the sum exact, rounded once)
+  //   y_j = down_{e_j} (silu(gate_{e_j} x_t) * up_{e_j} x_t)                     (each product as matmul)
+  //   o = y_0 w_0; o = o + y_j w_j for j = 1..k-1     (f32: each product rounded, then summed in slot order)
+  //   acc_t = acc_t + o
+  struct MoeFfnArgs {
+    Tensor x;         // F32 [n_embd, n_tok]: the normed input (must not alias acc)
+    Tensor router;    // [n_embd, n_expert], a matmul weight type (ffn_gate_inp: F32 in llama.cpp's files)
+    Tensor gate, up;  // [n_embd, n_ff, n_expert]: expert e's matrix is plane e (GGUF layout, rows of n_embd)
+    Tensor down;      // [n_ff, n_embd, n_expert]
+    int32_t k = 0;    // experts per token, in [1, n_expert]
+    MoeGating gating = MoeGating::kSoftmax;
+    bool norm_topk = false;
+  };
+  //   acc: F32 [n_embd, n_tok]. The expert matrices may differ in type from each other (a _M mix); each must be
+  //   one supports(Op::kMoeFfn, t) accepts.
+  virtual Status moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
+    (void)a, (void)acc;
+    return make_error(ErrorCode::kUnsupported, "moe_ffn: not implemented by backend %s", name());
   }
 
   // ---- fused ops ----

@@ -50,9 +50,12 @@ inline bool is_cache_type(DType t) { return t == DType::F16 || t == DType::F32 |
 // Backend::supports for every backend (backend.h, Op): the operand types each op takes are the same everywhere;
 // what differs is which weight types a backend's matmul and get_rows kernels read, which its own selectors say
 // (the same functions its ops dispatch with). Activations, norms and the hybrid-model ops are f32; kv_store,
-// attention and the sliding window take the cache types; copy converts between float types.
-inline bool supports_op(Op op, DType a, DType b, bool (*matmul_weight)(DType), bool (*get_rows_weight)(DType)) {
+// attention and the sliding window take the cache types; copy converts between float types; moe_ffn takes the
+// expert types moe_weight accepts (nullptr: a backend without moe_ffn).
+inline bool supports_op(Op op, DType a, DType b, bool (*matmul_weight)(DType), bool (*get_rows_weight)(DType),
+                        bool (*moe_weight)(DType) = nullptr) {
   switch (op) {
+    case Op::kMoeFfn: return moe_weight && moe_weight(a);
     case Op::kGetRows: return get_rows_weight(a);
     case Op::kMatmul: return matmul_weight(a);
     case Op::kKvStore:
@@ -98,6 +101,46 @@ inline Status matmul_operands(const Tensor& w, const Tensor& x, const Tensor& bi
       return make_error(ErrorCode::kInvalidArgument, "matmul: bias %s must be [%lld]", bias.shape_string().c_str(),
                         static_cast<long long>(dst.ne[0]));
   }
+  return Status::ok();
+}
+
+// moe_ffn operands (Backend::MoeFfnArgs): x F32 [n_embd, n_tok] and acc of the same shape, not aliasing; router
+// [n_embd, n_expert] of a type matmul_weight accepts; gate/up [n_embd, n_ff, n_expert] and down
+// [n_ff, n_embd, n_expert] of types moe_weight accepts, with uniform rows (expert e = rows [e * n_out, (e+1) * n_out));
+// 1 <= k <= n_expert.
+inline Status moe_ffn_operands(const Backend::MoeFfnArgs& a, const Tensor& acc, bool (*matmul_weight)(DType),
+                               bool (*moe_weight)(DType)) {
+  KILN_TRY(check("moe_ffn", "x", a.x, DType::F32));
+  KILN_TRY(check("moe_ffn", "acc", acc, DType::F32));
+  KILN_TRY(same_shape("moe_ffn", "x", a.x, "acc", acc));
+  if (a.x.data == acc.data) return make_error(ErrorCode::kInvalidArgument, "moe_ffn: acc must not alias x");
+  const int64_t d = a.x.ne[0];
+  if (!a.router.valid()) return make_error(ErrorCode::kInvalidArgument, "moe_ffn: router is not set");
+  if (!matmul_weight(a.router.dtype))
+    return make_error(ErrorCode::kUnsupported, "moe_ffn: router type %s is not supported", dtype_name(a.router.dtype));
+  if (!a.router.rows_uniform() || a.router.ne[0] != d || a.router.ne[2] != 1 || a.router.ne[3] != 1)
+    return make_error(ErrorCode::kInvalidArgument, "moe_ffn: router %s must be [%lld, n_expert]",
+                      a.router.shape_string().c_str(), static_cast<long long>(d));
+  const int64_t n_expert = a.router.ne[1];
+  if (!a.gate.valid() || !a.up.valid() || !a.down.valid())
+    return make_error(ErrorCode::kInvalidArgument, "moe_ffn: gate, up and down must be set");
+  const int64_t n_ff = a.gate.ne[1];
+  const struct { const char* name; const Tensor& t; int64_t ne0, ne1; } w[] = {
+      {"gate", a.gate, d, n_ff}, {"up", a.up, d, n_ff}, {"down", a.down, n_ff, d}};
+  for (const auto& e : w) {
+    if (!moe_weight(e.t.dtype))
+      return make_error(ErrorCode::kUnsupported, "moe_ffn: %s type %s is not supported", e.name,
+                        dtype_name(e.t.dtype));
+    if (e.t.ne[0] != e.ne0 || e.t.ne[1] != e.ne1 || e.t.ne[2] != n_expert || e.t.ne[3] != 1 || !e.t.rows_uniform())
+      return make_error(ErrorCode::kInvalidArgument, "moe_ffn: %s %s must be [%lld, %lld, n_expert %lld] with "
+                        "uniform rows", e.name, e.t.shape_string().c_str(), static_cast<long long>(e.ne0),
+                        static_cast<long long>(e.ne1), static_cast<long long>(n_expert));
+  }
+  if (a.k < 1 || a.k > n_expert)
+    return make_error(ErrorCode::kInvalidArgument, "moe_ffn: k = %d must be in [1, n_expert %lld]", a.k,
+                      static_cast<long long>(n_expert));
+  if (a.gating != MoeGating::kSoftmax)
+    return make_error(ErrorCode::kUnsupported, "moe_ffn: gating %d is not supported", static_cast<int>(a.gating));
   return Status::ok();
 }
 

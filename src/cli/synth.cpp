@@ -11,6 +11,7 @@
 #include <numbers>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/args.h"
@@ -23,7 +24,7 @@ namespace {
 
 struct Shape {
   const char* name;
-  const char* arch;  // llama | qwen2 | qwen3 | gemma3 | qwen35
+  const char* arch;  // llama | qwen2 | qwen3 | gemma3 | qwen35 | qwen3moe
   int64_t n_embd, n_layer, n_ff, n_head, n_head_kv;
   int64_t head_dim;  // 0: n_embd / n_head
   int64_t n_vocab, n_ctx;
@@ -36,6 +37,9 @@ struct Shape {
   // qwen35: Gated DeltaNet value / key heads (head size 128, conv kernel 4), a full-attention layer every 4th,
   // partial rotary of 64 dims
   int64_t ssm_v_heads = 0, ssm_k_heads = 0;
+  // qwen3moe: experts per layer, experts routed per token, expert FFN width (n_ff is then only the metadata's
+  // feed_forward_length, as in the published files)
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
 };
 
 // clang-format off
@@ -55,6 +59,9 @@ constexpr Shape kShapes[] = {
   {"qwen3.5-0.8b", "qwen35", 1024, 24,  3584,  8,   2,  256, 248320, 262144, true,  1e7f,     1e-6f, false, 0, 0, 16, 16},
   {"qwen3.5-9b",  "qwen35", 4096, 32,   12288, 16,  4,  256, 248320, 262144, false, 1e7f,     1e-6f, false, 0, 0, 32, 16},
   {"qwen3.5-27b", "qwen35", 5120, 64,   17408, 24,  4,  256, 248320, 262144, false, 1e7f,     1e-6f, false, 0, 0, 48, 16},
+  // Mixture of experts: the fixture's shape (8 experts, top 2) and Qwen3-30B-A3B (128 experts, top 8, width 768).
+  {"tiny-qwen3moe", "qwen3moe", 256, 2, 512,   4,   2,  128, 1024,   2048,   false, 1e6f,     1e-6f, false, 0, 0, 0, 0, 8, 2, 256},
+  {"qwen3moe-30b-a3b", "qwen3moe", 2048, 48, 6144, 32, 4, 128, 151936, 40960, false, 1e6f,   1e-6f, false, 0, 0, 0, 0, 128, 8, 768},
 };
 constexpr int64_t kSsmHead = 128, kSsmConv = 4, kFullAttnInterval = 4, kQwen35Rot = 64;
 // clang-format on
@@ -75,16 +82,24 @@ constexpr const char* kTypeList = "f16, q8_0, q4_0, q4_k_m, q6_k, iq4_nl, iq4_xs
 // llama.cpp's "more bits" layers of the _M mixes (llama-quant.cpp, use_more_bits).
 bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
-enum class Role { kEmbed, kOutput, kAttnV, kFfnDown, kMatrix };
+// kFfnDown covers ffn_down_exps too (llama.cpp's quantizer matches the name); kExperts: ffn_gate/up_exps.
+enum class Role { kEmbed, kOutput, kAttnK, kAttnV, kAttnOut, kFfnDown, kExperts, kMatrix };
 
-// The tensor type llama.cpp's quantizer picks for a weight matrix (norms and biases stay F32 elsewhere). IQ4_NL /
-// IQ4_XS without an importance matrix: Q5_K for attn_v where 4+ query heads share a KV head and for ffn_down of
-// the first n_layer/8 layers. mxfp4 (llama.cpp's MXFP4_MOE, which keeps dense matrices in Q8_0): every matrix
-// MXFP4 so that a dense shape exercises the type, the output Q8_0 as that file type writes it.
-DType matrix_type(const TypeRecipe& t, Role role, int64_t layer, int64_t n_layer, int64_t n_gqa) {
-  if (t.base == DType::F16 || t.base == DType::Q8_0 || t.base == DType::Q6_K) return t.base;
-  if (t.base == DType::MXFP4) return role == Role::kOutput ? DType::Q8_0 : DType::MXFP4;
+// The tensor type llama.cpp's quantizer picks for a weight matrix (norms, biases and the MoE router stay F32
+// elsewhere). IQ4_NL / IQ4_XS without an importance matrix: Q5_K for attn_v where 4+ query heads share a KV head and
+// for ffn_down of the first n_layer/8 layers. Files of exactly 8 experts: attn_k and attn_v Q8_0, attn_output Q5_K
+// in the 4-bit mixes. mxfp4 (llama.cpp's MXFP4_MOE): a MoE shape gets MXFP4 experts and Q8_0 dense matrices as that
+// file type writes them; a dense shape gets every matrix MXFP4 so that it exercises the type; the output Q8_0.
+DType matrix_type(const TypeRecipe& t, Role role, int64_t layer, int64_t n_layer, int64_t n_gqa, int64_t n_expert) {
+  const bool expert = role == Role::kExperts || (role == Role::kFfnDown && n_expert > 0);
+  if (t.base == DType::F16 || t.base == DType::Q8_0) return t.base;
+  if (t.base == DType::MXFP4)
+    return role == Role::kOutput || (n_expert > 0 && !expert) ? DType::Q8_0 : DType::MXFP4;
+  if (n_expert == 8 && (role == Role::kAttnK || role == Role::kAttnV)) return DType::Q8_0;
+  if (t.base == DType::Q6_K) return t.base;
   if (role == Role::kOutput) return DType::Q6_K;  // output.weight, or token_embd when tied
+  const bool mix4 = t.base == DType::Q4_K || t.base == DType::IQ4_NL || t.base == DType::IQ4_XS;
+  if (n_expert == 8 && role == Role::kAttnOut && mix4) return DType::Q5_K;
   if (t.base == DType::IQ4_NL || t.base == DType::IQ4_XS) {
     if ((role == Role::kAttnV && n_gqa >= 4) || (role == Role::kFfnDown && layer < n_layer / 8)) return DType::Q5_K;
     return t.base;
@@ -118,6 +133,7 @@ std::vector<float> llama3_rope_factors(int64_t head_dim, float base) {
 struct Options {
   std::string shape, type = "f16", out, vocab;
   int64_t layers = 0, embd = 0, ff = 0, heads = 0, kv_heads = 0, head_dim = 0, n_vocab = 0, ctx = 0;
+  int64_t experts = 0, experts_used = 0, expert_ff = 0;
   uint64_t seed = 42;
   int threads = 0;
 };
@@ -126,14 +142,25 @@ class ModelBuilder {
  public:
   ModelBuilder(const Shape& s, const TypeRecipe& t, uint64_t seed) : s_(s), t_(t), seed_(seed) {}
 
-  Status add_matrix(const std::string& name, Role role, int64_t layer, int64_t n_in, int64_t n_out) {
-    const DType type = matrix_type(t_, role, layer, s_.n_layer, s_.n_head / s_.n_head_kv);
+  // A matrix [n_in, n_out], or a stack of n_expert of them [n_in, n_out, n_expert] (0: no expert dimension).
+  Status add_matrix(const std::string& name, Role role, int64_t layer, int64_t n_in, int64_t n_out,
+                    int64_t n_expert = 0) {
+    const DType type = matrix_type(t_, role, layer, s_.n_layer, s_.n_head / s_.n_head_kv, s_.n_expert);
     if (n_in % dtype_block_size(type) != 0)
       return make_error(ErrorCode::kInvalidArgument, "%s: row length %lld is not a multiple of %s's block size %lld",
                         name.c_str(), static_cast<long long>(n_in), dtype_name(type),
                         static_cast<long long>(dtype_block_size(type)));
     KILN_ASSIGN_OR_RETURN(auto fill, synth::random_weights(type, next_key(), 1.0f / std::sqrt(static_cast<float>(n_in))));
-    return w_.add_tensor(name, type, {n_in, n_out}, std::move(fill));
+    std::vector<int64_t> ne = {n_in, n_out};
+    if (n_expert > 0) ne.push_back(n_expert);
+    return w_.add_tensor(name, type, std::move(ne), std::move(fill));
+  }
+  // The MoE router [n_embd, n_expert], f32 as llama.cpp's quantizer keeps it; logits of standard deviation ~3 for
+  // unit-RMS inputs, so that routing is decisive.
+  Status add_router(const std::string& name) {
+    KILN_ASSIGN_OR_RETURN(auto fill,
+                          synth::random_weights(DType::F32, next_key(), 3.0f / std::sqrt(static_cast<float>(s_.n_embd))));
+    return w_.add_tensor(name, DType::F32, {s_.n_embd, s_.n_expert}, std::move(fill));
   }
   Status add_vector(const std::string& name, int64_t n, float center, float spread) {
     return w_.add_tensor(name, DType::F32, {n}, synth::uniform_f32(next_key(), center, spread));
@@ -166,6 +193,11 @@ class ModelBuilder {
     w_.set(a + ".vocab_size", static_cast<uint32_t>(s_.n_vocab));
     w_.set("general.file_type", t_.file_type);
     if (t_.base != DType::F16) w_.set("general.quantization_version", uint32_t{2});
+    if (s_.n_expert > 0) {
+      w_.set(a + ".expert_count", static_cast<uint32_t>(s_.n_expert));
+      w_.set(a + ".expert_used_count", static_cast<uint32_t>(s_.n_expert_used));
+      w_.set(a + ".expert_feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp));
+    }
     if (a == "gemma3") {
       w_.set(a + ".attention.sliding_window", static_cast<uint32_t>(s_.window));
       w_.set(a + ".rope.freq_base_swa", s_.rope_base_swa);
@@ -217,20 +249,27 @@ class ModelBuilder {
         continue;
       }
       KILN_TRY(add_matrix(p + "attn_q.weight", Role::kMatrix, i, s_.n_embd, q_dim));
-      KILN_TRY(add_matrix(p + "attn_k.weight", Role::kMatrix, i, s_.n_embd, kv_dim));
+      KILN_TRY(add_matrix(p + "attn_k.weight", Role::kAttnK, i, s_.n_embd, kv_dim));
       KILN_TRY(add_matrix(p + "attn_v.weight", Role::kAttnV, i, s_.n_embd, kv_dim));
       if (a == "qwen2") {
         KILN_TRY(add_vector(p + "attn_q.bias", q_dim, 0.0f, 0.05f));
         KILN_TRY(add_vector(p + "attn_k.bias", kv_dim, 0.0f, 0.05f));
         KILN_TRY(add_vector(p + "attn_v.bias", kv_dim, 0.0f, 0.05f));
       }
-      KILN_TRY(add_matrix(p + "attn_output.weight", Role::kMatrix, i, q_dim, s_.n_embd));
-      if (a == "qwen3" || a == "gemma3") {
+      KILN_TRY(add_matrix(p + "attn_output.weight", Role::kAttnOut, i, q_dim, s_.n_embd));
+      if (a == "qwen3" || a == "gemma3" || a == "qwen3moe") {
         KILN_TRY(add_vector(p + "attn_q_norm.weight", hd, 1.0f, 0.1f));
         KILN_TRY(add_vector(p + "attn_k_norm.weight", hd, 1.0f, 0.1f));
       }
       if (a == "gemma3") KILN_TRY(add_vector(p + "post_attention_norm.weight", s_.n_embd, 1.0f, 0.1f));
       KILN_TRY(add_vector(p + "ffn_norm.weight", s_.n_embd, 1.0f, 0.1f));
+      if (s_.n_expert > 0) {  // routed experts instead of the dense FFN
+        KILN_TRY(add_router(p + "ffn_gate_inp.weight"));
+        KILN_TRY(add_matrix(p + "ffn_gate_exps.weight", Role::kExperts, i, s_.n_embd, s_.n_ff_exp, s_.n_expert));
+        KILN_TRY(add_matrix(p + "ffn_up_exps.weight", Role::kExperts, i, s_.n_embd, s_.n_ff_exp, s_.n_expert));
+        KILN_TRY(add_matrix(p + "ffn_down_exps.weight", Role::kFfnDown, i, s_.n_ff_exp, s_.n_embd, s_.n_expert));
+        continue;
+      }
       KILN_TRY(add_matrix(p + "ffn_gate.weight", Role::kMatrix, i, s_.n_embd, s_.n_ff));
       KILN_TRY(add_matrix(p + "ffn_up.weight", Role::kMatrix, i, s_.n_embd, s_.n_ff));
       KILN_TRY(add_matrix(p + "ffn_down.weight", Role::kFfnDown, i, s_.n_ff, s_.n_embd));
@@ -262,7 +301,8 @@ struct Limit {
 };
 constexpr Limit kLimits[] = {{"--layers", 1024},       {"--embd", 1 << 16},      {"--ff", 1 << 20},
                              {"--heads", 1024},        {"--kv-heads", 1024},     {"--head-dim", 1024},
-                             {"--n-vocab", 1 << 22},   {"--ctx", INT32_MAX}};
+                             {"--n-vocab", 1 << 22},   {"--ctx", INT32_MAX},     {"--experts", 1024},
+                             {"--experts-used", 1024}, {"--expert-ff", 1 << 20}};
 
 Status check_range(const char* opt, int64_t v) {
   int64_t max = INT32_MAX;
@@ -321,12 +361,20 @@ Result<Shape> resolve_shape(const Options& o, ArgParser& p, const TypeRecipe& t)
   } overrides[] = {{"--layers", o.layers, &s.n_layer},  {"--embd", o.embd, &s.n_embd},
                    {"--ff", o.ff, &s.n_ff},              {"--heads", o.heads, &s.n_head},
                    {"--kv-heads", o.kv_heads, &s.n_head_kv}, {"--head-dim", o.head_dim, &s.head_dim},
-                   {"--n-vocab", o.n_vocab, &s.n_vocab}, {"--ctx", o.ctx, &s.n_ctx}};
+                   {"--n-vocab", o.n_vocab, &s.n_vocab}, {"--ctx", o.ctx, &s.n_ctx},
+                   {"--experts", o.experts, &s.n_expert}, {"--experts-used", o.experts_used, &s.n_expert_used},
+                   {"--expert-ff", o.expert_ff, &s.n_ff_exp}};
   for (const Override& ov : overrides) {
     if (!p.seen(ov.opt)) continue;
     KILN_TRY(check_range(ov.opt, ov.value));
+    if (base->n_expert == 0 && std::string_view(ov.opt).find("expert") != std::string_view::npos)
+      return make_error(ErrorCode::kInvalidArgument, "%s: shape %s has no experts (the MoE shapes: tiny-qwen3moe, "
+                        "qwen3moe-30b-a3b)", ov.opt, s.name);
     *ov.field = ov.value;
   }
+  if (s.n_expert_used > s.n_expert)
+    return make_error(ErrorCode::kInvalidArgument, "--experts-used %lld is more than the %lld experts",
+                      static_cast<long long>(s.n_expert_used), static_cast<long long>(s.n_expert));
   // Row lengths of the quantized matrices: n_embd (most; the q6_K output of the 4-bit mixes too), n_ff
   // (ffn_down) and n_head * head_dim (attn_output) must be whole blocks.
   // (the 4-bit mixes' Q5_K / Q6_K matrices: 256)
@@ -339,6 +387,9 @@ Result<Shape> resolve_shape(const Options& o, ArgParser& p, const TypeRecipe& t)
   if (s.n_ff % blk != 0)
     return make_error(ErrorCode::kInvalidArgument, "--ff %lld must be a multiple of %lld for --type %s",
                       static_cast<long long>(s.n_ff), static_cast<long long>(blk), t.name);
+  if (s.n_expert > 0 && s.n_ff_exp % blk != 0)  // ffn_down_exps rows
+    return make_error(ErrorCode::kInvalidArgument, "--expert-ff %lld must be a multiple of %lld for --type %s",
+                      static_cast<long long>(s.n_ff_exp), static_cast<long long>(blk), t.name);
   if (s.head_dim == 0) {
     if (s.n_embd % s.n_head != 0)
       return make_error(ErrorCode::kInvalidArgument, "--embd %lld is not a multiple of --heads %lld (or give --head-dim)",
@@ -375,6 +426,9 @@ int run_synth(int argc, char** argv) {
   p.option({"--head-dim"}, &o.head_dim, "N", "override the head size");
   p.option({"--n-vocab"}, &o.n_vocab, "N", "vocabulary size (default: the shape's, or the --vocab file's when larger)");
   p.option({"--ctx"}, &o.ctx, "N", "context length written to the metadata");
+  p.option({"--experts"}, &o.experts, "N", "MoE shapes: override the expert count");
+  p.option({"--experts-used"}, &o.experts_used, "N", "MoE shapes: override the experts routed per token");
+  p.option({"--expert-ff"}, &o.expert_ff, "N", "MoE shapes: override the expert feed-forward width");
   p.option({"--seed"}, &o.seed, "N", "random seed (default 42); the output is deterministic for a seed");
   p.option({"-t", "--threads"}, &o.threads, "N", "threads (default: all cores)");
   if (Status st = p.parse(argc, argv); !st) return fail("synth", st);
@@ -443,10 +497,14 @@ int run_synth(int argc, char** argv) {
   const uint64_t bytes = *b.writer().file_size();
   std::fprintf(stderr,
                "kiln synth: wrote %s: %s %s (%lld layers, embd %lld, ff %lld, heads %lld/%lld, head dim %lld, vocab "
-               "%lld), %zu tensors, %.2f GB in %.2f s (%.2f GB/s, %d threads)\n",
+               "%lld%s), %zu tensors, %.2f GB in %.2f s (%.2f GB/s, %d threads)\n",
                o.out.c_str(), s.name, recipe->name, static_cast<long long>(s.n_layer), static_cast<long long>(s.n_embd),
                static_cast<long long>(s.n_ff), static_cast<long long>(s.n_head), static_cast<long long>(s.n_head_kv),
-               static_cast<long long>(s.head_dim), static_cast<long long>(s.n_vocab), b.writer().n_tensors(),
+               static_cast<long long>(s.head_dim), static_cast<long long>(s.n_vocab),
+               s.n_expert > 0 ? strprintf(", %lld of %lld experts of ff %lld", static_cast<long long>(s.n_expert_used),
+                                          static_cast<long long>(s.n_expert), static_cast<long long>(s.n_ff_exp)).c_str()
+                              : "",
+               b.writer().n_tensors(),
                static_cast<double>(bytes) / 1e9, secs, secs > 0 ? static_cast<double>(bytes) / 1e9 / secs : 0.0,
                threads);
   return 0;

@@ -23,6 +23,10 @@ struct LayerWeights {
   Tensor q_norm, k_norm;         // optional f32 [hd_k] per-head RMS norm weights (qwen3)
   Tensor ffn_norm;               // f32 [n_embd]
   Tensor w_gate, w_up, w_down;   // [n_embd, n_ff], [n_embd, n_ff], [n_ff, n_embd]
+  // mixture-of-experts FFN: router and expert stacks (plane e = expert e)
+  Tensor ffn_gate_inp;                            // [n_embd, n_expert]
+  Tensor ffn_gate_exps, ffn_up_exps;              // [n_embd, n_ff_exp, n_expert]
+  Tensor ffn_down_exps;                           // [n_ff_exp, n_embd, n_expert]
   // gemma3: norms of the attention and FFN outputs before their residual adds
   Tensor post_attn_norm, post_ffn_norm;  // f32 [n_embd]
   // qwen35 Gated DeltaNet layers (model/arch/qwen35.cpp has the shapes)
@@ -51,9 +55,10 @@ struct Weights {
 };
 
 // One entry of an architecture's tensor manifest: the file must hold `name` with exactly `shape` (ne order);
-// optional tensors may be absent. kind says which types are accepted.
+// optional tensors may be absent. kind says which types are accepted: kMatrix what the backend's matmul reads,
+// kEmbedding what its get_rows reads, kF32 only f32, kExperts (a stack of expert matrices) what its moe_ffn reads.
 struct TensorSpec {
-  enum Kind { kMatrix, kEmbedding, kF32 } kind = kMatrix;
+  enum Kind { kMatrix, kEmbedding, kF32, kExperts } kind = kMatrix;
   std::string name;
   std::vector<int64_t> shape;
   Tensor* dst = nullptr;
@@ -75,7 +80,7 @@ struct ArchDef {
 };
 
 const ArchDef* find_arch(std::string_view name);
-std::string supported_archs();  // "llama, qwen2, qwen3, gemma3, qwen35"
+std::string supported_archs();  // "llama, qwen2, qwen3, gemma3, qwen35, qwen3moe"
 
 // Common hyperparameters: general.* and <arch>.* keys (see hparams.h), then validate_hparams.
 Status read_common_hparams(const gguf::File& file, HParams& hp);
@@ -85,13 +90,19 @@ Status validate_hparams(const HParams& hp);
 Result<int64_t> read_int_or(const gguf::File& file, const std::string& key, int64_t fallback);
 
 // The standard pre-norm decoder tensors (token_embd, output_norm, output (optional), per layer attn_norm, q/k/v/o,
-// ffn_norm, gate/up/down). Architectures add their extras.
-std::vector<TensorSpec> standard_manifest(const HParams& hp, Weights& w);
+// ffn_norm, and with dense_ffn the FFN's gate/up/down). Architectures add their extras.
+std::vector<TensorSpec> standard_manifest(const HParams& hp, Weights& w, bool dense_ffn = true);
 // Extras some architectures carry, appended to a manifest:
 //   blk.N.attn_{q,k,v}.bias  f32 [n_head*hd_k], [n_head_kv*hd_k], [n_head_kv*hd_v]
 void add_qkv_bias_specs(const HParams& hp, Weights& w, bool required, std::vector<TensorSpec>& m);
 //   blk.N.attn_{q,k}_norm.weight  f32 [hd_k]  (per-head RMS norm of q and k before RoPE)
 void add_qk_norm_specs(const HParams& hp, Weights& w, bool required, std::vector<TensorSpec>& m);
+//   blk.N.ffn_gate_inp.weight [n_embd, n_expert] (router), blk.N.ffn_{gate,up}_exps.weight
+//   [n_embd, n_ff_exp, n_expert], blk.N.ffn_down_exps.weight [n_ff_exp, n_embd, n_expert]  (mixture of experts)
+void add_moe_specs(const HParams& hp, Weights& w, std::vector<TensorSpec>& m);
+// Reads <arch>.expert_count (required, in [1, 1024]), expert_used_count (required, in [1, expert_count]) and
+// expert_feed_forward_length (default: feed_forward_length / expert_used_count, as llama.cpp) into hp.
+Status read_moe_hparams(const gguf::File& file, HParams& hp);
 // ArchDef::finish for the common case: no output.weight means the output projection is token_embd (tied).
 Status tie_output_to_embedding(const HParams& hp, Weights& w, HParams& hp_out);
 

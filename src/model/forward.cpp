@@ -82,6 +82,23 @@ Status swiglu_ffn(ForwardCtx& c, int64_t il) {
   return project_add(c, L.w_down, c.g);                          // x += down g
 }
 
+Status moe_ffn(ForwardCtx& c, int64_t il, MoeGating gating, bool norm_topk) {
+  if (c.n == 0) return Status::ok();
+  Backend& be = *c.be;
+  const LayerWeights& L = c.w->layers[il];
+  KILN_TRY(be.rms_norm(c.x, L.ffn_norm, c.hp->rms_eps, c.h));
+  Backend::MoeFfnArgs a;
+  a.x = c.h;
+  a.router = L.ffn_gate_inp;
+  a.gate = L.ffn_gate_exps;
+  a.up = L.ffn_up_exps;
+  a.down = L.ffn_down_exps;
+  a.k = static_cast<int32_t>(c.hp->n_expert_used);
+  a.gating = gating;
+  a.norm_topk = norm_topk;
+  return be.moe_ffn(a, c.x);
+}
+
 Status keep_output_rows(ForwardCtx& c) {
   const int64_t m = c.n_out;
   if (m > 0) {

@@ -84,6 +84,11 @@ Status geglu_ffn(ForwardCtx& c, int64_t il);
 // h = rms_norm(x) * ffn_norm; x += down(silu(gate(h)) * up(h)).
 Status swiglu_ffn(ForwardCtx& c, int64_t il);
 
+// h = rms_norm(x) * ffn_norm; x += the routed experts' SwiGLU FFN of h (Backend::moe_ffn: the layer's router
+// ffn_gate_inp and expert stacks, hp.n_expert_used experts per token, `gating`, renormalised top-k weights when
+// norm_topk).
+Status moe_ffn(ForwardCtx& c, int64_t il, MoeGating gating, bool norm_topk);
+
 // x += o, with o = W a computed as the sum over tensor-parallel ranks of each rank's input-column slice of W times
 // its slice of a (one all-reduce of h in f32: the residual stream is f32, and a bf16 sum would round it once per
 // sublayer; the partial sums are [n_embd, n] per rank, small next to the weights each rank reads). One rank:

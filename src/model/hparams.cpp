@@ -200,7 +200,7 @@ Status validate_hparams(const HParams& hp) {
   return Status::ok();
 }
 
-std::vector<TensorSpec> standard_manifest(const HParams& hp, Weights& w) {
+std::vector<TensorSpec> standard_manifest(const HParams& hp, Weights& w, bool dense_ffn) {
   using K = TensorSpec::Kind;
   const int64_t e = hp.n_embd, q = hp.n_head * hp.head_dim_k, kk = hp.n_head_kv * hp.head_dim_k,
                 v = hp.n_head_kv * hp.head_dim_v, o = hp.n_head * hp.head_dim_v;
@@ -218,6 +218,7 @@ std::vector<TensorSpec> standard_manifest(const HParams& hp, Weights& w) {
     m.push_back({K::kMatrix, b + "attn_v.weight", {e, v}, &L.wv, true});
     m.push_back({K::kMatrix, b + "attn_output.weight", {o, e}, &L.wo, true});
     m.push_back({K::kF32, b + "ffn_norm.weight", {e}, &L.ffn_norm, true});
+    if (!dense_ffn) continue;
     m.push_back({K::kMatrix, b + "ffn_gate.weight", {e, hp.n_ff}, &L.w_gate, true});
     m.push_back({K::kMatrix, b + "ffn_up.weight", {e, hp.n_ff}, &L.w_up, true});
     m.push_back({K::kMatrix, b + "ffn_down.weight", {hp.n_ff, e}, &L.w_down, true});
@@ -242,6 +243,38 @@ void add_qk_norm_specs(const HParams& hp, Weights& w, bool required, std::vector
     m.push_back({TensorSpec::kF32, b + "attn_q_norm.weight", {hp.head_dim_k}, &L.q_norm, required});
     m.push_back({TensorSpec::kF32, b + "attn_k_norm.weight", {hp.head_dim_k}, &L.k_norm, required});
   }
+}
+
+void add_moe_specs(const HParams& hp, Weights& w, std::vector<TensorSpec>& m) {
+  const int64_t e = hp.n_embd, f = hp.n_ff_exp, x = hp.n_expert;
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    LayerWeights& L = w.layers[il];
+    const std::string b = "blk." + std::to_string(il) + ".";
+    m.push_back({TensorSpec::kMatrix, b + "ffn_gate_inp.weight", {e, x}, &L.ffn_gate_inp, true});
+    m.push_back({TensorSpec::kExperts, b + "ffn_gate_exps.weight", {e, f, x}, &L.ffn_gate_exps, true});
+    m.push_back({TensorSpec::kExperts, b + "ffn_up_exps.weight", {e, f, x}, &L.ffn_up_exps, true});
+    m.push_back({TensorSpec::kExperts, b + "ffn_down_exps.weight", {f, e, x}, &L.ffn_down_exps, true});
+  }
+}
+
+Status read_moe_hparams(const gguf::File& f, HParams& hp) {
+  constexpr int64_t kMaxExperts = 1024;  // llama.cpp's LLAMA_MAX_EXPERTS
+  const std::string count = key(hp, "expert_count"), used = key(hp, "expert_used_count"),
+                    width = key(hp, "expert_feed_forward_length");
+  KILN_ASSIGN_OR_RETURN(hp.n_expert, get_int(f, count));
+  KILN_ASSIGN_OR_RETURN(hp.n_expert_used, get_int(f, used));
+  if (hp.n_expert < 1 || hp.n_expert > kMaxExperts)
+    return make_error(ErrorCode::kInvalidFile, "%s is %lld: must be in [1, %lld]", count.c_str(),
+                      static_cast<long long>(hp.n_expert), static_cast<long long>(kMaxExperts));
+  if (hp.n_expert_used < 1 || hp.n_expert_used > hp.n_expert)
+    return make_error(ErrorCode::kInvalidFile, "%s is %lld: must be in [1, %s = %lld]", used.c_str(),
+                      static_cast<long long>(hp.n_expert_used), count.c_str(), static_cast<long long>(hp.n_expert));
+  KILN_ASSIGN_OR_RETURN(hp.n_ff_exp, get_int_or(f, width, hp.n_ff / hp.n_expert_used));
+  if (hp.n_ff_exp < 1 || hp.n_ff_exp > kMaxDim)
+    return make_error(ErrorCode::kInvalidFile, "%s is %lld: must be in [1, %lld]%s", width.c_str(),
+                      static_cast<long long>(hp.n_ff_exp), static_cast<long long>(kMaxDim),
+                      f.has(width) ? "" : " (the default: feed_forward_length / expert_used_count)");
+  return Status::ok();
 }
 
 Status tie_output_to_embedding(const HParams&, Weights& w, HParams& hp) {

@@ -45,6 +45,11 @@ struct HParams {
   int64_t ssm_d_state = 0;   // ssm.state_size: key head size (= value head size)
   int64_t ssm_n_v_head = 0;  // ssm.time_step_rank: value heads
   int64_t ssm_n_k_head = 0;  // ssm.group_count: key heads
+  // Mixture-of-experts FFN (qwen3moe): <arch>.expert_count experts of width expert_feed_forward_length, of which
+  // expert_used_count are routed per token (0: a dense FFN).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;
   // Workspace an architecture needs beyond the standard buffers (model/state.cpp): the q buffer's width per token
   // (0: n_head * head_dim_k; qwen35: query and gate) and an extra scratch region of ws_extra floats per token
   // (ForwardCtx::s).

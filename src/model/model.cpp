@@ -55,25 +55,25 @@ Backend* LoadedModel::home_of(const std::string& name) const {
 }
 
 Status LoadedModel::bind(const std::vector<TensorSpec>& manifest, const LoadOptions& opts) {
+  // Every tensor's presence, shape and type first: a file the placement cannot run fails before anything is
+  // uploaded. (The token embedding is read by get_rows; when the output is tied to it, rehome_shared checks that
+  // the output backend multiplies it.)
+  std::vector<const gguf::TensorInfo*> found(manifest.size(), nullptr);
   uint64_t total = 0, done = 0;
-  for (const TensorSpec& s : manifest)
-    if (const gguf::TensorInfo* ti = file_.find_tensor(s.name)) total += ti->nbytes;
+  for (size_t i = 0; i < manifest.size(); ++i) {
+    const TensorSpec& s = manifest[i];
+    KILN_ASSIGN_OR_RETURN(found[i], manifest_tensor(file_, s, hp_.arch));
+    if (!found[i]) continue;
+    KILN_TRY(check_tensor_type(s, found[i]->type, *home_of(s.name)));
+    total += found[i]->nbytes;
+  }
   const bool report = opts.progress && total > (256ull << 20);
   int last_pct = -1;
-  for (const TensorSpec& s : manifest) {
-    KILN_ASSIGN_OR_RETURN(const gguf::TensorInfo* ti, manifest_tensor(file_, s, hp_.arch));
+  for (size_t i = 0; i < manifest.size(); ++i) {
+    const gguf::TensorInfo* ti = found[i];
     if (!ti) continue;
-    Backend* home = home_of(s.name);
-    // The token embedding is read by get_rows; when the output is tied to it, the output backend multiplies it.
-    const bool type_ok = s.kind == TensorSpec::kF32         ? ti->type == DType::F32
-                         : s.kind == TensorSpec::kEmbedding ? home->supports(Op::kGetRows, ti->type)
-                                                            : home->supports(Op::kMatmul, ti->type);
-    if (!type_ok)
-      return make_error(ErrorCode::kUnsupported, "tensor '%s' has type %s, %s", s.name.c_str(), dtype_name(ti->type),
-                        s.kind == TensorSpec::kF32 ? "expected f32"
-                                                   : (std::string("which backend ") + home->name() +
-                                                      " cannot multiply/dequantize").c_str());
-    KILN_ASSIGN_OR_RETURN(*s.dst, home->import_weight(ti->type, ti->ne, ti->data, ti->nbytes));
+    const TensorSpec& s = manifest[i];
+    KILN_ASSIGN_OR_RETURN(*s.dst, home_of(s.name)->import_weight(ti->type, ti->ne, ti->data, ti->nbytes));
     done += ti->nbytes;
     if (report) {
       const int pct = static_cast<int>(done * 100 / total);

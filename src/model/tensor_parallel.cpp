@@ -238,13 +238,7 @@ Status TpModel::init(gguf::File file, const LoadOptions& opts) {
       const gguf::TensorInfo* ti = file_.find_tensor(s.name);
       if (!ti) continue;  // optional (required ones were checked above)
       const bool embedding = s.kind == TensorSpec::kEmbedding;
-      const bool type_ok = s.kind == TensorSpec::kF32 ? ti->type == DType::F32
-                           : embedding               ? be->supports(Op::kGetRows, ti->type)
-                                                     : be->supports(Op::kMatmul, ti->type);
-      if (!type_ok)
-        return make_error(ErrorCode::kUnsupported, "tensor '%s' has type %s, which backend %s cannot %s",
-                          s.name.c_str(), dtype_name(ti->type), be->name(),
-                          s.kind == TensorSpec::kF32 ? "use (expected f32)" : "multiply/dequantize");
+      KILN_TRY(check_tensor_type(s, ti->type, *be));
       // token_embd is replicated (its manifest shape says V/N rows on a rank: the rank's vocabulary is that of
       // the output projection only).
       const Slice sl = embedding ? Slice{} : slice_for(s.name, hp_, layout_, r);
@@ -290,6 +284,30 @@ Result<const gguf::TensorInfo*> manifest_tensor(const gguf::File& file, const Te
                       ti->shape_string().c_str(), want.c_str());
   }
   return ti;
+}
+
+Status check_tensor_type(const TensorSpec& s, DType t, const Backend& be) {
+  switch (s.kind) {
+    case TensorSpec::kF32:
+      if (t == DType::F32) return Status::ok();
+      return make_error(ErrorCode::kUnsupported, "tensor '%s' has type %s, expected f32", s.name.c_str(),
+                        dtype_name(t));
+    case TensorSpec::kEmbedding:
+    case TensorSpec::kMatrix:
+      if (be.supports(s.kind == TensorSpec::kEmbedding ? Op::kGetRows : Op::kMatmul, t)) return Status::ok();
+      return make_error(ErrorCode::kUnsupported, "tensor '%s' has type %s, which backend %s cannot %s",
+                        s.name.c_str(), dtype_name(t), be.name(),
+                        s.kind == TensorSpec::kEmbedding ? "dequantize (get_rows)" : "multiply (matmul)");
+    case TensorSpec::kExperts:
+      if (be.supports(Op::kMoeFfn, t)) return Status::ok();
+      if (!be.supports(Op::kMoeFfn, DType::F32) && !be.supports(Op::kMoeFfn, DType::F16))
+        return make_error(ErrorCode::kUnsupported, "tensor '%s' is a mixture-of-experts stack: backend %s does not "
+                          "run the moe_ffn op yet (place this model's layers on the CPU: --device cpu or -ngl 0)",
+                          s.name.c_str(), be.name());
+      return make_error(ErrorCode::kUnsupported, "tensor '%s' has type %s, which backend %s's moe_ffn cannot read",
+                        s.name.c_str(), dtype_name(t), be.name());
+  }
+  return make_error(ErrorCode::kInternal, "tensor '%s': unknown manifest kind", s.name.c_str());
 }
 
 Status finish_load(const gguf::File& file, ModelStats* stats, std::unique_ptr<Tokenizer>* tokenizer) {

@@ -43,6 +43,10 @@ Result<std::unique_ptr<Model>> load_tensor_parallel(gguf::File file, const LoadO
 Result<const gguf::TensorInfo*> manifest_tensor(const gguf::File& file, const TensorSpec& s,
                                                 const std::string& arch);
 
+// Whether backend `be` can use a tensor of type t as manifest entry s wants it (f32; a matmul weight; an embedding
+// get_rows reads; an expert stack moe_ffn reads); the error names the tensor, the type, the backend and the op.
+Status check_tensor_type(const TensorSpec& s, DType t, const Backend& be);
+
 // The end of both load paths: parameter and byte counts of every tensor of the file, the tokenizer.
 Status finish_load(const gguf::File& file, ModelStats* stats, std::unique_ptr<Tokenizer>* tokenizer);
 

@@ -53,9 +53,9 @@
 //   - attention: exact math in double on the cache values as stored (f32; f16-rounded; q8_0 dequantized). A score
 //     s_j off by at most delta changes each softmax weight by a factor within e^(+-2 delta), so per element
 //     |err| <= (e^(2 delta) - 1 + eps_p + (kv_len + 8) 2u) sum_j p_j |v_j|, with delta = scale * sum_i |q_i k_i|
-//     * (eps_q + (hd + 4) u) (eps_q: the rounding the backend applies to q before q.k: 0 on f32/q8_0 caches on the
-//     CPU, 2^-11 on f16 caches, where the CPU rounds q to f16 as llama.cpp does; eps_p: probabilities rounded to
-//     f16 before P.V on a GPU, 0 on the CPU). NMSE: f32 q.k: 1e-10; q in f16: the score error has std
+//     * (eps_q + (hd + 4) u) (eps_q: the rounding the backend applies to q before q.k: 0 on the CPU, which keeps q
+//     f32 as llama.cpp's tiled CPU attention does, 2^-11 on f16 caches on a GPU, which rounds q to f16; eps_p:
+//     probabilities rounded to f16 before P.V on a GPU, 0 on the CPU). NMSE: f32 q.k: 1e-10; q in f16: the score error has std
 //     scale * sqrt(sum_i (q_i k_i)^2) * 2^-11/sqrt(3) = 2 * 2.8e-4 = 5.6e-4 for our q (sigma 2) and k (sigma 1),
 //     and the output's relative error is about that (softmax weights move by that factor): NMSE ~3e-7 -> 3e-6.
 //     (A GPU that quantizes q to Q8_1 for a q8_0 cache: step amax32(q)/127 ~ 0.033, score error std ~0.0095,
@@ -669,9 +669,8 @@ struct AttnPrecision {
 };
 AttnPrecision attn_precision(const std::string& backend, DType ct) {
   AttnPrecision a;
-  if (ct == DType::F16) a.eps_q = std::ldexp(1.0, -11);
   if (backend.rfind("cuda", 0) == 0) {
-    if (ct == DType::F16) a.eps_p = std::ldexp(1.0, -11);
+    if (ct == DType::F16) a.eps_q = a.eps_p = std::ldexp(1.0, -11);
     if (ct == DType::Q8_0) a.q8_q = true;
   }
   return a;

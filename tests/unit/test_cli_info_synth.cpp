@@ -263,6 +263,65 @@ TEST(CliSynth, Qwen35AndGemma3ShapesLoadAndRun) {
   }
 }
 
+// The MoE shapes: the expert keys, an f32 router, expert stacks [n_in, n_out, n_expert] in the types llama.cpp's
+// quantizer picks (Q4_K_M with 8 experts: attn_k / attn_v Q8_0, attn_output Q5_K, ffn_down_exps Q6_K on the "more
+// bits" layers; mxfp4: MXFP4 experts, Q8_0 dense matrices), and kiln loads and runs what it writes.
+TEST(CliSynth, QwenMoeShapesLoadAndRun) {
+  struct Case {
+    std::string args, type;
+    uint32_t experts, used, ff_exp;
+  };
+  for (const Case& c : {Case{"tiny-qwen3moe", "q4_k_m", 8, 2, 256}, Case{"tiny-qwen3moe", "mxfp4", 8, 2, 256},
+                        Case{"qwen3moe-30b-a3b --layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2 --head-dim 64 "
+                             "--experts 16 --experts-used 4 --expert-ff 256 --n-vocab 2000", "q4_k_m", 16, 4, 256}}) {
+    SCOPED_TRACE(c.args + " " + c.type);
+    const std::string path = temp_path("moe.gguf");
+    auto r = run_kiln("synth --shape " + c.args + " --type " + c.type + " -t 2 -o '" + path + "'");
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto f = gguf::File::open(path);
+    ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+    EXPECT_EQ(*f->get_str("general.architecture"), "qwen3moe");
+    EXPECT_EQ(*f->get_u32("qwen3moe.expert_count"), c.experts);
+    EXPECT_EQ(*f->get_u32("qwen3moe.expert_used_count"), c.used);
+    EXPECT_EQ(*f->get_u32("qwen3moe.expert_feed_forward_length"), c.ff_exp);
+    const int64_t e = *f->get_u32("qwen3moe.embedding_length");
+    EXPECT_EQ(f->find_tensor("blk.0.ffn_gate.weight"), nullptr);
+    auto type_of = [&](const std::string& n, std::vector<int64_t> shape) {
+      const gguf::TensorInfo* t = f->find_tensor(n);
+      EXPECT_NE(t, nullptr) << n;
+      if (!t) return DType::F32;
+      EXPECT_EQ(std::vector<int64_t>(t->ne, t->ne + t->n_dims), shape) << n;
+      return t->type;
+    };
+    EXPECT_EQ(type_of("blk.1.ffn_gate_inp.weight", {e, c.experts}), DType::F32);
+    const DType gate = type_of("blk.0.ffn_gate_exps.weight", {e, c.ff_exp, c.experts});
+    EXPECT_EQ(type_of("blk.0.ffn_up_exps.weight", {e, c.ff_exp, c.experts}), gate);
+    const DType down0 = type_of("blk.0.ffn_down_exps.weight", {c.ff_exp, e, c.experts});
+    const DType down1 = type_of("blk.1.ffn_down_exps.weight", {c.ff_exp, e, c.experts});
+    const DType attn_k = f->find_tensor("blk.0.attn_k.weight")->type, attn_o = f->find_tensor("blk.0.attn_output.weight")->type;
+    if (c.type == "mxfp4") {
+      EXPECT_EQ(gate, DType::MXFP4);
+      EXPECT_EQ(down1, DType::MXFP4);
+      EXPECT_EQ(attn_o, DType::Q8_0);
+    } else {
+      EXPECT_EQ(gate, DType::Q4_K);
+      EXPECT_EQ(down0, DType::Q4_K);
+      EXPECT_EQ(down1, DType::Q6_K);  // use_more_bits(1, 2)
+      EXPECT_EQ(attn_k, c.experts == 8 ? DType::Q8_0 : DType::Q4_K);
+      EXPECT_EQ(attn_o, c.experts == 8 ? DType::Q5_K : DType::Q4_K);
+    }
+    r = run_kiln("run -m '" + path + "' --tokens 1,2,3,4,5,6,7,8,9 -n 4 --temp 0 --ids --ignore-eos -t 2");
+    EXPECT_EQ(r.code, 0) << r.out;
+    fs::remove(path);
+  }
+  auto r = run_kiln("synth --shape tiny --experts 4 -o '" + temp_path("x.gguf") + "'");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--experts: shape tiny has no experts"), std::string::npos) << r.out;
+  r = run_kiln("synth --shape tiny-qwen3moe --experts-used 9 -o '" + temp_path("x.gguf") + "'");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("--experts-used 9 is more than the 8 experts"), std::string::npos) << r.out;
+}
+
 TEST(CliSynth, DeterministicForASeed) {
   const std::string a = temp_path("a.gguf"), b = temp_path("b.gguf"), c = temp_path("c.gguf");
   ASSERT_EQ(run_kiln("synth --shape tiny --type q4_k_m -t 1 --seed 7 -o '" + a + "'").code, 0);

@@ -607,7 +607,7 @@ Status CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 }
 
 bool CpuBackend::supports(Op op, DType a, DType b) const {
-  return op_checks::supports_op(op, a, b, matmul_supports, can_dequantize);
+  return op_checks::supports_op(op, a, b, matmul_supports, can_dequantize, matmul_supports);
 }
 
 }  // namespace cpu

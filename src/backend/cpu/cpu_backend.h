@@ -47,6 +47,8 @@ class CpuBackend final : public Backend {
   Status conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& state, const AttnBatch& meta,
                      const Tensor& dst) override;
   Status gated_delta_net(const DeltaNetArgs& a, const AttnBatch& meta, const Tensor& dst) override;
+  // ops_moe.cpp
+  Status moe_ffn(const MoeFfnArgs& a, const Tensor& acc) override;
 
  private:
   // Runs fn(begin, end) over [0, n) rows: on the pool (fast) or in one call (reference).
@@ -61,6 +63,8 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   std::vector<std::vector<float>> scratch_;  // per-thread scratch of the fast attention
   std::vector<std::vector<float>> ssm_scratch_;  // per-thread scratch of the chunked delta rule (ops_ssm.cpp)
+  std::vector<float> moe_f32_, moe_w_;            // moe_ffn's activations and routing weights (ops_moe.cpp)
+  std::vector<int32_t> moe_i32_;                  // moe_ffn's expert choices and row maps
 };
 
 }  // namespace kiln::cpu

@@ -46,7 +46,7 @@ void attention_ref(const AttnArgs& a) {
     for (int h = 0; h < a.n_head; ++h) {
       const int g = h / n_rep;
       const float* qs = a.q + t * a.q_tok_stride + h * a.q_head_stride;
-      for (int i = 0; i < a.hd_k; ++i) q[i] = a.kv_type == DType::F16 ? fp16_to_f32(f32_to_fp16(qs[i])) : qs[i];
+      std::copy_n(qs, a.hd_k, q.data());
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t j = lo; j < len; ++j) {
         to_f32(a.kv_type, k_row(a, slot_of(a, table, j), g), kr.data(), a.hd_k);
@@ -101,11 +101,7 @@ void attention_fast(const AttnArgs& a, ThreadPool& pool, std::vector<std::vector
       for (int r = 0; r < n_rep; ++r) {
         const float* qs = a.q + t * a.q_tok_stride + (g * n_rep + r) * a.q_head_stride;
         float* qr = q + static_cast<size_t>(r) * a.hd_k;
-        if (f16) {
-          for (int i = 0; i < a.hd_k; ++i) qr[i] = fp16_to_f32(f32_to_fp16(qs[i]));
-        } else {
-          std::copy_n(qs, a.hd_k, qr);
-        }
+        std::copy_n(qs, a.hd_k, qr);
         M[r] = -std::numeric_limits<float>::infinity();
         S[r] = 0;
       }

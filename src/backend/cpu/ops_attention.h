@@ -29,8 +29,11 @@ struct AttnArgs {
 };
 
 // Scalar reference: per (token, head), all scores, then max, exp, sum, weighted sum of V (two passes).
-// Numerics (as llama.cpp's CPU attention): for an F16 cache q is rounded to f16 before the dot product; scores,
-// softmax and the V accumulation are f32.
+// Numerics (as llama.cpp's tiled CPU flash attention, the path of its batched prefill of >= 64 query rows, which made
+// the fixtures' reference logits): q stays f32 (K and V are widened to f32), scores, softmax and the V accumulation
+// are f32. (llama.cpp's one-row path, which its decode takes, rounds q to f16 and accumulates V in f16: keeping q
+// f32 halved kiln's mean NMSE against the reference on the quantized fixtures, e.g. llama q8_0 1.2e-4 -> 4.9e-5,
+// qwen3 q4_k_m 4.3e-4 -> 1.7e-4, and removed a routing flip of the qwen3moe q8_0 fixture.)
 void attention_ref(const AttnArgs& a);
 
 // Fast path: flash-style online softmax over the sequence's blocks, one work item per (token, kv head) covering

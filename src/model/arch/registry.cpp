@@ -10,6 +10,7 @@ extern const ArchDef kArchQwen2;
 extern const ArchDef kArchQwen3;
 extern const ArchDef kArchGemma3;
 extern const ArchDef kArchQwen35;
+extern const ArchDef kArchQwen3Moe;
 
 namespace {
 const ArchDef* const kArchs[] = {
@@ -18,6 +19,7 @@ const ArchDef* const kArchs[] = {
     &kArchQwen3,
     &kArchGemma3,
     &kArchQwen35,
+    &kArchQwen3Moe,
 };
 }  // namespace
 

@@ -56,6 +56,7 @@ struct Case {
   int pad_tokens = 0;         // tokens outside every sequence (kv_len 0), inserted after the first sequence
   uint32_t seed = 1;
   size_t q_row_pad = 0;       // bytes after every q head row (strided heads, as a view into a wider projection)
+  bool q_f16 = true;          // the backend rounds q to f16 before q.k (the GPU kernels; the CPU keeps q f32)
 };
 
 std::string name_of(const Case& c) {
@@ -181,7 +182,7 @@ Result_ run_case(Backend& be, const Case& c, bool poison_outside, bool also_deco
     r.got_decode = dev_read<float>(be, out);
   }
 
-  // Oracle (double) on f16 q and the f16 cache values.
+  // Oracle (double) on q as the backend rounds it and the f16 cache values.
   r.want.assign(r.got.size(), 0.0);
   r.bound.assign(r.got.size(), 0.0);
   for (int64_t t = 0; t < n; ++t) {
@@ -191,7 +192,10 @@ Result_ run_case(Backend& be, const Case& c, bool poison_outside, bool also_deco
     for (int h = 0; h < c.n_head; ++h) {
       const int g = h / rep;
       std::vector<double> qh(c.hd);
-      for (int i = 0; i < c.hd; ++i) qh[i] = r16(qv[(t * c.n_head + h) * c.hd + i]);
+      for (int i = 0; i < c.hd; ++i) {
+        const float q = qv[(t * c.n_head + h) * c.hd + i];
+        qh[i] = c.q_f16 ? r16(q) : q;
+      }
       std::vector<double> sc(L - lo);
       double mx = -INFINITY;
       for (int j = lo; j < L; ++j) {
@@ -340,20 +344,20 @@ TEST(CudaFattn, WindowSkipsPositionsOutsideIt) {
 }
 
 // The harness itself (oracle, bound, poison, padding) on the CPU reference backend, which runs everywhere: its f16
-// attention rounds q to f16 and keeps P in f32, so it must pass the same checks (this is what makes a GPU failure
-// a kernel bug, not a test bug).
+// attention keeps q and P in f32 (the oracle takes q unrounded for it), so it must pass the same checks (this is
+// what makes a GPU failure a kernel bug, not a test bug).
 TEST(CudaFattn, HarnessHoldsOnTheCpuReference) {
   auto cpu_ = create_backend("cpu", BackendOptions{1, true});
   ASSERT_TRUE(cpu_.is_ok()) << cpu_.status().to_string();
   Backend& cpu = *cpu_.value();
   for (int hd : {64, 256}) {
     Case c{hd, 8, 2, 7, 0, {{17, 0}, {1, 14}, {40, 30}}};
-    c.padded_entry = true, c.pad_tokens = 2, c.seed = 9 + hd;
+    c.padded_entry = true, c.pad_tokens = 2, c.seed = 9 + hd, c.q_f16 = false;
     check(c, run_case(cpu, c, false, false), "cpu-ref " + name_of(c));
   }
   if (cpu.supports(Op::kAttentionWindow, DType::F16)) {
     Case c{64, 4, 1, 16, 24, {{70, 150}, {33, 0}}};
-    c.padded_entry = true, c.seed = 5;
+    c.padded_entry = true, c.seed = 5, c.q_f16 = false;
     check(c, run_case(cpu, c, true, false), "cpu-ref window " + name_of(c));
   }
 }

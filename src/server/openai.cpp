@@ -5,6 +5,7 @@
 
 #include "grammar/grammar.h"
 #include "runtime/prompt.h"
+#include "server/fields.h"
 
 namespace kiln::server {
 
@@ -20,12 +21,7 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 namespace {
 
 ApiError bad(const std::string& param, const std::string& msg, const std::string& code = "invalid_value") {
-  ApiError e;
-  e.status = 400;
-  e.param = param;
-  e.message = msg;
-  e.code = code;
-  return e;
+  return field_error(param, msg, code);
 }
 
 bool present(const json& b, const char* k) {

@@ -28,11 +28,9 @@ const char* chat_path_name(ChatPath p) {
   return "?";
 }
 
-namespace {
-
 using json = nlohmann::ordered_json;
 
-Status check_kwargs(const json& kwargs) {
+Status check_template_kwargs(const json& kwargs) {
   if (kwargs.is_null()) return Status::ok();
   if (!kwargs.is_object())
     return make_error(ErrorCode::kInvalidArgument, "chat template kwargs must be a JSON object");
@@ -42,6 +40,8 @@ Status check_kwargs(const json& kwargs) {
                         "chat template kwargs may not set '%s' (it is a render argument of its own)", k);
   return Status::ok();
 }
+
+namespace {
 
 // Whether `text` encodes (special tokens parsed) to exactly one token.
 bool is_one_token(const Tokenizer& tok, const std::string& text) {
@@ -97,7 +97,7 @@ std::string rtrim(std::string s) {
 Status check_chat_prompt_options(const ChatPromptOptions& opts) {
   if (!opts.builtin.empty() && opts.builtin != "plain")
     if (auto f = chat_format_from_name(opts.builtin); !f) return f.status();
-  KILN_TRY(check_kwargs(opts.kwargs));
+  KILN_TRY(check_template_kwargs(opts.kwargs));
   if (!opts.template_source.empty()) {
     auto t = tpl::Template::parse(opts.template_source, opts.template_name);
     if (!t) return t.status();
@@ -106,7 +106,7 @@ Status check_chat_prompt_options(const ChatPromptOptions& opts) {
 }
 
 Result<ChatPrompt> ChatPrompt::create(const Tokenizer& tok, const ChatPromptOptions& opts) {
-  KILN_TRY(check_kwargs(opts.kwargs));
+  KILN_TRY(check_template_kwargs(opts.kwargs));
   ChatPrompt p;
   p.tok_ = &tok;
   if (opts.kwargs.is_object()) p.kwargs_ = opts.kwargs;
@@ -177,7 +177,8 @@ std::string ChatPrompt::describe() const {
   return "?";
 }
 
-Result<std::string> ChatPrompt::render(const json& messages, const json& tools, bool add_generation_prompt) const {
+Result<std::string> ChatPrompt::render(const json& messages, const json& tools, bool add_generation_prompt,
+                                       const json& request_kwargs) const {
   if (path_ == ChatPath::kModelTemplate || path_ == ChatPath::kCallerTemplate) {
     tpl::RenderOptions ro;
     ro.tools = tools;
@@ -185,6 +186,8 @@ Result<std::string> ChatPrompt::render(const json& messages, const json& tools, 
     if (tok_->bos() >= 0) ro.bos_token = tok_->token_text(tok_->bos());
     if (tok_->eos() >= 0) ro.eos_token = tok_->token_text(tok_->eos());
     ro.kwargs = kwargs_;
+    if (request_kwargs.is_object())
+      for (const auto& [k, v] : request_kwargs.items()) ro.kwargs[k] = v;  // the request's win over the server's
     ro.template_name = name_;
     return tpl::render_chat(source_, messages, ro);
   }

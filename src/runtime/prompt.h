@@ -62,6 +62,9 @@ struct ChatPromptOptions {
 // Checks what can be checked before a model loads: the builtin name, that the caller's template parses, that
 // kwargs is an object that does not redefine a render argument. Errors name the template line and column.
 Status check_chat_prompt_options(const ChatPromptOptions& opts);
+// Template variables from a caller: null or an object that does not set a render argument of its own (messages,
+// tools, documents, add_generation_prompt).
+Status check_template_kwargs(const nlohmann::ordered_json& kwargs);
 
 class ChatPrompt {
  public:
@@ -82,8 +85,12 @@ class ChatPrompt {
   // The prompt text: messages is a JSON array of OpenAI messages (content a string or a list of typed parts);
   // tools an array of OpenAI tool definitions or null. Built-in families and plain text read role and the text
   // of content only (tools are not rendered there).
+  // request_kwargs (an object that passed check_template_kwargs, or null): template variables of this render only,
+  // over the ones the prompt was created with (a request's chat_template_kwargs over --chat-template-kwargs).
+  // Built-in families and plain text have no variables.
   Result<std::string> render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools = nullptr,
-                             bool add_generation_prompt = true) const;
+                             bool add_generation_prompt = true,
+                             const nlohmann::ordered_json& request_kwargs = nullptr) const;
   // render() then encode_prompt (special tokens parsed, BOS not doubled; plain text: special tokens not parsed).
   Result<std::vector<int32_t>> encode(const nlohmann::ordered_json& messages,
                                       const nlohmann::ordered_json& tools = nullptr,

@@ -551,8 +551,24 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
       tools = std::move(only);
     }
   }
+  // chat_template_kwargs (llama-server, vLLM): template variables of this request; reasoning_effort (OpenAI) is the
+  // variable of that name (gpt-oss's template reads it) unless chat_template_kwargs sets it.
+  ojson kwargs = nullptr;
+  if (present(b, "chat_template_kwargs")) {
+    const json& k = b["chat_template_kwargs"];
+    if (!k.is_object())
+      return bad("chat_template_kwargs", std::string("'chat_template_kwargs' must be an object, not ") + type_name(k),
+                 "invalid_type");
+    kwargs = ordered && ordered->contains("chat_template_kwargs") ? (*ordered)["chat_template_kwargs"]
+                                                                   : ojson::parse(k.dump());
+    if (Status s = check_template_kwargs(kwargs); !s.is_ok()) return bad("chat_template_kwargs", s.message());
+  }
+  if (present(b, "reasoning_effort")) {
+    if (kwargs.is_null()) kwargs = ojson::object();
+    if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = b["reasoning_effort"].get<std::string>();
+  }
   if (!ctx.chat) return bad("messages", "the server has no chat template ready");
-  auto text = ctx.chat->render(msgs, tools);
+  auto text = ctx.chat->render(msgs, tools, true, kwargs);
   if (!text) return bad("messages", "the chat template failed: " + text.status().message(), "template_error");
   std::vector<int32_t> ids = ctx.chat->tokenize(*text);
   if (ids.empty()) return bad("messages", "the conversation renders to no tokens");

@@ -66,6 +66,20 @@ TEST_F(LlamaEndpoints, PropsAndApplyTemplate) {
     EXPECT_EQ(r.status, 400) << r.body;
     EXPECT_EQ(r.j()["error"]["param"], "messages") << r.body;
   }
+  // A request's chat_template_kwargs are template variables of its render: Qwen3's enable_thinking false writes
+  // the empty reasoning block after the generation prompt.
+  json no_think = kChat;
+  no_think["chat_template_kwargs"] = {{"enable_thinking", false}};
+  r = post("/apply-template", no_think);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["prompt"], prompt + "<think>\n\n</think>\n\n");
+  for (const json& kw : {json(3), json{{"messages", json::array()}}}) {
+    json bad = kChat;
+    bad["chat_template_kwargs"] = kw;
+    r = post("/apply-template", bad);
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_EQ(r.j()["error"]["param"], "chat_template_kwargs") << r.body;
+  }
 }
 
 TEST_F(LlamaEndpoints, SlotsStrictModelAndCors) {

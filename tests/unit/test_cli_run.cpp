@@ -682,4 +682,20 @@ TEST(CliPerplexity, MatchesLlamaCpp) {
   std::remove(text_path.c_str());
 }
 
+// Speculative decoding's flags (runtime/engine_config.h SpecConfig): prompt lookup prints the same greedy text;
+// an unknown type is refused naming --spec-type.
+TEST(CliRun, SpeculativeDecodingFlags) {
+  const std::string demo = std::string(KILN_SOURCE_DIR) + "/models/kiln-demo.gguf";
+  const std::string base = "run -m '" + demo + "' -p 'And God said, Let there be light: and there was light. And God "
+                           "said, Let there be' -n 24 --temp 0";
+  const CmdResult a = kiln(base);
+  const CmdResult b = kiln(base + " --spec-type ngram-simple --spec-ngram-simple-size-n 3");
+  ASSERT_EQ(a.rc, 0) << a.err;
+  ASSERT_EQ(b.rc, 0) << b.err;
+  EXPECT_EQ(b.out, a.out);
+  const CmdResult c = kiln("run -m '" + demo + "' -p hi -n 2 --spec-type eagle");
+  EXPECT_NE(c.rc, 0);
+  EXPECT_NE(c.err.find("--spec-type"), std::string::npos) << c.err;
+}
+
 }  // namespace

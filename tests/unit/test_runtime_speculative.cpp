@@ -2,7 +2,7 @@
 // runtime/ngram_draft.h): with prompt lookup the greedy tokens are the same as without, on the demo model (a trained
 // model, where a prompt that repeats itself is continued by copying) and on every fixture model in tests/data; the
 // drafts are really verified (stats) and the limits inside a verified chunk hold (max_new_tokens, stop strings);
-// sampled requests run with drafts; bad options are refused naming the flag.
+// sampled requests run with drafts; bad options are refused naming the flag (the kiln run flags: test_cli_run).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -164,19 +164,6 @@ TEST(Speculative, BadOptionsNameTheFlag) {
   SpecConfig c;
   c.ngram_n = 0;
   EXPECT_NE(err(c).find("--spec-ngram-simple-size-n"), std::string::npos);
-  const test::CmdResult r = test::run_kiln("run -m '" + demo_model() + "' -p hi -n 2 --spec-type eagle");
-  EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("--spec-type"), std::string::npos) << r.err;
-}
-
-// kiln run with prompt lookup prints the same greedy text.
-TEST(Speculative, KilnRunFlag) {
-  const std::string base = "run -m '" + demo_model() + "' -p '" + kCopyPrompt + "' -n 24 --temp 0";
-  const test::CmdResult a = test::run_kiln(base);
-  const test::CmdResult b = test::run_kiln(base + " --spec-type ngram-simple --spec-ngram-simple-size-n 3");
-  ASSERT_EQ(a.rc, 0) << a.err;
-  ASSERT_EQ(b.rc, 0) << b.err;
-  EXPECT_EQ(b.out, a.out);
 }
 
 }  // namespace

@@ -436,6 +436,22 @@ std::optional<ApiError> constraint_of(const json& b, const ojson* ordered, Parse
 
 }  // namespace
 
+namespace {
+
+// Assistant prefill (as llama-server): a last assistant message without tool calls, after at least one other message,
+// is the start of the reply. It leaves the conversation and its text follows the rendered generation prompt; the
+// reply continues it (and holds only the continuation).
+std::string take_prefill(ojson& msgs) {
+  if (msgs.size() < 2) return "";
+  const ojson& last = msgs.back();
+  if (last["role"] != "assistant" || (last.contains("tool_calls") && !last["tool_calls"].is_null())) return "";
+  std::string text = last["content"].get<std::string>();
+  msgs.erase(msgs.size() - 1);
+  return text;
+}
+
+}  // namespace
+
 std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, ParsedRequest* out,
                                    const nlohmann::ordered_json* ordered) {
   out->chat = true;
@@ -568,8 +584,10 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
     if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = b["reasoning_effort"].get<std::string>();
   }
   if (!ctx.chat) return bad("messages", "the server has no chat template ready");
+  const std::string prefill = take_prefill(msgs);
   auto text = ctx.chat->render(msgs, tools, true, kwargs);
   if (!text) return bad("messages", "the chat template failed: " + text.status().message(), "template_error");
+  *text += prefill;
   std::vector<int32_t> ids = ctx.chat->tokenize(*text);
   if (ids.empty()) return bad("messages", "the conversation renders to no tokens");
   if (auto e = check_prompt_len(ids.size(), "messages", ctx)) return e;

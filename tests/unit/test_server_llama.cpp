@@ -73,6 +73,12 @@ TEST_F(LlamaEndpoints, PropsAndApplyTemplate) {
   r = post("/apply-template", no_think);
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.j()["prompt"], prompt + "<think>\n\n</think>\n\n");
+  // Assistant prefill: a last assistant message is the start of the reply, after the generation prompt.
+  json prefill = kChat;
+  prefill["messages"].push_back({{"role", "assistant"}, {"content", "Sure, "}});
+  r = post("/apply-template", prefill);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["prompt"], prompt + "Sure, ");
   for (const json& kw : {json(3), json{{"messages", json::array()}}}) {
     json bad = kChat;
     bad["chat_template_kwargs"] = kw;

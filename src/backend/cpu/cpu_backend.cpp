@@ -527,19 +527,7 @@ Status CpuBackend::softmax(const Tensor& x, const Tensor& dst) {
   KILN_TRY(same_shape("softmax", "x", x, "dst", dst));
   const int64_t d = x.ne[0];
   for_rows(x.n_rows(), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) {
-      const float* xr = frow(x, r);
-      float* y = frow(dst, r);
-      float mx = -std::numeric_limits<float>::infinity();
-      for (int64_t i = 0; i < d; ++i) mx = std::max(mx, xr[i]);
-      double sum = 0;
-      for (int64_t i = 0; i < d; ++i) {
-        y[i] = std::exp(xr[i] - mx);
-        sum += y[i];
-      }
-      const float inv = static_cast<float>(1.0 / sum);
-      for (int64_t i = 0; i < d; ++i) y[i] *= inv;
-    }
+    for (int64_t r = b; r < e; ++r) softmax_row(frow(x, r), frow(dst, r), d);
   });
   return Status::ok();
 }

@@ -1,6 +1,7 @@
 // Scalar vector kernels (the portable fallback and the spec of the SIMD variants) and the runtime dispatch.
 #include "backend/cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -65,6 +66,18 @@ const VecKernels& vec_kernels_scalar() { return kScalar; }
 const VecKernels& vec_kernels() {
   static const VecKernels& k = pick();
   return k;
+}
+
+void softmax_row(const float* x, float* y, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    y[i] = std::exp(x[i] - mx);
+    sum += y[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) y[i] *= inv;
 }
 
 }  // namespace kiln::cpu

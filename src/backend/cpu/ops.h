@@ -24,6 +24,10 @@ struct VecKernels {
   double (*sum_sq)(const float* x, int64_t n);                          // sum (double)(x[i] * x[i])
 };
 
+// The softmax op's row (Backend::softmax; also the MoE router's): max-subtracted exp in f32, the sum in double, one
+// f32 reciprocal multiplied in. y may be x.
+void softmax_row(const float* x, float* y, int64_t n);
+
 const VecKernels& vec_kernels();       // best allowed for this CPU
 const VecKernels& vec_kernels_scalar();
 const VecKernels* vec_kernels_avx2();   // nullptr when not compiled in

@@ -27,20 +27,12 @@ namespace {
 // llama.cpp clamps the sum of the selected weights to the smallest normal f16 before dividing by it.
 constexpr float kMinWeightSum = 6.103515625e-5f;
 
-// One token's routing from its router logits (overwritten with the probabilities): softmax as the softmax op
-// (max-subtracted exp in f32, the sum in double, one f32 reciprocal), then the k largest probabilities in decreasing
-// order (ties: the lower index), their weights optionally divided by their sum (summed exactly, rounded once).
-// sel always receives k distinct experts in [0, n_expert), whatever the logits hold (NaN included).
+// One token's routing from its router logits (overwritten with the probabilities): softmax_row (the softmax op's
+// row: max-subtracted exp in f32, the sum in double, one f32 reciprocal), then the k largest probabilities in
+// decreasing order (ties: the lower index), their weights optionally divided by their sum (summed exactly, rounded
+// once). sel always receives k distinct experts in [0, n_expert), whatever the logits hold (NaN included).
 void route_token(float* p, int64_t n_expert, int k, bool norm, int32_t* sel, float* w) {
-  float mx = -INFINITY;
-  for (int64_t e = 0; e < n_expert; ++e) mx = std::max(mx, p[e]);
-  double sum = 0;
-  for (int64_t e = 0; e < n_expert; ++e) {
-    p[e] = std::exp(p[e] - mx);
-    sum += p[e];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t e = 0; e < n_expert; ++e) p[e] *= inv;
+  softmax_row(p, p, n_expert);
   for (int j = 0; j < k; ++j) {
     int64_t best = -1;
     for (int64_t e = 0; e < n_expert; ++e) {

@@ -15,8 +15,6 @@ namespace kiln::server {
 
 namespace {
 
-std::string at(const std::string& p, size_t i) { return p + "[" + std::to_string(i) + "]"; }
-
 // Text of a tool_result's content: a string or text blocks.
 std::optional<ApiError> tool_result_text(const ojson& c, const std::string& p, std::string* out) {
   if (c.is_null()) return std::nullopt;
@@ -26,7 +24,7 @@ std::optional<ApiError> tool_result_text(const ojson& c, const std::string& p, s
   }
   if (!c.is_array()) return type_error(p, "a string or an array of text blocks", c);
   for (size_t k = 0; k < c.size(); ++k) {
-    const std::string pk = at(p, k);
+    const std::string pk = index_path(p, k);
     const ojson& b = c[k];
     if (!b.is_object()) return type_error(pk, "an object", b);
     if (!b.contains("type") || b["type"] != "text")
@@ -97,7 +95,7 @@ std::optional<ApiError> convert_messages(const ojson& ms, ojson* out) {
   if (!ms.is_array()) return type_error("messages", "an array", ms);
   if (ms.empty()) return field_error("messages", "'messages' must hold at least one message");
   for (size_t i = 0; i < ms.size(); ++i) {
-    const std::string p = at("messages", i);
+    const std::string p = index_path("messages", i);
     const ojson& m = ms[i];
     if (!m.is_object()) return type_error(p, "an object", m);
     if (auto e = check_fields(m, {"role", "content"}, p)) return e;
@@ -115,7 +113,7 @@ std::optional<ApiError> convert_messages(const ojson& ms, ojson* out) {
       msg["content"] = c;
     } else if (c.is_array()) {
       for (size_t k = 0; k < c.size(); ++k)
-        if (auto e = add_block(c[k], at(p + ".content", k), role == "user", &msg, &tools)) return e;
+        if (auto e = add_block(c[k], index_path(p + ".content", k), role == "user", &msg, &tools)) return e;
     } else {
       return type_error(p + ".content", "a string or an array of content blocks", c);
     }
@@ -133,7 +131,7 @@ std::optional<ApiError> convert_system(const ojson& s, ojson* out) {
     text = s.get<std::string>();
   } else if (s.is_array()) {
     for (size_t k = 0; k < s.size(); ++k) {
-      const std::string p = at("system", k);
+      const std::string p = index_path("system", k);
       const ojson& b = s[k];
       if (!b.is_object()) return type_error(p, "an object", b);
       if (auto e = check_fields(b, {"type", "text", "cache_control", "citations"}, p)) return e;
@@ -153,7 +151,7 @@ std::optional<ApiError> convert_system(const ojson& s, ojson* out) {
 std::optional<ApiError> convert_tools(const ojson& ts, ojson* out) {
   if (!ts.is_array()) return type_error("tools", "an array", ts);
   for (size_t i = 0; i < ts.size(); ++i) {
-    const std::string p = at("tools", i);
+    const std::string p = index_path("tools", i);
     const ojson& t = ts[i];
     if (!t.is_object()) return type_error(p, "an object", t);
     if (t.contains("type") && !t["type"].is_null() && t["type"] != "custom")
@@ -228,7 +226,7 @@ std::optional<ApiError> convert_stop(const ojson& s, ojson* chat) {
   if (!s.is_array()) return type_error("stop_sequences", "an array of strings", s);
   if (s.size() > 16) return field_error("stop_sequences", "'stop_sequences' holds at most 16 strings");
   for (size_t k = 0; k < s.size(); ++k) {
-    const std::string p = at("stop_sequences", k);
+    const std::string p = index_path("stop_sequences", k);
     if (!s[k].is_string()) return type_error(p, "a string", s[k]);
     const size_t n = s[k].get<std::string>().size();
     if (n == 0 || n > 1024) return field_error(p, "'" + p + "' must be 1 to 1024 bytes long");

@@ -14,6 +14,9 @@ namespace kiln::server {
 
 using ojson = nlohmann::ordered_json;
 
+// The path of element i of the field at p, as errors name it: "messages[2]".
+inline std::string index_path(const std::string& p, size_t i) { return p + "[" + std::to_string(i) + "]"; }
+
 inline ApiError field_error(const std::string& param, const std::string& msg, const std::string& code = "invalid_value") {
   ApiError e;
   e.status = 400;

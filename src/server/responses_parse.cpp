@@ -17,8 +17,6 @@ namespace kiln::server {
 
 namespace {
 
-std::string at(const std::string& p, size_t i) { return p + "[" + std::to_string(i) + "]"; }
-
 // The text of a message's content: a string, or parts of the given text types joined.
 std::optional<ApiError> content_text(const ojson& c, const std::string& p, bool assistant, std::string* out) {
   if (c.is_string()) {
@@ -27,7 +25,7 @@ std::optional<ApiError> content_text(const ojson& c, const std::string& p, bool 
   }
   if (!c.is_array()) return type_error(p, "a string or an array of content parts", c);
   for (size_t k = 0; k < c.size(); ++k) {
-    const std::string pk = at(p, k);
+    const std::string pk = index_path(p, k);
     const ojson& part = c[k];
     if (!part.is_object()) return type_error(pk, "an object", part);
     if (!part.contains("type") || !part["type"].is_string()) return missing_field(pk + ".type");
@@ -116,7 +114,7 @@ std::optional<ApiError> add_reasoning(const ojson& it, const std::string& p, Con
     if (!a.is_array()) return type_error(p + "." + k, "an array", a);
     std::string t;
     for (size_t j = 0; j < a.size(); ++j) {
-      const std::string pj = at(p + "." + k, j);
+      const std::string pj = index_path(p + "." + k, j);
       if (!a[j].is_object() || !a[j].contains("text") || !a[j]["text"].is_string())
         return field_error(pj, "'" + pj + "' must be an object with a string 'text'", "invalid_type");
       t += a[j]["text"].get<std::string>();
@@ -136,7 +134,7 @@ std::optional<ApiError> convert_input(const ojson& in, Conversation* cv) {
   if (!in.is_array()) return type_error("input", "a string or an array of items", in);
   if (in.empty()) return field_error("input", "'input' must hold at least one item");
   for (size_t i = 0; i < in.size(); ++i) {
-    const std::string p = at("input", i);
+    const std::string p = index_path("input", i);
     const ojson& it = in[i];
     if (!it.is_object()) return type_error(p, "an object", it);
     std::string type = "message";
@@ -160,7 +158,7 @@ std::optional<ApiError> convert_input(const ojson& in, Conversation* cv) {
 std::optional<ApiError> convert_tools(const ojson& ts, ojson* out) {
   if (!ts.is_array()) return type_error("tools", "an array", ts);
   for (size_t i = 0; i < ts.size(); ++i) {
-    const std::string p = at("tools", i);
+    const std::string p = index_path("tools", i);
     const ojson& t = ts[i];
     if (!t.is_object()) return type_error(p, "an object", t);
     if (!t.contains("type") || t["type"] != "function")
@@ -215,8 +213,9 @@ std::optional<ApiError> check_settings(const ojson& b, ResponsesOptions* o) {
     if (!inc.is_array()) return type_error("include", "an array", inc);
     for (size_t k = 0; k < inc.size(); ++k)  // reasoning is always in clear: its encrypted form is ""
       if (inc[k] != "reasoning.encrypted_content")
-        return field_error(at("include", k), "'" + at("include", k) + "': only \"reasoning.encrypted_content\" is "
-                                                                     "supported", "unsupported_parameter");
+        return field_error(index_path("include", k),
+                           "'" + index_path("include", k) + "': only \"reasoning.encrypted_content\" is supported",
+                           "unsupported_parameter");
   }
   if (b.contains("text") && !b["text"].is_null()) {
     const ojson& t = b["text"];

@@ -259,6 +259,8 @@ struct ActModel {
   bool f32_scales = false;
   // Weights rounded to f16 before the products (the CUDA many-token path dequantizes into f16 rows).
   bool w_f16 = false;
+  // The weights CUDA's mmf forms (two f16 roundings: the sub-block scale, then the weight; mmf_weights_q4k).
+  bool w_mmf = false;
 };
 std::optional<ActModel> act_model(const std::string& backend, DType w, int64_t n_in, int64_t n_out, int64_t n_tok) {
   const bool quantized = dtype_traits(w).is_quantized;
@@ -276,13 +278,15 @@ std::optional<ActModel> act_model(const std::string& backend, DType w, int64_t n
   // for the CPU. Where the selector takes dequantize + cuBLAS (gemm_blas.cu): weights and x rounded to f16, f32
   // accumulation; 1e-9: the device's fused d*q+m and the host dequantizer's dl*q-ml round to different f16 in
   // ~2^-12 of the weights (~6e-11), plus f32 accumulation.
+  // Where it takes mmf (mmf.cuh): x rounded to f16, the weights as mmf forms them, f32 accumulation: 1e-10.
   if (backend.rfind("cuda", 0) == 0 && quantized) {
 #ifdef KILN_HAVE_CUDA
-    const bool blas = std::string(cuda::matmul_kernel_for(w, n_in, n_out, n_tok)) == "blas";
+    const std::string k = cuda::matmul_kernel_for(w, n_in, n_out, n_tok);
 #else
-    const bool blas = n_tok > 32;
+    const std::string k = n_tok > 32 ? "blas" : "mmq";
 #endif
-    return blas ? ActModel{DType::F16, 1e-9, false, true} : ActModel{DType::Q8_1, 1e-10, true};
+    if (k == "mmf") return ActModel{DType::F16, 1e-10, false, false, true};
+    return k == "blas" ? ActModel{DType::F16, 1e-9, false, true} : ActModel{DType::Q8_1, 1e-10, true};
   }
   return std::nullopt;
 }
@@ -445,12 +449,17 @@ void check_matmul_model(const std::string& backend, const MatmulCase& c, const s
   const int64_t n = c.n_in;
   const size_t rb = static_cast<size_t>(dtype_row_bytes(c.t, n).value());
   std::vector<double> want(static_cast<size_t>(c.n_out * c.n_tok)), sum_err;
+  std::vector<double> wm(static_cast<size_t>(c.n_out * n));  // the weights the model multiplies
+  for (int64_t o = 0; o < c.n_out; ++o) {
+    const std::vector<double> mw = m->w_mmf ? test::mmf_weights_q4k(c.w.data() + o * rb, n) : std::vector<double>();
+    for (int64_t i = 0; i < n; ++i)
+      wm[o * n + i] = m->w_mmf ? mw[i] : m->w_f16 ? round_f16(c.wdeq[o * n + i]) : static_cast<double>(c.wdeq[o * n + i]);
+  }
   for (int64_t t = 0; t < c.n_tok; ++t) {
     const std::vector<double> a = model_activation(m->act, c.x.data() + t * n, n, &sum_err, m->f32_scales);
     for (int64_t o = 0; o < c.n_out; ++o) {
       double y = 0;
-      for (int64_t i = 0; i < n; ++i)
-        y += (m->w_f16 ? round_f16(c.wdeq[o * n + i]) : static_cast<double>(c.wdeq[o * n + i])) * a[i];
+      for (int64_t i = 0; i < n; ++i) y += wm[o * n + i] * a[i];
       if (m->act == DType::Q8_1)
         for (int64_t k = 0; k < n / 32; ++k) y += weight_block_offset(c.t, c.w.data() + o * rb, k) * sum_err[k];
       if (!c.bias.empty()) y += c.bias[o];

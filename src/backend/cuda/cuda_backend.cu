@@ -419,12 +419,49 @@ Status CudaBackend::mmq_split_ws(MmqSplitWs* ws) {
   return Status::ok();
 }
 
+bool CudaBackend::mmf_group_ok(const Tensor& x, const MatmulOut* outs, int n) const {
+  if (n < 1 || n > 3) return false;
+  for (int i = 0; i < n; ++i) {
+    if (outs[i].w.dtype != outs[0].w.dtype) return false;
+    const MatmulParams p = matmul_params(outs[i].w, x, outs[i].bias, outs[i].dst, false);
+    if (select_matmul(p, cc_) != MatmulKernel::kMmf) return false;
+  }
+  return true;
+}
+
+Status CudaBackend::mmf_run(const Tensor& x, const MatmulOut* outs, int n, bool accumulate) {
+  const int64_t n_in = x.ne[0], n_tok = x.n_rows();
+  KILN_TRY(ensure_scratch(&mmf_x_, &mmf_x_bytes_, mmf_act_scratch_bytes(n_in, n_tok), "mmf f16 activation"));
+  const ConvertParams cv{DType::F32, DType::F16, static_cast<const uint8_t*>(x.data), x.nb[1],
+                         static_cast<uint8_t*>(mmf_x_), static_cast<size_t>(n_in) * 2, n_in, n_tok};
+  KILN_TRY(launch_convert(cv, stream_));
+  MmfGroup g{};
+  g.type = outs[0].w.dtype;
+  g.n_seg = n;
+  g.x = mmf_x_;
+  g.x_stride = static_cast<size_t>(n_in);
+  g.n_in = n_in;
+  g.n_tok = n_tok;
+  g.accumulate = accumulate;
+  for (int i = 0; i < n; ++i)
+    g.seg[i] = MmfSeg{static_cast<const uint8_t*>(outs[i].w.data), outs[i].w.nb[1], outs[i].w.n_rows(), 0,
+                      static_cast<float*>(outs[i].dst.data), fstride(outs[i].dst),
+                      outs[i].bias.valid() ? static_cast<const float*>(outs[i].bias.data) : nullptr};
+  MmqSplitWs ws{};
+  KILN_TRY(mmq_split_ws(&ws));
+  return launch_mmf(g, ws, stream_);
+}
+
 Status CudaBackend::matmul_run(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& dst,
                                bool accumulate, const ActQ* act) {
   MatmulParams p = matmul_params(w, x, bias, dst, accumulate);
   const MatmulKernel k = select_matmul(p, cc_);
   switch (k) {
     case MatmulKernel::kMmvf: return launch_mmvf(p, stream_);
+    case MatmulKernel::kMmf: {
+      const MatmulOut o{w, bias, dst};
+      return mmf_run(x, &o, 1, accumulate);
+    }
     case MatmulKernel::kBlas: {
       BlasScratch sc{};
       KILN_TRY(blas_scratch(p, &sc));
@@ -489,6 +526,7 @@ Status CudaBackend::matmul_group(const Tensor& x, const MatmulOut* outs, int n) 
     any_q8 = any_q8 || reads_q8_1(outs[i].w.dtype, x.ne[0], x.n_rows());
   }
   KILN_TRY(use());
+  if (mmf_group_ok(x, outs, n)) return mmf_run(x, outs, n, false);
   if (any_q8) {
     // the input is quantized once for all the products that read q8_1 (or was, by rms_norm_for_matmul)
     ActQ a = pa;

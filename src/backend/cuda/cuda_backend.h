@@ -99,6 +99,10 @@ class CudaBackend final : public Backend {
   bool take_pending(const Tensor& x, ActQ* a);
   // Quantized products of x (already in `a`) into outs[0..n): runs of the bandwidth GEMV type share one launch.
   Status matmul_outs_q(const Tensor& x, const MatmulOut* outs, int n, const ActQ& a);
+  // outs[0..n) (n <= 3, one weight type, each taking mmf) in one mmf launch over x converted to f16 once.
+  Status mmf_run(const Tensor& x, const MatmulOut* outs, int n, bool accumulate);
+  // Whether outs[0..n) can share one mmf launch (each selects mmf, one type, n <= 3).
+  bool mmf_group_ok(const Tensor& x, const MatmulOut* outs, int n) const;
   Status ensure_scratch(void** buf, size_t* have, size_t need, const char* what);
   Status binary(const char* op, const Tensor& a, const Tensor& b, const Tensor& dst, EwOp kind);
   Status glu(const char* op, EwOp kind, const Tensor& gate, const Tensor& up, const Tensor& dst);
@@ -144,6 +148,9 @@ class CudaBackend final : public Backend {
   size_t blas_x_bytes_ = 0;
   void* split_ws_ = nullptr;
   size_t split_ws_bytes_ = 0;
+  // mmf: the f16 activations of its launch.
+  void* mmf_x_ = nullptr;
+  size_t mmf_x_bytes_ = 0;
   // CUDA graphs (graph hooks of backend.h): one executable graph per step shape key.
   bool graphs_enabled_ = true;
   bool capturing_ = false;

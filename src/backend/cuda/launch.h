@@ -285,7 +285,35 @@ Status launch_blas(const MatmulParams& p, const BlasScratch& sc, cudaStream_t s)
 // The one matmul selector (matmul_select.cu): the kernel for product p on a device of compute capability cc;
 // kNone when no kernel takes the weight type. matmul_set_override forces a kernel where it can run (tests, A/B
 // runs; also KILN_CUDA_MATMUL=<name>); nullptr or "" restores the rule.
-enum class MatmulKernel { kNone, kMmvq, kMmvf, kMmq, kGemm, kBlas };
+// ---- mmf.cu: the weight-streaming f16 GEMM (mmf.cuh) ---------------------------------------------------------------
+// One launch's segments: up to three weights of one type over the same activations (q/k/v, gate/up), their 16-row
+// tiles numbered one after another (tile0: the segment's first, set by launch_mmf).
+struct MmfSeg {
+  const uint8_t* w;
+  size_t row_bytes;
+  int64_t n_out;
+  int64_t tile0;
+  float* y;  // [n_tok][y_stride]
+  size_t y_stride;
+  const float* bias;  // may be null
+};
+struct MmfGroup {
+  DType type;
+  MmfSeg seg[3];
+  int n_seg;
+  const void* x;  // f16 activations [n_tok][x_stride], 16-byte aligned rows
+  size_t x_stride;  // elements
+  int64_t n_in, n_tok;
+  bool accumulate;  // y += W x (+ bias)
+};
+// mmf_usable: the type (Q4_K), an sm_80+ device, n_in % 256 == 0 and 16-byte aligned weight rows.
+bool mmf_supports(DType t);
+bool mmf_usable(const MatmulParams& p);
+size_t mmf_act_scratch_bytes(int64_t n_in, int64_t n_tok);
+// Splits K through the mmq split-K workspace (its counters are left at zero, as mmq leaves them).
+Status launch_mmf(const MmfGroup& g, const MmqSplitWs& ws, cudaStream_t s);
+
+enum class MatmulKernel { kNone, kMmvq, kMmvf, kMmf, kMmq, kGemm, kBlas };
 const char* matmul_kernel_name(MatmulKernel k);
 MatmulKernel select_matmul(const MatmulParams& p, int cc);
 void matmul_set_override(const char* name);

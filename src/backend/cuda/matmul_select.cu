@@ -2,10 +2,11 @@
 // backend's dispatch (CudaBackend::matmul_run, the grouped GEMVs, rms_norm_for_matmul's fused quantization) and
 // supports() (its first rule: a weight type no kernel takes) ask it; nothing else picks a matmul kernel.
 //   n_tok <= the type's gemv_to   quantized weights: mmvq (the dp4a / tensor-core GEMVs, mmvq.cu); F16/BF16/F32: mmvf
+//   n_tok <= the type's mmf_to    mmf (the weight-streaming f16 GEMM: each weight dequantized once, mmf.cuh)
 //   n_tok >= the type's blas_from  blas (dequantize to f16 + cuBLAS, gemm_blas.cu)
 //   between                        mmq (the int8 / f16 mma.sync GEMM, split-K on small grids, mmq.cuh)
 //   anything else                  gemm (the f32 tiled GEMM, gemm.cu: sm_75 without cuBLAS's types, odd alignments)
-// KILN_CUDA_MATMUL=mmvq|mmvf|mmq|gemm|blas (developer A/B runs; tests call matmul_set_override) forces a kernel
+// KILN_CUDA_MATMUL=mmvq|mmvf|mmf|mmq|gemm|blas (developer A/B runs; tests call matmul_set_override) forces a kernel
 // wherever that kernel can run the product, else the rule decides.
 #include <atomic>
 #include <cstdint>
@@ -35,22 +36,24 @@ namespace {
 // Q4_0's (the same dp4a GEMV, their mmq no faster than Q4_0's); Q2_K, Q3_K the rule measured before split-K mmq
 // (GEMV to kGemvMaxTok, blas from 33). IQ4_NL, IQ4_XS, MXFP4: not measured yet; the GEMV to kGemvMaxTok, then blas
 // (they have no mmq kernel).
+//   mmf_to: Q4_K's weight-streaming GEMM (mmf_bench, one layer, best geometry per shape): 0.098 / 0.113 / 0.151 /
+//            0.237 ms at 8 / 16 / 32 / 64 tokens against mmq's 0.175 / 0.179 / 0.244 / 0.343 and the GEMV's 0.189 at 8.
 struct Crossover {
   DType type;
-  int64_t gemv_to, blas_from;
+  int64_t gemv_to, mmf_to, blas_from;
 };
 constexpr Crossover kCrossover[] = {
-    {DType::Q4_0, 14, 65}, {DType::Q4_1, 14, 65}, {DType::Q5_0, 14, 65}, {DType::Q5_1, 14, 65},
-    {DType::Q8_0, 5, 65},   {DType::Q2_K, 32, 33}, {DType::Q3_K, 32, 33}, {DType::Q4_K, 8, 65},
-    {DType::Q5_K, 6, 65},   {DType::Q6_K, 24, 65}, {DType::F16, 2, 3},   {DType::BF16, 2, 3},
-    {DType::IQ4_NL, 32, 33}, {DType::IQ4_XS, 32, 33}, {DType::MXFP4, 32, 33},
+    {DType::Q4_0, 14, 0, 65},   {DType::Q4_1, 14, 0, 65},   {DType::Q5_0, 14, 0, 65},   {DType::Q5_1, 14, 0, 65},
+    {DType::Q8_0, 5, 0, 65},    {DType::Q2_K, 32, 0, 33},   {DType::Q3_K, 32, 0, 33},   {DType::Q4_K, 2, 64, 65},
+    {DType::Q5_K, 6, 0, 65},    {DType::Q6_K, 24, 0, 65},   {DType::F16, 2, 0, 3},      {DType::BF16, 2, 0, 3},
+    {DType::IQ4_NL, 32, 0, 33}, {DType::IQ4_XS, 32, 0, 33}, {DType::MXFP4, 32, 0, 33},
 };
 static_assert(kGemvMaxTok >= 32, "kCrossover's gemv_to values are at most 32");
 
 Crossover crossover(DType t) {
   for (const Crossover& c : kCrossover)
     if (c.type == t) return c;
-  return {t, kGemvMaxTok, 0};  // F32: its GEMV, then mmq/gemm (no blas)
+  return {t, kGemvMaxTok, 0, 0};  // F32: its GEMV, then mmq/gemm (no blas)
 }
 
 // matmul_set_override's kernel (-1: none set, the environment's KILN_CUDA_MATMUL decides).
@@ -58,8 +61,8 @@ std::atomic<int> g_forced{-1};
 
 MatmulKernel parse_kernel(const char* s) {
   if (!s) return MatmulKernel::kNone;
-  for (MatmulKernel k : {MatmulKernel::kMmvq, MatmulKernel::kMmvf, MatmulKernel::kMmq, MatmulKernel::kGemm,
-                         MatmulKernel::kBlas})
+  for (MatmulKernel k : {MatmulKernel::kMmvq, MatmulKernel::kMmvf, MatmulKernel::kMmf, MatmulKernel::kMmq,
+                         MatmulKernel::kGemm, MatmulKernel::kBlas})
     if (std::strcmp(s, matmul_kernel_name(k)) == 0) return k;
   return MatmulKernel::kNone;
 }
@@ -71,7 +74,7 @@ MatmulKernel override_kernel() {
     const char* e = std::getenv("KILN_CUDA_MATMUL");
     const MatmulKernel k = parse_kernel(e);
     if (e && *e && k == MatmulKernel::kNone)
-      std::fprintf(stderr, "KILN_CUDA_MATMUL=%s is not a matmul kernel (mmvq, mmvf, mmq, gemm, blas): ignored\n", e);
+      std::fprintf(stderr, "KILN_CUDA_MATMUL=%s is not a matmul kernel (mmvq, mmvf, mmf, mmq, gemm, blas): ignored\n", e);
     return k;
   }();
   return env;
@@ -81,6 +84,7 @@ bool usable(MatmulKernel k, const MatmulParams& p, int cc) {
   switch (k) {
     case MatmulKernel::kMmvq: return mmvq_supports(p.type);
     case MatmulKernel::kMmvf: return mmvf_usable(p);
+    case MatmulKernel::kMmf: return mmf_usable(p);
     case MatmulKernel::kMmq: return mmq_usable(p);
     case MatmulKernel::kGemm: return gemm_supports(p.type);
     case MatmulKernel::kBlas: return blas_usable(p, cc);
@@ -94,6 +98,7 @@ const char* matmul_kernel_name(MatmulKernel k) {
   switch (k) {
     case MatmulKernel::kMmvq: return "mmvq";
     case MatmulKernel::kMmvf: return "mmvf";
+    case MatmulKernel::kMmf: return "mmf";
     case MatmulKernel::kMmq: return "mmq";
     case MatmulKernel::kGemm: return "gemm";
     case MatmulKernel::kBlas: return "blas";
@@ -129,6 +134,7 @@ MatmulKernel select_matmul(const MatmulParams& p, int cc) {
     if (mmvq_supports(p.type)) return MatmulKernel::kMmvq;
     if (mmvf_usable(p)) return MatmulKernel::kMmvf;
   }
+  if (p.n_tok <= c.mmf_to && mmf_usable(p)) return MatmulKernel::kMmf;
   if (c.blas_from > 0 && p.n_tok >= c.blas_from && blas_usable(p, cc)) return MatmulKernel::kBlas;
   if (mmq_usable(p)) return MatmulKernel::kMmq;
   if (blas_usable(p, cc)) return MatmulKernel::kBlas;  // devices without mmq (sm_75): cuBLAS's f16 tensor cores

@@ -1,0 +1,274 @@
+// mmf: the weight-streaming tensor-core GEMM for a few tokens (the selector's middle range, ~9..64 tokens). Each
+// weight is read from memory once and dequantized once, in registers, straight into the f16 A fragments of
+// mma.sync m16n8k16 (the weight rows as M); the scales go into the weights, so no per-output f32 work remains (what
+// bounds mmq's int8 path at these sizes by instruction issue). Activations are f16 (launch_mmf's caller converts);
+// accumulation is f32 in the tensor cores.
+//
+// Work split. A warp owns 16 weight rows (a tile) and every token of the block (BN = 8 NT); a block's warps take
+// tiles round-robin across the whole output (persistent over tiles), so one block's activation chunk in shared
+// memory serves many tiles. K is split S ways (gridDim.y): split s takes super-blocks [s n/S, (s+1) n/S); with S > 1
+// each tile's S partials go to a workspace and the warp that arrives last sums them in split order (deterministic:
+// the same bits whoever is last) and resets the tile's counter for the next launch. gridDim.z: token tiles of BN.
+//
+// Lanes and K. The GEMM does not care which K index a fragment column holds as long as A and B agree. Lane (g, t)
+// (g = lane / 4, t = lane % 4) takes, per 256-element super-block, the 64 elements of its format's lane range
+// (MmfQ4K: qs bytes 32t..32t+31 = elements 64t..64t+63, sub-blocks 2t and 2t+1), and fragment f (0..15) holds its
+// elements 4f..4f+3: A columns (2t, 2t+1) <- elements 4f, 4f+1 and (2t+8, 2t+9) <- 4f+2, 4f+3. The activation tile
+// keeps the same order, so one 16-byte shared load gives a lane its B fragments of f and f+1 (elements 4f..4f+7
+// of its range, token g).
+//
+// Shared memory (dynamic): per warp a ring of R weight units (one super-block of 16 rows, the GGUF bytes as they
+// are: kUnitBytes), filled by cp.async R - 1 units ahead; then the block's activations [BN tokens][kc super-blocks
+// x 4 lane ranges of 64 halves + 16 bytes of pad]: rows mmf_x_pitch bytes apart (= 64 mod 128) so the 16-byte B
+// loads of a quarter warp (2 tokens x 4 ranges) hit distinct banks; the weight rows' 16-byte loads (2 rows x 4
+// lanes, 144-byte rows) are conflict-free as they are.
+//
+// Numerics (the op tests' model): per (row, sub-block) s = f16(d * sc) and n = f16(-(dmin * m)) (f32 products,
+// rounded once); each weight w = f16(q * s + n) (one rounding: q is exact in f16, __hfma2); activations rounded to
+// f16; products and sums in f32 (the MMA), the S partials summed in f32 in split order.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "backend/cuda/mmq_common.cuh"
+
+namespace kiln::cuda {
+
+// Q4_K as it is in the file: 144 bytes per row and super-block (d, dmin, 12 bytes of scales, 128 bytes of nibbles).
+struct MmfQ4K {
+  static constexpr DType kType = DType::Q4_K;
+  static constexpr int kRowBytes = 144;                 // per row and super-block
+  static constexpr int kUnitBytes = 16 * kRowBytes;     // a 16-row tile's super-block
+  // What a lane keeps of one super-block for one of its rows: its 32 qs bytes, the two sub-blocks' (s, n).
+  struct Row {
+    uint32_t q[8];
+    __half2 s[2], n[2];
+  };
+  static __device__ __forceinline__ void load(const uint8_t* row, int t, Row* r) {
+    const uint4 h = mmq_lds_u128(row);
+    const uint4 a = mmq_lds_u128(row + 16 + 32 * t), b = mmq_lds_u128(row + 32 + 32 * t);
+    r->q[0] = a.x, r->q[1] = a.y, r->q[2] = a.z, r->q[3] = a.w, r->q[4] = b.x, r->q[5] = b.y, r->q[6] = b.z,
+    r->q[7] = b.w;
+    const float d = __half2float(__ushort_as_half(static_cast<uint16_t>(h.x)));
+    const float dmin = __half2float(__ushort_as_half(static_cast<uint16_t>(h.x >> 16)));
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      int sc, mn;
+      kq_scale_min(2 * t + j, h.y, h.z, h.w, &sc, &mn);
+      r->s[j] = __float2half2_rn(d * static_cast<float>(sc));
+      r->n[j] = __float2half2_rn(-(dmin * static_cast<float>(mn)));
+    }
+  }
+  // Fragment f's two f16x2 of this row: elements (4f, 4f+1) and (4f+2, 4f+3) of the lane's range.
+  static __device__ __forceinline__ void frag(const Row& r, int f, uint32_t* lo, uint32_t* hi) {
+    const uint32_t w = r.q[f & 7];
+    const uint32_t nib = f < 8 ? w & 0x0F0F0F0Fu : (w >> 4) & 0x0F0F0F0Fu;
+    const __half2 s = r.s[f >> 3], n = r.n[f >> 3];
+    const __half2 k1024 = __half2half2(__ushort_as_half(0x6400));
+    // byte_perm puts q into the mantissa of 1024 (0x64 high bytes): 1024 + q, exact; minus 1024: q, exact
+    const uint32_t p0 = __byte_perm(nib, 0x64u, 0x4140u), p1 = __byte_perm(nib, 0x64u, 0x4342u);
+    const __half2 q0 = __hsub2(*reinterpret_cast<const __half2*>(&p0), k1024);
+    const __half2 q1 = __hsub2(*reinterpret_cast<const __half2*>(&p1), k1024);
+    const __half2 w0 = __hfma2(q0, s, n), w1 = __hfma2(q1, s, n);
+    *lo = *reinterpret_cast<const uint32_t*>(&w0);
+    *hi = *reinterpret_cast<const uint32_t*>(&w1);
+  }
+};
+
+constexpr int kMmfMaxSeg = 3;  // launch.h MmfGroup
+struct MmfArgs {
+  MmfSeg seg[kMmfMaxSeg];
+  int n_seg;
+  int64_t n_tiles;  // over all segments
+  const __half* x;  // [n_tok][x_stride] f16
+  size_t x_stride;
+  int64_t n_in, n_tok;
+  int n_split;  // S (gridDim.y)
+  int kc_max;   // super-blocks of the longest split (the activation chunk's width)
+  int x_pitch;  // bytes per token row of the activation chunk (mmf_x_pitch)
+  bool accumulate;
+  float* part;    // S > 1: [token tiles][n_tiles][S][16 x BN]
+  unsigned* sem;  // S > 1: [token tiles][n_tiles], zero between launches
+};
+
+// Bytes per token row of the activation chunk: kc super-blocks of 4 x (128 + 16) bytes, padded to 64 mod 128.
+constexpr int mmf_x_pitch(int kc) { return kc * 576 + (kc % 2 == 0 ? 64 : 0); }
+template <class F, int WARPS, int MT, int R>
+constexpr int mmf_ring_bytes() { return WARPS * R * MT * F::kUnitBytes; }
+
+template <class F, int WARPS, int MT, int NT, int R>
+__global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int BN = 8 * NT, TM = 16 * MT, kUnit = MT * F::kUnitBytes;
+  static_assert(R >= 3, "the ring keeps R - 1 units in flight and one being read");
+  extern __shared__ __align__(16) uint8_t mmf_smem[];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane >> 2, t = lane & 3;
+  uint8_t* ring = mmf_smem + warp * R * kUnit;
+  uint8_t* xs = mmf_smem + WARPS * R * kUnit;
+  const int n_sb = static_cast<int>(a.n_in / 256), S = a.n_split, split = static_cast<int>(blockIdx.y);
+  const int sb0 = split * n_sb / S, kc = (split + 1) * n_sb / S - sb0;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.z) * BN;
+
+  // The activation chunk: tokens t0.., elements [256 sb0, 256 (sb0 + kc)), 16-byte copies (8 halves); token rows
+  // past n_tok read token 0's (valid memory; their outputs are never stored).
+  {
+    const int per_tok = kc * 32;
+    for (int i = static_cast<int>(threadIdx.x); i < BN * per_tok; i += 32 * WARPS) {
+      const int n = i / per_tok, c = i % per_tok;
+      const int64_t tok = t0 + n < a.n_tok ? t0 + n : 0;
+      mmq_cp16(xs + n * a.x_pitch + (c / 8) * 144 + 16 * (c % 8),
+               a.x + tok * static_cast<int64_t>(a.x_stride) + static_cast<int64_t>(sb0) * 256 + 8 * c, true);
+    }
+    mmq_cp_commit();
+  }
+
+  // This warp's units: tiles wid, wid + stride, ... each kc super-blocks long; int cursors (a 64-bit division by
+  // the runtime kc per unit cost more than the unit's dequantization).
+  const int wid = static_cast<int>(blockIdx.x) * WARPS + warp, wstride = static_cast<int>(gridDim.x) * WARPS;
+  const int n_tiles = static_cast<int>(a.n_tiles);
+  const int n_my = wid < n_tiles ? (n_tiles - 1 - wid) / wstride + 1 : 0;
+  const int n_units = n_my * kc;
+  const auto seg_of = [&](int tile) {
+    int s = 0;
+#pragma unroll
+    for (int i = 1; i < kMmfMaxSeg; ++i)
+      if (i < a.n_seg && tile >= a.seg[i].tile0) s = i;
+    return s;
+  };
+  // A lane's copies of a unit: chunks lane + 32 i (16 bytes each, contiguous in the ring: rows of kRowBytes),
+  // chunk c of row c / kPerRow at byte 16 (c % kPerRow) of the row's super-block.
+  constexpr int kPerRow = F::kRowBytes / 16, kChunks = TM * kPerRow, kCopies = (kChunks + 31) / 32;
+  int i_tile = 0, i_sb = 0, i_slot = 0;  // the next unit to issue
+  const auto issue = [&]() {
+    if (i_tile < n_my) {
+      const int tile = wid + i_tile * wstride;
+      const MmfSeg& sg = a.seg[seg_of(tile)];
+      const int64_t r0 = static_cast<int64_t>(tile - static_cast<int>(sg.tile0)) * TM;
+      const uint8_t* src = sg.w + static_cast<size_t>(r0) * sg.row_bytes + static_cast<size_t>(sb0 + i_sb) * F::kRowBytes;
+      uint8_t* dst = ring + i_slot * kUnit;
+#pragma unroll
+      for (int i = 0; i < kCopies; ++i) {
+        const int c = lane + 32 * i, r = c / kPerRow;
+        if (c < kChunks)  // rows past the segment's end are zero-filled (never stored)
+          mmq_cp16(dst + 16 * c, r0 + r < sg.n_out ? src + static_cast<size_t>(r) * sg.row_bytes + 16 * (c % kPerRow) : sg.w,
+                   r0 + r < sg.n_out);
+      }
+      if (++i_sb == kc) i_sb = 0, ++i_tile;
+      if (++i_slot == R) i_slot = 0;
+    }
+    mmq_cp_commit();
+  };
+
+#pragma unroll
+  for (int u = 0; u < R - 1; ++u) issue();
+  mmq_cp_wait_group<R - 2>();  // the activations and unit 0
+  __syncthreads();
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
+  const uint8_t* xl = xs + g * a.x_pitch + t * 144;
+  int c_tile = 0, c_sb = 0, c_slot = 0;  // the unit computed
+  for (int u = 0; u < n_units; ++u) {
+    if (u > 0) {
+      mmq_cp_wait_group<R - 2>();
+      __syncwarp();  // every lane's copies of unit u landed; every lane is done with unit u - 1's slot
+    }
+    issue();
+    const uint8_t* unit = ring + c_slot * kUnit;
+    if (++c_slot == R) c_slot = 0;
+    typename F::Row ra[MT], rb[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      F::load(unit + (16 * mt + g) * F::kRowBytes, t, &ra[mt]);
+      F::load(unit + (16 * mt + g + 8) * F::kRowBytes, t, &rb[mt]);
+    }
+    const uint8_t* xu = xl + c_sb * 576;
+#pragma unroll
+    for (int fp = 0; fp < 8; ++fp) {
+      uint4 bx[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) bx[nt] = mmq_lds_u128(xu + nt * 8 * a.x_pitch + 16 * fp);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          uint32_t A[4];
+          F::frag(ra[mt], 2 * fp + h, &A[0], &A[2]);
+          F::frag(rb[mt], 2 * fp + h, &A[1], &A[3]);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const uint32_t B[2] = {h ? bx[nt].z : bx[nt].x, h ? bx[nt].w : bx[nt].y};
+            mma_f_k16<false>(acc[mt][nt], A, B);
+          }
+        }
+    }
+    if (++c_sb < kc) continue;
+    c_sb = 0;
+
+    // The tile's K range is done: store (S = 1) or hand in the partial.
+    const int tile = wid + c_tile++ * wstride;
+    const MmfSeg& sg = a.seg[seg_of(tile)];
+    const int64_t r0 = static_cast<int64_t>(tile - static_cast<int>(sg.tile0)) * TM;
+    bool last = S == 1;
+    if (S > 1) {
+      constexpr int kPart = TM * BN;  // floats per tile and split: MT x NT float4 per lane
+      const size_t slot = static_cast<size_t>(blockIdx.z) * static_cast<size_t>(a.n_tiles) + static_cast<size_t>(tile);
+      float4* mine = reinterpret_cast<float4*>(a.part + (slot * S + split) * kPart) + lane;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          __stcg(mine + (mt * NT + nt) * 32, make_float4(acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3]));
+      __threadfence();
+      __syncwarp();
+      unsigned old = 0;
+      if (lane == 0) old = atomicAdd(&a.sem[slot], 1u);
+      old = __shfl_sync(0xffffffffu, old, 0);
+      last = old == static_cast<unsigned>(S - 1);
+      if (last) {
+        __threadfence();
+        const float4* all = reinterpret_cast<const float4*>(a.part + slot * S * kPart) + lane;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
+        for (int s = 0; s < S; ++s) {
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              const float4 v = __ldcg(all + s * (kPart / 4) + (mt * NT + nt) * 32);
+              acc[mt][nt][0] += v.x, acc[mt][nt][1] += v.y, acc[mt][nt][2] += v.z, acc[mt][nt][3] += v.w;
+            }
+        }
+        if (lane == 0) a.sem[slot] = 0;
+      }
+    }
+    if (last) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int64_t row = r0 + 16 * mt + g + 8 * (i >> 1), tok = t0 + nt * 8 + 2 * t + (i & 1);
+            if (row < sg.n_out && tok < a.n_tok) {
+              float* y = sg.y + tok * static_cast<int64_t>(sg.y_stride) + row;
+              *y = (a.accumulate ? *y : 0.0f) + acc[mt][nt][i] + (sg.bias ? sg.bias[row] : 0.0f);
+            }
+          }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
+  }
+  mmq_cp_wait_group<0>();
+#endif
+}
+
+}  // namespace kiln::cuda

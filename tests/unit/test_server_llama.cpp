@@ -200,7 +200,7 @@ TEST(LlamaInfill, PromptLayoutStreamAndHostileBodies) {
     stopped = j["stop"].get<bool>();
   }
   EXPECT_TRUE(stopped) << r.body;
-  EXPECT_EQ(text, c.j()["choices"][0]["text"]);
+  EXPECT_EQ(text, c.j()["choices"][0]["text"].get<std::string>());
   struct Case {
     json body;
     const char* param;

@@ -187,7 +187,7 @@ TEST_F(ServeStructured, JsonObjectAndStreaming) {
     const test::Streamed s = test::parse_stream(post("/v1/chat/completions", sb).body);
     EXPECT_TRUE(s.done);
     EXPECT_EQ(s.text, t);
-    EXPECT_EQ(s.finish, c["finish_reason"]);
+    EXPECT_EQ(s.finish, c["finish_reason"].get<std::string>());
   }
   EXPECT_GT(stopped, 0);
   // llama-server's json_object with a schema beside it.

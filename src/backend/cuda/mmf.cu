@@ -6,7 +6,7 @@
 // 227 KB of one block per SM; kc (and so the K split S) follows from what is left.
 //   BN  8 / 16 / 32: 16 warps, R 3 (ring 110.6 KB): more warps in flight won over deeper rings at few tokens
 //   BN 64          :  8 warps, R 4 (ring  73.7 KB): the 64-token chunk needs the room (kc <= 4 at K 4096)
-// Registers (-Xptxas -v, sm_90, Q4_K, no spills): BN 8 / 16 / 32 / 64: 118 / 101 / 128 / 160.
+// Registers (-Xptxas -v, sm_90, Q4_K, no spills): BN 8 / 16 / 32 / 64: 116 / 96 / 128 / 156.
 // The K split S depends on n_in and n_tok alone, so that a product gives the same bits alone and in a group
 // (backend.h matmul_group): super-blocks per split kc = min(4, what shared memory allows), S = n_sb / kc rounded up
 // (K 4096: S 4; K 14336: S 14). The bench's best S per shape differs (8 tokens: gate+up 1, q/o 8): a fixed rule
@@ -113,6 +113,16 @@ size_t mmf_act_scratch_bytes(int64_t n_in, int64_t n_tok) { return static_cast<s
 Status launch_mmf(const MmfGroup& grp, const MmqSplitWs& ws, cudaStream_t s) {
   if (grp.n_tok == 0 || grp.n_seg == 0) return Status::ok();
   if (grp.n_seg > kMmfMaxSeg) return make_error(ErrorCode::kInternal, "mmf: %d segments", grp.n_seg);
+  for (int i = 1; i < grp.n_seg; ++i)
+    if (grp.seg[i].row_bytes != grp.seg[0].row_bytes) {  // the kernel takes one row pitch: a launch per segment
+      for (int j = 0; j < grp.n_seg; ++j) {
+        MmfGroup one = grp;
+        one.seg[0] = grp.seg[j];
+        one.n_seg = 1;
+        KILN_TRY(launch_mmf(one, ws, s));
+      }
+      return Status::ok();
+    }
   const int nt = nt_for(grp.n_tok);
   const MmfGeo geo = mmf_geo(nt);
   const int zt = static_cast<int>((grp.n_tok + 8 * nt - 1) / (8 * nt));

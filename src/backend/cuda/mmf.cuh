@@ -34,6 +34,23 @@
 
 namespace kiln::cuda {
 
+// A 16-byte shared-memory load from a 32-bit shared-space address: the kernel keeps its operand addresses as such
+// (base + a per-lane constant + an immediate), so no generic-to-shared conversion or 64-bit arithmetic is redone per
+// load (which had cost more instructions per unit than its MMAs).
+__device__ __forceinline__ uint4 mmf_lds128(uint32_t a) {
+  uint4 v = make_uint4(0, 0, 0, 0);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+#endif
+  return v;
+}
+__device__ __forceinline__ uint32_t mmf_saddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mmf_cp16(uint32_t dst, const void* src, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+#endif
+}
+
 // Q4_K as it is in the file: 144 bytes per row and super-block (d, dmin, 12 bytes of scales, 128 bytes of nibbles).
 struct MmfQ4K {
   static constexpr DType kType = DType::Q4_K;
@@ -44,17 +61,23 @@ struct MmfQ4K {
     uint32_t q[8];
     __half2 s[2], n[2];
   };
-  static __device__ __forceinline__ void load(const uint8_t* row, int t, Row* r) {
-    const uint4 h = mmq_lds_u128(row);
-    const uint4 a = mmq_lds_u128(row + 16 + 32 * t), b = mmq_lds_u128(row + 32 + 32 * t);
+  // row: the shared address of the row's super-block in the unit
+  static __device__ __forceinline__ void load(uint32_t row, int t, Row* r) {
+    const uint4 h = mmf_lds128(row);
+    const uint4 a = mmf_lds128(row + 16 + 32 * t), b = mmf_lds128(row + 32 + 32 * t);
     r->q[0] = a.x, r->q[1] = a.y, r->q[2] = a.z, r->q[3] = a.w, r->q[4] = b.x, r->q[5] = b.y, r->q[6] = b.z,
     r->q[7] = b.w;
     const float d = __half2float(__ushort_as_half(static_cast<uint16_t>(h.x)));
     const float dmin = __half2float(__ushort_as_half(static_cast<uint16_t>(h.x >> 16)));
+    // sub-blocks 2t, 2t + 1 (kq_scale_min without its branch: lanes t < 2 take bytes 2t.. of words y / z, lanes
+    // t >= 2 the 6-bit halves of w and the top bits of y / z at byte 2t - 4)
+    const int sh = 16 * (t & 1);
+    const uint32_t by = h.y >> sh, bz = h.z >> sh, bw = h.w >> sh;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      int sc, mn;
-      kq_scale_min(2 * t + j, h.y, h.z, h.w, &sc, &mn);
+      const uint32_t b0 = (by >> (8 * j)) & 0xFF, b1 = (bz >> (8 * j)) & 0xFF, b2 = (bw >> (8 * j)) & 0xFF;
+      const uint32_t sc = t < 2 ? b0 & 63 : (b2 & 0xF) | ((b0 >> 6) << 4);
+      const uint32_t mn = t < 2 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
       r->s[j] = __float2half2_rn(d * static_cast<float>(sc));
       r->n[j] = __float2half2_rn(-(dmin * static_cast<float>(mn)));
     }
@@ -136,23 +159,34 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
       if (i < a.n_seg && tile >= a.seg[i].tile0) s = i;
     return s;
   };
-  // A lane's copies of a unit: chunks lane + 32 i (16 bytes each, contiguous in the ring: rows of kRowBytes),
-  // chunk c of row c / kPerRow at byte 16 (c % kPerRow) of the row's super-block.
+  // A lane's copies of a unit: chunks c = lane + 32 i (16 bytes each, contiguous in the ring: rows of kRowBytes),
+  // chunk c of row c / kPerRow at byte 16 (c % kPerRow) of the row's super-block. Their source offsets within a tile
+  // are the same for every unit (every segment has one row pitch: launch_mmf), so they are computed once.
   constexpr int kPerRow = F::kRowBytes / 16, kChunks = TM * kPerRow, kCopies = (kChunks + 31) / 32;
+  const size_t pitch = a.seg[0].row_bytes;
+  uint32_t src_off[kCopies];
+#pragma unroll
+  for (int i = 0; i < kCopies; ++i) {
+    const int c = lane + 32 * i;
+    src_off[i] = static_cast<uint32_t>((c / kPerRow) * pitch) + 16 * (c % kPerRow);
+  }
+  const uint32_t dst0 = mmf_saddr(ring) + 16 * lane;
   int i_tile = 0, i_sb = 0, i_slot = 0;  // the next unit to issue
   const auto issue = [&]() {
     if (i_tile < n_my) {
       const int tile = wid + i_tile * wstride;
       const MmfSeg& sg = a.seg[seg_of(tile)];
       const int64_t r0 = static_cast<int64_t>(tile - static_cast<int>(sg.tile0)) * TM;
-      const uint8_t* src = sg.w + static_cast<size_t>(r0) * sg.row_bytes + static_cast<size_t>(sb0 + i_sb) * F::kRowBytes;
-      uint8_t* dst = ring + i_slot * kUnit;
+      const uint8_t* src = sg.w + static_cast<size_t>(r0) * pitch + static_cast<size_t>(sb0 + i_sb) * F::kRowBytes;
+      const uint32_t dst = dst0 + i_slot * kUnit;
+      const bool full = r0 + TM <= sg.n_out;  // else rows past the segment's end are zero-filled (never stored)
 #pragma unroll
       for (int i = 0; i < kCopies; ++i) {
-        const int c = lane + 32 * i, r = c / kPerRow;
-        if (c < kChunks)  // rows past the segment's end are zero-filled (never stored)
-          mmq_cp16(dst + 16 * c, r0 + r < sg.n_out ? src + static_cast<size_t>(r) * sg.row_bytes + 16 * (c % kPerRow) : sg.w,
-                   r0 + r < sg.n_out);
+        const int c = lane + 32 * i;
+        if (kChunks % 32 == 0 || c < kChunks) {
+          const bool ok = full || r0 + c / kPerRow < sg.n_out;
+          mmf_cp16(dst + 512 * i, ok ? src + src_off[i] : sg.w, ok);
+        }
       }
       if (++i_sb == kc) i_sb = 0, ++i_tile;
       if (++i_slot == R) i_slot = 0;
@@ -170,7 +204,10 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
-  const uint8_t* xl = xs + g * a.x_pitch + t * 144;
+  uint32_t xb[NT];  // per token tile: this lane's B row (token 8 nt + g, lane range t) in the activation chunk
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) xb[nt] = mmf_saddr(xs) + (8 * nt + g) * a.x_pitch + t * 144;
+  const uint32_t ring_s = mmf_saddr(ring) + g * F::kRowBytes;  // this lane's row g of slot 0
   int c_tile = 0, c_sb = 0, c_slot = 0;  // the unit computed
   for (int u = 0; u < n_units; ++u) {
     if (u > 0) {
@@ -178,20 +215,20 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
       __syncwarp();  // every lane's copies of unit u landed; every lane is done with unit u - 1's slot
     }
     issue();
-    const uint8_t* unit = ring + c_slot * kUnit;
+    const uint32_t unit = ring_s + c_slot * kUnit;
     if (++c_slot == R) c_slot = 0;
     typename F::Row ra[MT], rb[MT];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      F::load(unit + (16 * mt + g) * F::kRowBytes, t, &ra[mt]);
-      F::load(unit + (16 * mt + g + 8) * F::kRowBytes, t, &rb[mt]);
+      F::load(unit + 16 * mt * F::kRowBytes, t, &ra[mt]);
+      F::load(unit + (16 * mt + 8) * F::kRowBytes, t, &rb[mt]);
     }
-    const uint8_t* xu = xl + c_sb * 576;
+    const uint32_t xo = c_sb * 576;
 #pragma unroll
     for (int fp = 0; fp < 8; ++fp) {
       uint4 bx[NT];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) bx[nt] = mmq_lds_u128(xu + nt * 8 * a.x_pitch + 16 * fp);
+      for (int nt = 0; nt < NT; ++nt) bx[nt] = mmf_lds128(xb[nt] + xo + 16 * fp);
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll

@@ -1,7 +1,7 @@
-// mmf_bench: the weight-streaming f16 GEMM (src/backend/cuda/mmf.cuh) on the llama3-8b Q4_K shapes at 8..128
-// tokens, per geometry (warps, ring depth) and K split S, against its numerics model (the exact f16 weights the
-// kernel forms, f16 activations, f64 sums: NMSE < 1e-10 expected from f32 accumulation alone) and against f64 math on
-// the reference dequantizer's weights (NMSE < 1e-5). Weights rotated over 3 copies (not in L2 from the last
+// mmf_bench: the weight-streaming f16 GEMM (src/backend/cuda/mmf.cuh) on the llama3-8b Q4_K shapes (and q4_k_m's
+// Q6_K ones) at 8..128 tokens, per geometry (warps, ring depth) and K split S, against its numerics model (the exact
+// f16 weights the kernel forms, tests/common/mmf_model.h; f16 activations, f64 sums: NMSE < 1e-10 expected from f32
+// accumulation alone) and against f64 math on the reference dequantizer's weights (NMSE < 1e-5). Weights rotated over 3 copies (not in L2 from the last
 // launch); 10 launches back to back per sample, median of 9.
 // Build: the CMake target mmf_bench (KILN_CUDA=ON); run: mmf_bench [n_toks] (default 8,16,32,64,128).
 #include <cuda_fp16.h>
@@ -17,27 +17,30 @@
 
 #include "backend/cuda/mmf.cuh"
 #include "bench_util.cuh"
+#include "common/mmf_model.h"
 
 namespace kiln {
 namespace {
 using cuda::MmfArgs;
 using cuda::MmfQ4K;
+using cuda::MmfQ6K;
 
 int g_sms = 132;
 constexpr int kSmemMax = 227 * 1024;
 
 struct Geo {
   const char* name;
+  DType type;
   int warps, mt, ring;
   // launches the kernel with NT token tiles; false when the chunk does not fit shared memory
   bool (*run)(const MmfArgs&, int gx, int nt_tiles, cudaStream_t);
 };
 
-template <int WARPS, int MT, int NT, int R>
+template <class F, int WARPS, int MT, int NT, int R>
 bool launch_nt(const MmfArgs& a, int gx, int zt, cudaStream_t s) {
-  const int smem = cuda::mmf_ring_bytes<MmfQ4K, WARPS, MT, R>() + 8 * NT * a.x_pitch;
+  const int smem = cuda::mmf_ring_bytes<F, WARPS, MT, R>() + 8 * NT * a.x_pitch;
   if (smem > kSmemMax || MT * NT > 16) return false;
-  auto k = cuda::mmf_kernel<MmfQ4K, WARPS, MT, (MT * NT > 16 ? 1 : NT), R>;
+  auto k = cuda::mmf_kernel<F, WARPS, MT, (MT * NT > 16 ? 1 : NT), R>;
   static bool attr = false;  // once per instance: a per-launch attribute call would time the host
   if (!attr) {
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemMax));
@@ -46,45 +49,15 @@ bool launch_nt(const MmfArgs& a, int gx, int zt, cudaStream_t s) {
   k<<<dim3(gx, a.n_split, zt), 32 * WARPS, smem, s>>>(a);
   return true;
 }
-template <int WARPS, int MT, int R>
+template <class F, int WARPS, int MT, int R>
 bool launch_geo(const MmfArgs& a, int gx, int nt, cudaStream_t s) {
   const int zt_of = static_cast<int>((a.n_tok + 8 * nt - 1) / (8 * nt));
   switch (nt) {
-    case 1: return launch_nt<WARPS, MT, 1, R>(a, gx, zt_of, s);
-    case 2: return launch_nt<WARPS, MT, 2, R>(a, gx, zt_of, s);
-    case 4: return launch_nt<WARPS, MT, 4, R>(a, gx, zt_of, s);
-    default: return launch_nt<WARPS, MT, 8, R>(a, gx, zt_of, s);
+    case 1: return launch_nt<F, WARPS, MT, 1, R>(a, gx, zt_of, s);
+    case 2: return launch_nt<F, WARPS, MT, 2, R>(a, gx, zt_of, s);
+    case 4: return launch_nt<F, WARPS, MT, 4, R>(a, gx, zt_of, s);
+    default: return launch_nt<F, WARPS, MT, 8, R>(a, gx, zt_of, s);
   }
-}
-
-// The f16 weights the kernel forms (mmf.cuh's numerics), row-major [n_out][n_in].
-std::vector<float> model_weights_q4k(const std::vector<uint8_t>& wb, int64_t n_in, int64_t n_out) {
-  std::vector<float> w(static_cast<size_t>(n_in * n_out));
-  const int64_t nb = n_in / 256;
-  for (int64_t r = 0; r < n_out; ++r)
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = wb.data() + (r * nb + b) * 144;
-      uint16_t dh, mh;
-      std::memcpy(&dh, blk, 2);
-      std::memcpy(&mh, blk + 2, 2);
-      const float d = fp16_to_f32(dh), dmin = fp16_to_f32(mh);
-      const uint8_t* sc = blk + 4;
-      for (int j = 0; j < 8; ++j) {
-        int s, m;
-        if (j < 4) s = sc[j] & 63, m = sc[j + 4] & 63;
-        else s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4), m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-        const float s16 = fp16_to_f32(f32_to_fp16(d * static_cast<float>(s)));
-        const float n16 = fp16_to_f32(f32_to_fp16(-(dmin * static_cast<float>(m))));
-        for (int l = 0; l < 32; ++l) {
-          const uint8_t byte = blk[16 + 32 * (j / 2) + l];
-          const int q = (j % 2) ? byte >> 4 : byte & 0xF;
-          // one rounding of the exact q * s16 + n16 (float holds it exactly: 4 + 11 bits against n16's exponent)
-          const double v = static_cast<double>(q) * s16 + n16;
-          w[static_cast<size_t>(r * n_in + b * 256 + 32 * j + l)] = fp16_to_f32(f32_to_fp16(static_cast<float>(v)));
-        }
-      }
-    }
-  return w;
 }
 
 double model_nmse(const std::vector<float>& wm, const std::vector<float>& xh, const std::vector<float>& y,
@@ -120,15 +93,30 @@ int main(int argc, char** argv) {
       if (*s) ++s;
     }
   }
-  const Geo geos[] = {{"8w m1 r4", 8, 1, 4, launch_geo<8, 1, 4>},   {"8w m1 r8", 8, 1, 8, launch_geo<8, 1, 8>},
-                      {"16w m1 r3", 16, 1, 3, launch_geo<16, 1, 3>}, {"16w m1 r5", 16, 1, 5, launch_geo<16, 1, 5>},
-                      {"8w m2 r4", 8, 2, 4, launch_geo<8, 2, 4>},   {"12w m1 r4", 12, 1, 4, launch_geo<12, 1, 4>},
-                      {"12w m1 r6", 12, 1, 6, launch_geo<12, 1, 6>},   {"8w m4 r3", 8, 4, 3, launch_geo<8, 4, 3>}};
+  constexpr DType K4 = DType::Q4_K, K6 = DType::Q6_K;
+  const Geo geos[] = {{"8w m1 r4", K4, 8, 1, 4, launch_geo<MmfQ4K, 8, 1, 4>},
+                      {"8w m1 r8", K4, 8, 1, 8, launch_geo<MmfQ4K, 8, 1, 8>},
+                      {"16w m1 r3", K4, 16, 1, 3, launch_geo<MmfQ4K, 16, 1, 3>},
+                      {"16w m1 r5", K4, 16, 1, 5, launch_geo<MmfQ4K, 16, 1, 5>},
+                      {"8w m2 r4", K4, 8, 2, 4, launch_geo<MmfQ4K, 8, 2, 4>},
+                      {"12w m1 r4", K4, 12, 1, 4, launch_geo<MmfQ4K, 12, 1, 4>},
+                      {"12w m1 r6", K4, 12, 1, 6, launch_geo<MmfQ4K, 12, 1, 6>},
+                      {"8w m4 r3", K4, 8, 4, 3, launch_geo<MmfQ4K, 8, 4, 3>},
+                      {"q6 8w m1 r3", K6, 8, 1, 3, launch_geo<MmfQ6K, 8, 1, 3>},
+                      {"q6 8w m1 r4", K6, 8, 1, 4, launch_geo<MmfQ6K, 8, 1, 4>},
+                      {"q6 12w m1 r3", K6, 12, 1, 3, launch_geo<MmfQ6K, 12, 1, 3>},
+                      {"q6 16w m1 r3", K6, 16, 1, 3, launch_geo<MmfQ6K, 16, 1, 3>}};
+  // Q4_K: one llama3-8b layer's products (count: in the layer sum); Q6_K: q4_k_m's attn_v and ffn_down (half the
+  // layers) and the output head
   struct Shape {
     const char* name;
+    DType type;
     int64_t n_out, n_in, count;
-  } shapes[] = {{"q/o", 4096, 4096, 2}, {"k/v", 1024, 4096, 2}, {"gate/up", 14336, 4096, 2}, {"down", 4096, 14336, 1},
-                {"qkv", 6144, 4096, 0}, {"gate+up", 28672, 4096, 0}};
+  } shapes[] = {{"q/o", DType::Q4_K, 4096, 4096, 2},        {"k/v", DType::Q4_K, 1024, 4096, 2},
+                {"gate/up", DType::Q4_K, 14336, 4096, 2},   {"down", DType::Q4_K, 4096, 14336, 1},
+                {"qkv", DType::Q4_K, 6144, 4096, 0},        {"gate+up", DType::Q4_K, 28672, 4096, 0},
+                {"q6 v", DType::Q6_K, 1024, 4096, 0},       {"q6 down", DType::Q6_K, 4096, 14336, 0},
+                {"q6 output", DType::Q6_K, 128256, 4096, 0}};
   // MMF_ONLY=geo,S,waves,shape (indices): that configuration alone, 20 launches, no checks (for ncu)
   int only[4] = {-1, -1, -1, -1};
   if (const char* e = std::getenv("MMF_ONLY")) std::sscanf(e, "%d,%d,%d,%d", &only[0], &only[1], &only[2], &only[3]);
@@ -146,7 +134,7 @@ int main(int argc, char** argv) {
     double layer_best = 0;
     for (const Shape& sh : shapes) {
       if (only[3] >= 0 && &sh - shapes != only[3]) continue;
-      const DType t = DType::Q4_K;
+      const DType t = sh.type;
       const size_t rb = dtype_row_bytes(t, sh.n_in).value();
       std::vector<uint8_t> wb = random_weights(t, sh.n_in, sh.n_out, rng);
       std::vector<float> xf(static_cast<size_t>(sh.n_in * n_tok)), xh(xf.size());
@@ -157,7 +145,16 @@ int main(int argc, char** argv) {
         xb[i] = f32_to_fp16(xf[i]);
         xh[i] = fp16_to_f32(xb[i]);
       }
-      const std::vector<float> wm = only[0] >= 0 ? std::vector<float>() : model_weights_q4k(wb, sh.n_in, sh.n_out);
+      // the model's 16 checked rows only (model_nmse): the output head has 128256
+      std::vector<float> wm;
+      if (only[0] < 0) {
+        wm.assign(static_cast<size_t>(sh.n_in * sh.n_out), 0.0f);
+        for (int i = 0; i < 16; ++i) {
+          const int64_t r = (i * 7919) % sh.n_out;
+          const std::vector<double> row = test::mmf_weights(t, wb.data() + r * rb, sh.n_in);
+          for (int64_t k = 0; k < sh.n_in; ++k) wm[static_cast<size_t>(r * sh.n_in + k)] = static_cast<float>(row[k]);
+        }
+      }
       constexpr int kCopies = 3;
       uint8_t* dw[kCopies];
       for (auto& p : dw) {
@@ -174,6 +171,7 @@ int main(int argc, char** argv) {
       std::string best_name;
       for (const Geo& geo : geos) {
         if (only[0] >= 0 && &geo - geos != only[0]) continue;
+        if (geo.type != t) continue;
         const int64_t n_tiles = (sh.n_out + 16 * geo.mt - 1) / (16 * geo.mt);
         for (int S : {1, 2, 3, 4, 6, 8, 12, 16})
         for (int waves : {1, 2}) {

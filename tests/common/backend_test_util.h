@@ -26,6 +26,7 @@
 #include "backend/registry.h"
 #include "quant/reference.h"
 #include "util/fp16.h"
+#include "common/mmf_model.h"
 
 namespace kiln::test {
 
@@ -270,34 +271,6 @@ inline double nmse_d(const std::vector<float>& a, const std::vector<double>& ref
     den += ref[i] * ref[i];
   }
   return den > 0 ? num / den : num;
-}
-
-// The f16 weights CUDA's mmf forms from a Q4_K row (backend/cuda/mmf.cuh numerics): per sub-block s = f16(d * sc)
-// and n = f16(-(dmin * m)) from f32 products, each weight f16(q * s + n) with one rounding (q * s + n is exact in f32:
-// a 4-bit q times an 11-bit s, added to n of at most s's exponent range plus 6 bits).
-inline std::vector<double> mmf_weights_q4k(const uint8_t* row, int64_t n_in) {
-  std::vector<double> w(static_cast<size_t>(n_in));
-  for (int64_t b = 0; b < n_in / 256; ++b) {
-    const uint8_t* blk = row + b * 144;
-    uint16_t dh, mh;
-    std::memcpy(&dh, blk, 2);
-    std::memcpy(&mh, blk + 2, 2);
-    const float d = fp16_to_f32(dh), dmin = fp16_to_f32(mh);
-    const uint8_t* sc = blk + 4;
-    for (int j = 0; j < 8; ++j) {
-      const int s = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-      const int m = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-      const float s16 = fp16_to_f32(f32_to_fp16(d * static_cast<float>(s)));
-      const float n16 = fp16_to_f32(f32_to_fp16(-(dmin * static_cast<float>(m))));
-      for (int l = 0; l < 32; ++l) {
-        const uint8_t byte = blk[16 + 32 * (j / 2) + l];
-        const int q = (j % 2) ? byte >> 4 : byte & 0xF;
-        w[static_cast<size_t>(b * 256 + 32 * j + l)] =
-            fp16_to_f32(f32_to_fp16(static_cast<float>(q) * s16 + n16));
-      }
-    }
-  }
-  return w;
 }
 
 inline constexpr double kU = 1.0 / 16777216.0;  // 2^-24: f32 unit roundoff

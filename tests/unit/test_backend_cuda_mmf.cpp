@@ -42,14 +42,15 @@ struct ForceMmf {
 };
 
 struct Case {
+  DType t;
   int64_t n_in, n_out, n_tok;
   std::vector<uint8_t> w;
   std::vector<float> x, bias;
 };
-Case make_case(int64_t n_in, int64_t n_out, int64_t n_tok, bool bias, uint32_t seed) {
-  Case c{n_in, n_out, n_tok, {}, {}, {}};
+Case make_case(int64_t n_in, int64_t n_out, int64_t n_tok, bool bias, uint32_t seed, DType t = DType::Q4_K) {
+  Case c{t, n_in, n_out, n_tok, {}, {}, {}};
   std::mt19937 rng(seed);
-  c.w = test::random_weights(DType::Q4_K, n_in, n_out, rng);
+  c.w = test::random_weights(t, n_in, n_out, rng);
   c.x = test::randn(static_cast<size_t>(n_in * n_tok), seed + 1, 1.5f);
   if (bias) c.bias = test::randn(static_cast<size_t>(n_out), seed + 2);
   return c;
@@ -59,15 +60,15 @@ Case make_case(int64_t n_in, int64_t n_out, int64_t n_tok, bool bias, uint32_t s
 // matmul_add).
 void check(const Case& c, const std::vector<float>& y, const std::string& what, const std::vector<int64_t>& rows = {},
            const std::vector<float>* acc0 = nullptr) {
-  const size_t rb = dtype_row_bytes(DType::Q4_K, c.n_in).value();
+  const size_t rb = dtype_row_bytes(c.t, c.n_in).value();
   std::vector<int64_t> rs = rows;
   if (rs.empty())
     for (int64_t o = 0; o < c.n_out; ++o) rs.push_back(o);
   std::vector<float> deq(static_cast<size_t>(c.n_in)), got;
   std::vector<double> model, exact;
   for (int64_t o : rs) {
-    const std::vector<double> wm = test::mmf_weights_q4k(c.w.data() + o * rb, c.n_in);
-    KILN_ASSERT_OK(dequantize_row(DType::Q4_K, c.w.data() + o * rb, deq.data(), c.n_in));
+    const std::vector<double> wm = test::mmf_weights(c.t, c.w.data() + o * rb, c.n_in);
+    KILN_ASSERT_OK(dequantize_row(c.t, c.w.data() + o * rb, deq.data(), c.n_in));
     for (int64_t t = 0; t < c.n_tok; ++t) {
       double m = 0, e = 0;
       for (int64_t i = 0; i < c.n_in; ++i) {
@@ -89,20 +90,24 @@ TEST(CudaMmf, MatchesModelOnAwkwardShapes) {
   KILN_NEED_GPU();
   ForceMmf force;
   struct Shape {
+    DType t;
     int64_t n_in, n_out;
   };
-  for (const Shape sh : {Shape{256, 40}, Shape{768, 200}, Shape{4096, 1000}, Shape{14336, 72}})
+  // Q6_K: rows of 2048-multiples only (16-byte aligned rows: mmf_usable)
+  for (const Shape sh : {Shape{DType::Q4_K, 256, 40}, Shape{DType::Q4_K, 768, 200}, Shape{DType::Q4_K, 4096, 1000},
+                         Shape{DType::Q4_K, 14336, 72}, Shape{DType::Q6_K, 2048, 40}, Shape{DType::Q6_K, 4096, 1000},
+                         Shape{DType::Q6_K, 14336, 72}})
     for (int64_t n_tok : {1, 3, 8, 9, 16, 17, 33, 64, 65, 130}) {
       if (sh.n_in == 14336 && n_tok > 64) continue;  // host time
       const bool bias = n_tok % 2 == 1, pad = n_tok == 17 || n_tok == 33;
-      const Case c = make_case(sh.n_in, sh.n_out, n_tok, bias, static_cast<uint32_t>(sh.n_in + 7 * n_tok));
-      const DevTensor wt = dev_upload(gpu, DType::Q4_K, c.w, c.n_in, c.n_out);
+      const Case c = make_case(sh.n_in, sh.n_out, n_tok, bias, static_cast<uint32_t>(sh.n_in + 7 * n_tok), sh.t);
+      const DevTensor wt = dev_upload(gpu, c.t, c.w, c.n_in, c.n_out);
       const DevTensor xt = dev_f32(gpu, c.x, c.n_in, n_tok, 1, pad ? 48 : 0);
       const DevTensor bt = bias ? dev_f32(gpu, c.bias, c.n_out) : DevTensor{};
       const DevTensor out = dev_alloc(gpu, DType::F32, c.n_out, n_tok, 1, pad ? 32 : 0);
       KILN_ASSERT_OK(gpu.matmul(wt.t, xt.t, bias ? bt.t : Tensor{}, out.t));
       std::ostringstream what;
-      what << "mmf " << sh.n_out << "x" << sh.n_in << " n_tok=" << n_tok << " bias=" << bias << " pad=" << pad;
+      what << "mmf " << dtype_name(sh.t) << " " << sh.n_out << "x" << sh.n_in << " n_tok=" << n_tok << " bias=" << bias << " pad=" << pad;
       check(c, dev_read<float>(gpu, out), what.str());
       if (pad) {  // the bytes between y rows stay poison
         const std::vector<uint8_t> raw = test::dev_read_whole(gpu, out);
@@ -117,10 +122,11 @@ TEST(CudaMmf, MatchesModelOnAwkwardShapes) {
 TEST(CudaMmf, AccumulatesAndRepeatsItsBits) {
   KILN_NEED_GPU();
   ForceMmf force;
+  for (DType t : {DType::Q4_K, DType::Q6_K})
   for (int64_t n_tok : {5, 40}) {
-    const Case c = make_case(4096, 300, n_tok, true, 91 + static_cast<uint32_t>(n_tok));
+    const Case c = make_case(4096, 300, n_tok, true, 91 + static_cast<uint32_t>(n_tok), t);
     const std::vector<float> acc0 = test::randn(static_cast<size_t>(c.n_out * n_tok), 93);
-    const DevTensor wt = dev_upload(gpu, DType::Q4_K, c.w, c.n_in, c.n_out);
+    const DevTensor wt = dev_upload(gpu, c.t, c.w, c.n_in, c.n_out);
     const DevTensor xt = dev_f32(gpu, c.x, c.n_in, n_tok);
     const DevTensor bt = dev_f32(gpu, c.bias, c.n_out);
     std::vector<std::vector<float>> runs;
@@ -130,7 +136,7 @@ TEST(CudaMmf, AccumulatesAndRepeatsItsBits) {
       KILN_ASSERT_OK(gpu.matmul_add(wt.t, xt.t, bt.t, tmp.t, acc.t));
       runs.push_back(dev_read<float>(gpu, acc));
     }
-    check(c, runs[0], "mmf matmul_add n_tok=" + std::to_string(n_tok), {}, &acc0);
+    check(c, runs[0], std::string("mmf matmul_add ") + dtype_name(t) + " n_tok=" + std::to_string(n_tok), {}, &acc0);
     for (int r = 1; r < 3; ++r)
       EXPECT_EQ(std::memcmp(runs[r].data(), runs[0].data(), runs[0].size() * 4), 0)
           << "n_tok=" << n_tok << ": launch " << r << " gave other bits than launch 0";
@@ -150,7 +156,7 @@ TEST(CudaMmf, GroupEqualsItsProductsBitForBit) {
     for (int i = 0; i < 3; ++i) {
       cs.push_back(make_case(n_in, n_outs[i], n_tok, i == 1, 50 + static_cast<uint32_t>(i)));
       cs.back().x = x;
-      wts.push_back(dev_upload(gpu, DType::Q4_K, cs.back().w, n_in, n_outs[i]));
+      wts.push_back(dev_upload(gpu, cs.back().t, cs.back().w, n_in, n_outs[i]));
       bts.push_back(i == 1 ? dev_f32(gpu, cs.back().bias, n_outs[i]) : DevTensor{});
       outs.push_back(dev_alloc(gpu, DType::F32, n_outs[i], n_tok));
       refs.push_back(dev_alloc(gpu, DType::F32, n_outs[i], n_tok));
@@ -173,7 +179,7 @@ TEST(CudaMmf, MoreRowsThanTheWorkspaceHolds) {
   KILN_NEED_GPU();
   ForceMmf force;
   const Case c = make_case(4096, 40000, 64, true, 123);
-  const DevTensor wt = dev_upload(gpu, DType::Q4_K, c.w, c.n_in, c.n_out);
+  const DevTensor wt = dev_upload(gpu, c.t, c.w, c.n_in, c.n_out);
   const DevTensor xt = dev_f32(gpu, c.x, c.n_in, c.n_tok);
   const DevTensor bt = dev_f32(gpu, c.bias, c.n_out);
   const DevTensor out = dev_alloc(gpu, DType::F32, c.n_out, c.n_tok);

@@ -451,7 +451,7 @@ void check_matmul_model(const std::string& backend, const MatmulCase& c, const s
   std::vector<double> want(static_cast<size_t>(c.n_out * c.n_tok)), sum_err;
   std::vector<double> wm(static_cast<size_t>(c.n_out * n));  // the weights the model multiplies
   for (int64_t o = 0; o < c.n_out; ++o) {
-    const std::vector<double> mw = m->w_mmf ? test::mmf_weights_q4k(c.w.data() + o * rb, n) : std::vector<double>();
+    const std::vector<double> mw = m->w_mmf ? test::mmf_weights(c.t, c.w.data() + o * rb, n) : std::vector<double>();
     for (int64_t i = 0; i < n; ++i)
       wm[o * n + i] = m->w_mmf ? mw[i] : m->w_f16 ? round_f16(c.wdeq[o * n + i]) : static_cast<double>(c.wdeq[o * n + i]);
   }

@@ -24,7 +24,12 @@ constexpr int kMmfSplitKc = 4;  // super-blocks per split when shared memory all
 struct MmfGeo {
   int warps, ring;
 };
-constexpr MmfGeo mmf_geo(int nt) { return nt == 8 ? MmfGeo{8, 4} : MmfGeo{16, 3}; }
+// Q6_K's units are 3584 bytes (Q4_K's 2304): fewer warps keep the rings inside the same room (not measured yet).
+template <class F>
+constexpr MmfGeo mmf_geo(int nt) {
+  if constexpr (F::kType == DType::Q6_K) return nt == 8 ? MmfGeo{8, 3} : MmfGeo{12, 3};
+  return nt == 8 ? MmfGeo{8, 4} : MmfGeo{16, 3};
+}
 
 int device_attr(cudaDeviceAttr attr, int fallback) {
   constexpr int kMaxDev = 64;
@@ -45,7 +50,7 @@ int nt_for(int64_t n_tok) { return n_tok <= 8 ? 1 : n_tok <= 16 ? 2 : n_tok <= 3
 
 template <class F, int NT>
 Status launch_nt(const MmfArgs& a, int gx, int zt, int smem, cudaStream_t s) {
-  constexpr MmfGeo G = mmf_geo(NT);
+  constexpr MmfGeo G = mmf_geo<F>(NT);
   auto* k = mmf_kernel<F, G.warps, 1, NT, G.ring>;
   static thread_local int done_dev = -1;
   int dev = 0;
@@ -71,9 +76,10 @@ Status launch_type(const MmfArgs& a, int gx, int zt, int smem, int nt, cudaStrea
 }
 
 // One launch over segs (tiles numbered across them); the caller checked the workspace for S.
+template <class F>
 Status launch_segs(const MmfGroup& grp, const MmfSeg* segs, int n_seg, int64_t n_tiles, int S, int kc_max, int nt,
                    const MmqSplitWs& ws, cudaStream_t s) {
-  const MmfGeo geo = mmf_geo(nt);
+  const MmfGeo geo = mmf_geo<F>(nt);
   const int zt = static_cast<int>((grp.n_tok + 8 * nt - 1) / (8 * nt));
   MmfArgs a{};
   for (int i = 0; i < n_seg; ++i) a.seg[i] = segs[i];
@@ -89,19 +95,15 @@ Status launch_segs(const MmfGroup& grp, const MmfSeg* segs, int n_seg, int64_t n
   a.accumulate = grp.accumulate;
   a.part = ws.part;
   a.sem = ws.sem;
-  const int smem = geo.warps * geo.ring * MmfQ4K::kUnitBytes + 8 * nt * a.x_pitch;
+  const int smem = geo.warps * geo.ring * F::kUnitBytes + 8 * nt * a.x_pitch;
   const int64_t per_split = std::max<int64_t>(1, sms() / (static_cast<int64_t>(S) * zt));
   const int gx = static_cast<int>(std::min<int64_t>(per_split, (n_tiles + geo.warps - 1) / geo.warps));
-  switch (grp.type) {
-    case DType::Q4_K: return launch_type<MmfQ4K>(a, gx, zt, smem, nt, s);
-    default: break;
-  }
-  return make_error(ErrorCode::kUnsupported, "mmf: weight type %s", dtype_name(grp.type));
+  return launch_type<F>(a, gx, zt, smem, nt, s);
 }
 
 }  // namespace
 
-bool mmf_supports(DType t) { return t == DType::Q4_K; }
+bool mmf_supports(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
 
 bool mmf_usable(const MatmulParams& p) {
   return mmf_supports(p.type) && int8_mma_ok() && p.n_in % 256 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 &&
@@ -110,7 +112,9 @@ bool mmf_usable(const MatmulParams& p) {
 
 size_t mmf_act_scratch_bytes(int64_t n_in, int64_t n_tok) { return static_cast<size_t>(n_in * n_tok) * 2; }
 
-Status launch_mmf(const MmfGroup& grp, const MmqSplitWs& ws, cudaStream_t s) {
+namespace {
+template <class F>
+Status launch_fmt(const MmfGroup& grp, const MmqSplitWs& ws, cudaStream_t s) {
   if (grp.n_tok == 0 || grp.n_seg == 0) return Status::ok();
   if (grp.n_seg > kMmfMaxSeg) return make_error(ErrorCode::kInternal, "mmf: %d segments", grp.n_seg);
   for (int i = 1; i < grp.n_seg; ++i)
@@ -124,11 +128,11 @@ Status launch_mmf(const MmfGroup& grp, const MmqSplitWs& ws, cudaStream_t s) {
       return Status::ok();
     }
   const int nt = nt_for(grp.n_tok);
-  const MmfGeo geo = mmf_geo(nt);
+  const MmfGeo geo = mmf_geo<F>(nt);
   const int zt = static_cast<int>((grp.n_tok + 8 * nt - 1) / (8 * nt));
   const int n_sb = static_cast<int>(grp.n_in / 256);
   // the longest split shared memory allows, then S
-  const int x_room = smem_optin() - geo.warps * geo.ring * MmfQ4K::kUnitBytes;
+  const int x_room = smem_optin() - geo.warps * geo.ring * F::kUnitBytes;
   int kc_cap = n_sb;
   while (kc_cap > 1 && 8 * nt * mmf_x_pitch(kc_cap) > x_room) --kc_cap;
   if (8 * nt * mmf_x_pitch(kc_cap) > x_room)
@@ -152,7 +156,7 @@ Status launch_mmf(const MmfGroup& grp, const MmqSplitWs& ws, cudaStream_t s) {
       segs[i].tile0 = tile0;
       tile0 += (grp.seg[i].n_out + 15) / 16;
     }
-    return launch_segs(grp, segs, grp.n_seg, n_tiles, S, kc_max, nt, ws, s);
+    return launch_segs<F>(grp, segs, grp.n_seg, n_tiles, S, kc_max, nt, ws, s);
   }
   // Too many partials for the workspace: rows in chunks, one launch each.
   int64_t chunk_tiles = 1;
@@ -166,10 +170,20 @@ Status launch_mmf(const MmfGroup& grp, const MmqSplitWs& ws, cudaStream_t s) {
       part.bias = sg.bias ? sg.bias + r : nullptr;
       part.n_out = std::min<int64_t>(16 * chunk_tiles, sg.n_out - r);
       part.tile0 = 0;
-      KILN_TRY(launch_segs(grp, &part, 1, (part.n_out + 15) / 16, S, kc_max, nt, ws, s));
+      KILN_TRY(launch_segs<F>(grp, &part, 1, (part.n_out + 15) / 16, S, kc_max, nt, ws, s));
     }
   }
   return Status::ok();
+}
+}  // namespace
+
+Status launch_mmf(const MmfGroup& grp, const MmqSplitWs& ws, cudaStream_t s) {
+  switch (grp.type) {
+    case DType::Q4_K: return launch_fmt<MmfQ4K>(grp, ws, s);
+    case DType::Q6_K: return launch_fmt<MmfQ6K>(grp, ws, s);
+    default: break;
+  }
+  return make_error(ErrorCode::kUnsupported, "mmf: weight type %s", dtype_name(grp.type));
 }
 
 }  // namespace kiln::cuda

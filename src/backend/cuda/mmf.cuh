@@ -52,17 +52,26 @@ __device__ __forceinline__ void mmf_cp16(uint32_t dst, const void* src, bool val
 }
 
 // Q4_K as it is in the file: 144 bytes per row and super-block (d, dmin, 12 bytes of scales, 128 bytes of nibbles).
+// A format's interface to the kernel: kRowBytes of shared memory per row and super-block (the window copied: whole
+// 16-byte chunks), window(sb) (the window's byte offset in the row) and block_off(sb) (the block's offset inside it),
+// x_off(m) (where the super-block's natural activation chunk m, elements 8m..8m+7, goes among the four lane ranges:
+// a byte offset in the super-block's 576 bytes of the activation chunk), Row / load / frag (a lane's share of one
+// row and super-block, and fragment f's two f16x2 from it).
 struct MmfQ4K {
   static constexpr DType kType = DType::Q4_K;
   static constexpr int kRowBytes = 144;                 // per row and super-block
   static constexpr int kUnitBytes = 16 * kRowBytes;     // a 16-row tile's super-block
+  static __device__ __forceinline__ uint32_t window(int sb) { return static_cast<uint32_t>(sb) * 144; }
+  static __device__ __forceinline__ uint32_t block_off(int) { return 0; }
+  // lane range t = elements 64t..64t+63 in order
+  static __device__ __forceinline__ int x_off(int m) { return (m / 8) * 144 + 16 * (m % 8); }
   // What a lane keeps of one super-block for one of its rows: its 32 qs bytes, the two sub-blocks' (s, n).
   struct Row {
     uint32_t q[8];
     __half2 s[2], n[2];
   };
   // row: the shared address of the row's super-block in the unit
-  static __device__ __forceinline__ void load(uint32_t row, int t, Row* r) {
+  static __device__ __forceinline__ void load(uint32_t row, uint32_t, int t, Row* r) {
     const uint4 h = mmf_lds128(row);
     const uint4 a = mmf_lds128(row + 16 + 32 * t), b = mmf_lds128(row + 32 + 32 * t);
     r->q[0] = a.x, r->q[1] = a.y, r->q[2] = a.z, r->q[3] = a.w, r->q[4] = b.x, r->q[5] = b.y, r->q[6] = b.z,
@@ -93,6 +102,77 @@ struct MmfQ4K {
     const __half2 q0 = __hsub2(*reinterpret_cast<const __half2*>(&p0), k1024);
     const __half2 q1 = __hsub2(*reinterpret_cast<const __half2*>(&p1), k1024);
     const __half2 w0 = __hfma2(q0, s, n), w1 = __hfma2(q1, s, n);
+    *lo = *reinterpret_cast<const uint32_t*>(&w0);
+    *hi = *reinterpret_cast<const uint32_t*>(&w1);
+  }
+};
+
+// A 16-byte load at a 2-byte aligned shared address: the five aligned words that cover it, funnel-shifted.
+__device__ __forceinline__ void mmf_lds16_u2(uint32_t a, uint32_t (&v)[4]) {
+  const uint32_t a4 = a & ~3u, sh = (a & 3u) * 8;
+  uint32_t w[5];
+#pragma unroll
+  for (int i = 0; i < 5; ++i) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(w[i]) : "r"(a4 + 4 * i));
+#else
+    w[i] = 0;
+#endif
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v[i] = __funnelshift_r(w[i], w[i + 1], sh);
+}
+
+// Q6_K as it is in the file: 210 bytes per row and super-block (ql[128] low nibbles, qh[64] high 2 bits, int8
+// scales[16], f16 d), only 2-byte aligned past the first block: the unit copies each row's 14 aligned 16-byte chunks
+// that cover the block (224 bytes; the block starts block_off bytes in). Lane t takes half h = t / 2 and l in
+// [16 (t % 2), +16): elements 128 h + 32 k + l for k < 4 (ql bytes 64 h + l (+ 32 for odd k), nibble k / 2; qh byte
+// 32 h + l, bits 2k; scale 8 h + 2k + t % 2). Fragment f = 4k + j holds l = 16 (t % 2) + 4j .. + 3 of group k.
+// Numerics: s = f16(d * sc) (f32 product), w = f16((q - 32) * s) (one rounding).
+struct MmfQ6K {
+  static constexpr DType kType = DType::Q6_K;
+  static constexpr int kRowBytes = 224;
+  static constexpr int kUnitBytes = 16 * kRowBytes;
+  static __device__ __forceinline__ uint32_t window(int sb) { return (static_cast<uint32_t>(sb) * 210) & ~15u; }
+  static __device__ __forceinline__ uint32_t block_off(int sb) { return (static_cast<uint32_t>(sb) * 210) & 15u; }
+  static __device__ __forceinline__ int x_off(int m) {
+    const int h = m / 16, k = (m % 16) / 4, t = 2 * h + (m % 4) / 2;
+    return t * 144 + 2 * (16 * k + 8 * (m % 2));
+  }
+  struct Row {
+    uint32_t a[4], b[4], c[4];  // ql at 64 h + l0, at 64 h + 32 + l0; qh at 32 h + l0 (l0 = 16 (t % 2))
+    __half2 s[4];
+  };
+  static __device__ __forceinline__ void load(uint32_t row, uint32_t o, int t, Row* r) {
+    const uint32_t base = row + o, h = static_cast<uint32_t>(t) >> 1, l0 = 16 * (static_cast<uint32_t>(t) & 1);
+    mmf_lds16_u2(base + 64 * h + l0, r->a);
+    mmf_lds16_u2(base + 64 * h + 32 + l0, r->b);
+    mmf_lds16_u2(base + 128 + 32 * h + l0, r->c);
+    uint32_t sc[4];
+    mmf_lds16_u2(base + 192, sc);  // scales[16]
+    uint32_t dw = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("ld.shared.u16 %0, [%1];\n" : "=r"(dw) : "r"(base + 208));
+#endif
+    const float d = __half2float(__ushort_as_half(static_cast<uint16_t>(dw)));
+    // scale bytes 8 h + 2k + t % 2: words 2h (k < 2) and 2h + 1, byte 2 (k % 2) + t % 2
+    const uint32_t w01 = h ? sc[2] : sc[0], w23 = h ? sc[3] : sc[1], sh = 8 * (static_cast<uint32_t>(t) & 1);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int v = static_cast<int8_t>(((k < 2 ? w01 : w23) >> (16 * (k % 2) + sh)) & 0xFF);
+      r->s[k] = __float2half2_rn(d * static_cast<float>(v));
+    }
+  }
+  static __device__ __forceinline__ void frag(const Row& r, int f, uint32_t* lo, uint32_t* hi) {
+    const int k = f / 4, j = f % 4;
+    const uint32_t src = (k % 2) ? r.b[j] : r.a[j];
+    const uint32_t nib = (k / 2) ? (src >> 4) & 0x0F0F0F0Fu : src & 0x0F0F0F0Fu;
+    const uint32_t q = nib | (((r.c[j] >> (2 * k)) & 0x03030303u) << 4);  // 0..63 per byte
+    const __half2 k1056 = __half2half2(__ushort_as_half(0x6420));          // 1056 = 1024 + 32
+    const uint32_t p0 = __byte_perm(q, 0x64u, 0x4140u), p1 = __byte_perm(q, 0x64u, 0x4342u);
+    const __half2 q0 = __hsub2(*reinterpret_cast<const __half2*>(&p0), k1056);  // q - 32, exact
+    const __half2 q1 = __hsub2(*reinterpret_cast<const __half2*>(&p1), k1056);
+    const __half2 w0 = __hmul2(q0, r.s[k]), w1 = __hmul2(q1, r.s[k]);
     *lo = *reinterpret_cast<const uint32_t*>(&w0);
     *hi = *reinterpret_cast<const uint32_t*>(&w1);
   }
@@ -140,7 +220,7 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
     for (int i = static_cast<int>(threadIdx.x); i < BN * per_tok; i += 32 * WARPS) {
       const int n = i / per_tok, c = i % per_tok;
       const int64_t tok = t0 + n < a.n_tok ? t0 + n : 0;
-      mmq_cp16(xs + n * a.x_pitch + (c / 8) * 144 + 16 * (c % 8),
+      mmq_cp16(xs + n * a.x_pitch + (c / 32) * 576 + F::x_off(c % 32),
                a.x + tok * static_cast<int64_t>(a.x_stride) + static_cast<int64_t>(sb0) * 256 + 8 * c, true);
     }
     mmq_cp_commit();
@@ -164,11 +244,12 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
   // are the same for every unit (every segment has one row pitch: launch_mmf), so they are computed once.
   constexpr int kPerRow = F::kRowBytes / 16, kChunks = TM * kPerRow, kCopies = (kChunks + 31) / 32;
   const size_t pitch = a.seg[0].row_bytes;
-  uint32_t src_off[kCopies];
+  uint32_t src_off[kCopies], part16[kCopies];
 #pragma unroll
   for (int i = 0; i < kCopies; ++i) {
     const int c = lane + 32 * i;
-    src_off[i] = static_cast<uint32_t>((c / kPerRow) * pitch) + 16 * (c % kPerRow);
+    part16[i] = 16 * (c % kPerRow);
+    src_off[i] = static_cast<uint32_t>((c / kPerRow) * pitch) + part16[i];
   }
   const uint32_t dst0 = mmf_saddr(ring) + 16 * lane;
   int i_tile = 0, i_sb = 0, i_slot = 0;  // the next unit to issue
@@ -177,14 +258,16 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
       const int tile = wid + i_tile * wstride;
       const MmfSeg& sg = a.seg[seg_of(tile)];
       const int64_t r0 = static_cast<int64_t>(tile - static_cast<int>(sg.tile0)) * TM;
-      const uint8_t* src = sg.w + static_cast<size_t>(r0) * pitch + static_cast<size_t>(sb0 + i_sb) * F::kRowBytes;
+      const uint32_t win = F::window(sb0 + i_sb);
+      const uint8_t* src = sg.w + static_cast<size_t>(r0) * pitch + win;
       const uint32_t dst = dst0 + i_slot * kUnit;
       const bool full = r0 + TM <= sg.n_out;  // else rows past the segment's end are zero-filled (never stored)
 #pragma unroll
       for (int i = 0; i < kCopies; ++i) {
         const int c = lane + 32 * i;
         if (kChunks % 32 == 0 || c < kChunks) {
-          const bool ok = full || r0 + c / kPerRow < sg.n_out;
+          // a window's chunk past the row's end (Q6_K's last block) is zero-filled, never read
+          const bool ok = (full || r0 + c / kPerRow < sg.n_out) && win + part16[i] < pitch;
           mmf_cp16(dst + 512 * i, ok ? src + src_off[i] : sg.w, ok);
         }
       }
@@ -215,13 +298,13 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
       __syncwarp();  // every lane's copies of unit u landed; every lane is done with unit u - 1's slot
     }
     issue();
-    const uint32_t unit = ring_s + c_slot * kUnit;
+    const uint32_t unit = ring_s + c_slot * kUnit, o = F::block_off(sb0 + c_sb);
     if (++c_slot == R) c_slot = 0;
     typename F::Row ra[MT], rb[MT];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      F::load(unit + 16 * mt * F::kRowBytes, t, &ra[mt]);
-      F::load(unit + (16 * mt + 8) * F::kRowBytes, t, &rb[mt]);
+      F::load(unit + 16 * mt * F::kRowBytes, o, t, &ra[mt]);
+      F::load(unit + (16 * mt + 8) * F::kRowBytes, o, t, &rb[mt]);
     }
     const uint32_t xo = c_sb * 576;
 #pragma unroll

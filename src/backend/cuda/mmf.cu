@@ -6,7 +6,9 @@
 // 227 KB of one block per SM; kc (and so the K split S) follows from what is left.
 //   BN  8 / 16 / 32: 16 warps, R 3 (ring 110.6 KB): more warps in flight won over deeper rings at few tokens
 //   BN 64          :  8 warps, R 4 (ring  73.7 KB): the 64-token chunk needs the room (kc <= 4 at K 4096)
-// Registers (-Xptxas -v, sm_90, Q4_K, no spills): BN 8 / 16 / 32 / 64: 116 / 96 / 128 / 156.
+// Registers (-Xptxas -v, sm_90, no spills), BN 8 / 16 / 32 / 64: Q4_K 122 / 101 / 128 / 159; Q6_K (12 warps below 64
+// tokens, 8 at 64, R 3: its 3584-byte units) 130 / 120 / 147 / 179. Q6_K is compiled and tested but not selected
+// (matmul_select.cu: no mmf_to) until measured.
 // The K split S depends on n_in and n_tok alone, so that a product gives the same bits alone and in a group
 // (backend.h matmul_group): super-blocks per split kc = min(4, what shared memory allows), S = n_sb / kc rounded up
 // (K 4096: S 4; K 14336: S 14). The bench's best S per shape differs (8 tokens: gate+up 1, q/o 8): a fixed rule

@@ -151,6 +151,7 @@ int64_t Scheduler::Impl::prompt_chunk(const Active& a) const {
 
 void Scheduler::Impl::preempt(Active& a) {
   engine->cache().truncate(a.slot, 0);  // the tokens stay in the Sequence: all pending again
+  a.prefill_from = -1;                  // its recomputation is a prefill of its own (on_prefill)
   ++a.tm.n_preempted;
   a.preempted_now = true;
   ++info.n_preempted;

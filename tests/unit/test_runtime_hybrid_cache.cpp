@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/registry.h"
 #include "common/engine_util.h"
 #include "common/test_util.h"
 #include "runtime/engine.h"
@@ -148,9 +149,28 @@ void feed(Engine& e, int32_t seq, const std::vector<int32_t>& toks, int from, in
   ASSERT_TRUE(e.forward(b, out).is_ok());
 }
 
-TEST(HybridPrefixCache, ResumedSequenceMatchesAColdOneBitForBit) {
-  KILN_REQUIRE_FIXTURES();
-  auto model = test::load_cpu_model(qwen35());
+// The devices of this build present here ("cpu", "cuda:0", ...): the checkpoints are copies within the layers'
+// backend, a device copy on a GPU.
+std::vector<std::string> devices() {
+  std::vector<std::string> out;
+  if (auto d = list_devices())
+    for (const DeviceInfo& x : *d) out.push_back(x.id);
+  return out;
+}
+
+std::unique_ptr<Model> load_on(const std::string& device) {
+  LoadOptions lo;
+  lo.devices.device = device;
+  lo.devices.backend.n_threads = 1;
+  auto m = Model::load(qwen35(), lo);
+  EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+  return m ? std::move(m).value() : nullptr;
+}
+
+// Sequence 0 keeps a checkpoint, moves on and ends; sequence 1 resumes from it: its logits are those of a cold run
+// fed in the same steps, bit for bit.
+void resumed_matches_cold(const std::string& device) {
+  auto model = load_on(device);
   ASSERT_TRUE(model);
   KvCacheConfig cfg;
   cfg.n_ctx = 256;
@@ -180,7 +200,7 @@ TEST(HybridPrefixCache, ResumedSequenceMatchesAColdOneBitForBit) {
   EXPECT_EQ(w.attach_prefix(1, t, 89), 48);
   std::vector<float> resumed, fresh;
   feed(w, 1, t, 48, 90, &resumed);
-  // The cold run takes the same chunks: [0, 48), then [48, 90).
+  // The cold run is fed the same way: [0, 48), then [48, 90) (Engine::forward cuts both alike into steps).
   feed(**cold, 0, t, 0, 48, nullptr);
   feed(**cold, 0, t, 48, 90, &fresh);
   ASSERT_EQ(resumed.size(), fresh.size());
@@ -196,21 +216,33 @@ TEST(HybridPrefixCache, ResumedSequenceMatchesAColdOneBitForBit) {
   EXPECT_EQ((*none)->state().checkpoint_bytes(), 0u);
 }
 
+TEST(HybridPrefixCache, ResumedSequenceMatchesAColdOneBitForBit) {
+  KILN_REQUIRE_FIXTURES();
+  for (const std::string& device : devices()) {
+    SCOPED_TRACE(device);
+    resumed_matches_cold(device);
+  }
+}
+
 TEST(HybridPrefixCache, TooManyCheckpointsIsAnErrorBeforeAllocating) {
   KILN_REQUIRE_FIXTURES();
-  auto model = test::load_cpu_model(qwen35());
-  ASSERT_TRUE(model);
-  KvCacheConfig cfg;
-  cfg.n_ctx = 256;
-  cfg.prefix_cache = true;
-  cfg.checkpoints = 1 << 20;  // 1M copies of the fixture's 0.8 MiB state: more than this machine has
-  auto e = Engine::create(*model, cfg);
-  ASSERT_FALSE(e.is_ok());
-  const std::string m = e.status().message();
-  EXPECT_EQ(e.status().code(), ErrorCode::kOutOfRange);
-  for (const char* want : {"needs", "bytes", "1048576 checkpoints (--ctx-checkpoints)", "are available",
-                           "lower -c or --ctx-checkpoints"})
-    EXPECT_NE(m.find(want), std::string::npos) << want << " in: " << m;
+  for (const std::string& device : devices()) {  // the CPU's available RAM, a GPU's free memory
+    SCOPED_TRACE(device);
+    auto model = load_on(device);
+    ASSERT_TRUE(model);
+    KvCacheConfig cfg;
+    cfg.n_ctx = 256;
+    cfg.prefix_cache = true;
+    cfg.checkpoints = 1 << 20;  // 1M copies of the fixture's 0.8 MiB state: more than this machine has
+    auto e = Engine::create(*model, cfg);
+    ASSERT_FALSE(e.is_ok());
+    const std::string m = e.status().message();
+    EXPECT_EQ(e.status().code(), ErrorCode::kOutOfRange);
+    for (const std::string& want : {std::string("needs"), std::string(" bytes"), "on " + device,
+                                   std::string("1048576 checkpoints (--ctx-checkpoints)"), std::string("are available"),
+                                   std::string("lower -c or --ctx-checkpoints")})
+      EXPECT_NE(m.find(want), std::string::npos) << want << " in: " << m;
+  }
 }
 
 // ---- the engine loop ----

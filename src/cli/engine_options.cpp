@@ -25,8 +25,8 @@ void add_engine_options(ArgParser& args, EngineArgs* a) {
   args.option({"--spec-ngram-simple-size-m"}, &a->spec.ngram_m, "M",
               "ngram-simple: tokens proposed after a match at most (default " + std::to_string(a->spec.ngram_m) + ")");
   args.option({"-ctxcp", "--ctx-checkpoints"}, &a->ctx_checkpoints, "N",
-              "hybrid models (qwen35): recurrent-state checkpoints kept per sequence for the prefix cache, each a copy "
-              "of the whole state on the layers' device; 0: no prefix cache for them (default " +
+              "hybrid models (qwen35): recurrent-state checkpoints kept per sequence for the prefix cache (serve, "
+              "chat), each a copy of the whole state on the layers' device; 0: no prefix cache for them (default " +
                   std::to_string(defaults::kCtxCheckpoints) + ")");
   if (a->server) {
     args.option({"-np", "--parallel"}, &a->max_seqs, "N", "sequences decoded at once, 1..256 (default 4)");

@@ -1,6 +1,8 @@
 #include "cli/engine_options.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <functional>
 #include <string>
 
 namespace kiln::cli {
@@ -22,6 +24,10 @@ void add_engine_options(ArgParser& args, EngineArgs* a) {
               "ngram-simple: tokens matched (default " + std::to_string(a->spec.ngram_n) + ")");
   args.option({"--spec-ngram-simple-size-m"}, &a->spec.ngram_m, "M",
               "ngram-simple: tokens proposed after a match at most (default " + std::to_string(a->spec.ngram_m) + ")");
+  args.option({"-ctxcp", "--ctx-checkpoints"}, &a->ctx_checkpoints, "N",
+              "hybrid models (qwen35): recurrent-state checkpoints kept per sequence for the prefix cache (serve, "
+              "chat), each a copy of the whole state on the layers' device; 0: no prefix cache for them (default " +
+                  std::to_string(defaults::kCtxCheckpoints) + ")");
   if (a->server) {
     args.option({"-np", "--parallel"}, &a->max_seqs, "N", "sequences decoded at once, 1..256 (default 4)");
     args.flag({"--no-prefix-cache"}, &a->no_prefix_cache,
@@ -35,6 +41,9 @@ Status check_engine_options(EngineArgs& a) {
     return make_error(ErrorCode::kInvalidArgument, "-b: must be in [1, %d] (got %d)", 1 << 20, a.batch_tokens);
   if (a.max_seqs < 1 || a.max_seqs > 256)
     return make_error(ErrorCode::kInvalidArgument, "--parallel: must be in [1, 256] (got %d)", a.max_seqs);
+  if (a.ctx_checkpoints < 0 || a.ctx_checkpoints > 1024)
+    return make_error(ErrorCode::kInvalidArgument, "--ctx-checkpoints: must be in [0, 1024] (got %d)",
+                      a.ctx_checkpoints);
   if (a.spec_type == "none") a.spec.type = SpecConfig::Type::kNone;
   else if (a.spec_type == "ngram-simple") a.spec.type = SpecConfig::Type::kNgram;
   else if (a.spec_type == "draft-simple" || a.spec_type == "draft-mtp")
@@ -54,7 +63,12 @@ Result<EngineConfig> engine_config(const Model& model, const EngineArgs& a_in) {
   if (a.server) {
     c.n_ctx = a.cache.n_ctx > 0 ? a.cache.n_ctx
                                 : std::min<int64_t>(effective_ctx(model, 0) * a.max_seqs, kServePoolCap);
-    c.max_seq_ctx = train > 0 ? std::min(train, c.n_ctx) : c.n_ctx;
+    // A sequence may use the training context of the shared pool, or its even share of -c when that is more.
+    c.max_seq_ctx = train > 0 ? std::min(std::max(train, c.n_ctx / a.max_seqs), c.n_ctx) : c.n_ctx;
+    if (train > 0 && c.max_seq_ctx > train)
+      note_once("-c>train", strprintf("kiln: warning: -c %lld over --parallel %d is %lld tokens per sequence, more "
+                                      "than the model's training context (%lld tokens): output past that may degrade",
+                                      (long long)c.n_ctx, a.max_seqs, (long long)c.max_seq_ctx, (long long)train));
   } else {
     c.n_ctx = effective_ctx(model, a.cache.n_ctx);
     if (train > 0 && c.n_ctx > train)
@@ -68,8 +82,36 @@ Result<EngineConfig> engine_config(const Model& model, const EngineArgs& a_in) {
   c.block_size = defaults::kBlockSize;
   c.kv_type = a.cache.kv_type == "q8_0" ? DType::Q8_0 : DType::F16;
   c.prefix_cache = !a.no_prefix_cache;
+  c.ctx_checkpoints = a.ctx_checkpoints;
   c.spec = a.spec;
   return c;
+}
+
+namespace {
+
+std::string thousands(int64_t v) {
+  std::string d = std::to_string(v < 0 ? -v : v), out;
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i > 0 && (d.size() - i) % 3 == 0) out += ',';
+    out += d[i];
+  }
+  return v < 0 ? "-" + out : out;
+}
+
+}  // namespace
+
+std::function<void(const PrefillProgress&)> prefill_printer(std::string prefix, bool per_slot) {
+  return [prefix = std::move(prefix), per_slot](const PrefillProgress& p) {
+    const std::string who = per_slot ? prefix + strprintf("slot %d: ", p.slot) : prefix;
+    const int64_t rate = p.seconds > 0 ? static_cast<int64_t>(p.computed / p.seconds + 0.5) : 0;
+    const std::string line =
+        p.finished ? strprintf("%sprefill %lld/%lld tokens in %.1f s, %s t/s\n", who.c_str(), (long long)p.done,
+                               (long long)p.total, p.seconds, thousands(rate).c_str())
+                   : strprintf("%sprefill %lld/%lld tokens (%d%%), %s t/s\n", who.c_str(), (long long)p.done,
+                               (long long)p.total, static_cast<int>(100 * p.done / std::max<int64_t>(p.total, 1)),
+                               thousands(rate).c_str());
+    std::fputs(line.c_str(), stderr);
+  };
 }
 
 }  // namespace kiln::cli

@@ -4,10 +4,11 @@
 //   -b/--batch-size                                                               batch_tokens
 //   -np/--parallel, --no-prefix-cache      serve only (run and chat: one sequence) max_seqs, prefix_cache
 //   --spec-type, --spec-draft-n-max/-min, --spec-ngram-simple-size-n/-m          spec (speculative decoding)
+//   --ctx-checkpoints                                                             ctx_checkpoints (hybrid models)
 // What -c means differs as it does in llama.cpp: for run and chat it is the one sequence's context (default: the
-// model's, at most kContextCap; above the training context with a warning), for serve the KV pool shared by
-// --parallel sequences (default: the model's context times --parallel, at most kServePoolCap), each of which holds
-// at most the training context.
+// model's, at most kContextCap), for serve the KV pool shared by --parallel sequences (default: the model's context
+// times --parallel, at most kServePoolCap), each of which holds at most max(training context, -c / --parallel).
+// A sequence context above the model's training context is allowed with a warning, as llama.cpp does.
 #pragma once
 
 #include <cstdint>
@@ -29,13 +30,19 @@ struct EngineArgs {
   bool no_prefix_cache = false;
   std::string spec_type = "none";  // --spec-type: none | ngram-simple
   SpecConfig spec;                 // the numbers of the --spec-* flags
+  int32_t ctx_checkpoints = defaults::kCtxCheckpoints;  // --ctx-checkpoints
 };
 
 // Registers the flags above (serve: also -np and --no-prefix-cache). The caller sets args->server first.
 void add_engine_options(ArgParser& args, EngineArgs* a);
 // Range checks before the model loads; errors name the flag (and fold -ctk/-ctv into --kv-type).
 Status check_engine_options(EngineArgs& a);
-// The config for this model: -c resolved against its training context (a note when run/chat's -c is above it).
+// The config for this model: -c resolved against its training context (a warning when a sequence's context is
+// above it).
 Result<EngineConfig> engine_config(const Model& model, const EngineArgs& a);
+// EngineConfig::on_prefill for the CLI: a line on stderr per report, "<prefix>prefill 65536/262144 tokens (25%),
+// 12,345 t/s", and at the end "<prefix>prefill 262144/262144 tokens in 21.3 s, 12,345 t/s"; per_slot: "slot N: "
+// after the prefix.
+std::function<void(const PrefillProgress&)> prefill_printer(std::string prefix, bool per_slot);
 
 }  // namespace kiln::cli

@@ -199,6 +199,7 @@ int run_main(int argc, char** argv) {
   auto cfg = engine_config(*loaded->model, r.eng);
   if (!cfg) return fail("run", cfg.status());
   cfg->prefix_cache = false;  // one request: nothing to share
+  cfg->on_prefill = prefill_printer("kiln run: ", /*per_slot=*/false);  // long prompts: progress every second
   auto sched_or = Scheduler::create(std::move(loaded->model), *cfg);
   if (!sched_or) return fail("run", sched_or.status());
   Scheduler& sched = **sched_or;

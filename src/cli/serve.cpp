@@ -66,7 +66,8 @@ int serve_main(int argc, char** argv) {
   if (args.help_requested()) {
     std::fputs(args.usage().c_str(), stdout);
     std::fputs("\n-c is the KV capacity in tokens shared by all sequences (default: the model's context, at most 4096, "
-               "times --parallel, at most 65536); one sequence holds at most min(-c, the model's training context).\n",
+               "times --parallel, at most 65536); one sequence holds at most min(-c, max(the model's training "
+               "context, -c / --parallel)).\n",
                stdout);
     return 0;
   }
@@ -128,15 +129,22 @@ int serve_main(int argc, char** argv) {
   if (!loaded) return quit(fail("serve", loaded.status()));
   auto cfg = engine_config(*loaded->model, eng);
   if (!cfg) return quit(fail("serve", cfg.status()));
+  if (!quiet) cfg->on_prefill = prefill_printer("kiln serve: ", /*per_slot=*/true);  // long prompts' progress
   auto sched = Scheduler::create(std::move(loaded->model), *cfg);
   if (!sched) return quit(fail("serve", sched.status()));
   if (Status st = srv.set_ready(sched->get()); !st) return quit(fail("serve", st));
+  const EngineConfig& ec = (*sched)->config();
+  const uint64_t ckpt_bytes = (*sched)->checkpoint_bytes();
+  const std::string cache = !ec.prefix_cache ? "off"
+                            : ckpt_bytes == 0 ? "on"
+                                              : strprintf("on (%d recurrent-state checkpoints, %.1f MiB)",
+                                                          ec.ctx_checkpoints * ec.max_seqs,
+                                                          static_cast<double>(ckpt_bytes) / (1 << 20));
   std::fprintf(stderr,
                "kiln serve: ready: model '%s' (%s), KV %lld tokens shared by %d sequences (at most %lld each), "
                "budget %d tokens per step, prefix cache %s, http://%s:%d/v1\n",
                sc.model_id.c_str(), (*sched)->model_description().c_str(), (long long)cfg->n_ctx, cfg->max_seqs,
-               (long long)(*sched)->max_seq_ctx(), cfg->batch_tokens, cfg->prefix_cache ? "on" : "off",
-               sc.host.c_str(), srv.port());
+               (long long)(*sched)->max_seq_ctx(), cfg->batch_tokens, cache.c_str(), sc.host.c_str(), srv.port());
 
   while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::fprintf(stderr, "kiln serve: shutting down: %lld requests in flight\n", (long long)srv.in_flight());

@@ -3,7 +3,8 @@
 // Memory, all allocated in make_model_state:
 //   per layer       K and V pools on the layer's backend: [n_head_kv * hd, n_blocks * block_size] of kv_dtype
 //   per layer       (linear-attention layers of hybrid models instead of K/V) the recurrent state: conv history
-//                   [(d_conv-1) * conv_dim, max_seqs] and delta-rule matrices [S_v * S_k * H_v, max_seqs], f32
+//                   [(d_conv-1) * conv_dim, max_seqs] and delta-rule matrices [S_v * S_k * H_v, max_seqs], f32;
+//                   with n_checkpoints, the same two again with n_checkpoints rows (the checkpoints)
 //   per backend     workspace of batch_tokens rows: x h q k v attn g u x_keep attn_keep s (f32), the index region
 //                   (I32, the staging layout below) and the block tables [max_blocks_per_seq, max_seqs]
 //   output backend  logits f32 [n_vocab, max_outputs], argmax I32 [max_outputs]
@@ -84,6 +85,9 @@ class State final : public ModelState {
   bool has_recurrent_state() const override { return hp_.hybrid(); }
   Status copy_seq_state(int32_t src, int32_t dst) override;
   uint64_t recurrent_bytes() const override { return recurrent_state_bytes(hp_, caps_); }
+  Status save_checkpoint(int32_t seq, int32_t checkpoint) override;
+  Status load_checkpoint(int32_t checkpoint, int32_t seq) override;
+  uint64_t checkpoint_bytes() const override { return checkpoint_state_bytes(hp_, caps_); }
 
   // ---- tensor parallel (TpState) ----
   // This rank's plan := src's (the index region, out_kind, the table rows src marks dirty, the counts).
@@ -120,6 +124,11 @@ class State final : public ModelState {
   std::vector<std::unique_ptr<Buffer>> kv_bufs_;
   std::vector<KvLayer> kv_;
   std::vector<Tensor> conv_state_, ssm_state_;  // per layer (invalid for attention layers)
+  std::vector<Tensor> conv_ckpt_, ssm_ckpt_;    // per layer: the checkpoints (invalid without them)
+  // Row `from` of the recurrent tensors `a` ({conv, ssm}: the state or the checkpoints) -> row `to` of `b`, every
+  // layer.
+  using Rows = const std::vector<Tensor>* const[2];
+  Status copy_recurrent(Rows& a, int32_t from, Rows& b, int32_t to);
   std::unique_ptr<Buffer> logits_, argmax_;  // on the output backend
   std::unique_ptr<Buffer> staging_, host_out_, bounce_;
   StepPlan plan_;
@@ -137,8 +146,7 @@ Status State::init() {
   // KV pools per layer on the layer's backend.
   const int64_t n_slots = caps_.n_blocks * caps_.block_size;
   kv_.resize(static_cast<size_t>(hp_.n_layer));
-  conv_state_.resize(static_cast<size_t>(hp_.n_layer));
-  ssm_state_.resize(static_cast<size_t>(hp_.n_layer));
+  for (auto* v : {&conv_state_, &ssm_state_, &conv_ckpt_, &ssm_ckpt_}) v->resize(static_cast<size_t>(hp_.n_layer));
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     Backend* be = place_.layers[il].get();
     KvLayer& l = kv_[il];
@@ -148,12 +156,17 @@ Status State::init() {
     l.block_size = caps_.block_size;
     l.window = hp_.window(il);
     if (hp_.is_recurrent(il)) {  // no K/V: a recurrent state row per sequence slot instead
-      const int64_t widths[2] = {hp_.ssm_conv_state(), hp_.ssm_delta_state()};
-      Tensor* dst[2] = {&conv_state_[il], &ssm_state_[il]};
-      for (int i = 0; i < 2; ++i) {
-        auto buf = be->alloc(static_cast<size_t>(widths[i] * caps_.max_seqs) * sizeof(float));
-        if (!buf) return buf.status().with_context("recurrent state of layer " + std::to_string(il));
-        *dst[i] = Tensor::make(DType::F32, (*buf)->data(), be, widths[i], caps_.max_seqs);
+      const int64_t widths[4] = {hp_.ssm_conv_state(), hp_.ssm_delta_state(), hp_.ssm_conv_state(),
+                                 hp_.ssm_delta_state()};
+      const int64_t rows[4] = {caps_.max_seqs, caps_.max_seqs, caps_.n_checkpoints, caps_.n_checkpoints};
+      Tensor* dst[4] = {&conv_state_[il], &ssm_state_[il], &conv_ckpt_[il], &ssm_ckpt_[il]};
+      for (int i = 0; i < 4; ++i) {
+        if (rows[i] == 0) continue;
+        auto buf = be->alloc(static_cast<size_t>(widths[i] * rows[i]) * sizeof(float));
+        if (!buf)
+          return buf.status().with_context(std::string(i < 2 ? "recurrent state" : "recurrent-state checkpoints") +
+                                           " of layer " + std::to_string(il));
+        *dst[i] = Tensor::make(DType::F32, (*buf)->data(), be, widths[i], rows[i]);
         kv_bufs_.push_back(std::move(buf).value());
       }
       continue;
@@ -540,6 +553,30 @@ class TpState final : public ModelState {
     for (const auto& r : ranks_) b += r->kv_bytes();
     return b;
   }
+  // The recurrent state of a hybrid model is per rank too (each rank's heads): every rank copies its own.
+  bool has_recurrent_state() const override { return ranks_[0]->has_recurrent_state(); }
+  Status copy_seq_state(int32_t src, int32_t dst) override {
+    for (auto& r : ranks_) KILN_TRY(r->copy_seq_state(src, dst));
+    return Status::ok();
+  }
+  uint64_t recurrent_bytes() const override {
+    uint64_t b = 0;
+    for (const auto& r : ranks_) b += r->recurrent_bytes();
+    return b;
+  }
+  Status save_checkpoint(int32_t seq, int32_t checkpoint) override {
+    for (auto& r : ranks_) KILN_TRY(r->save_checkpoint(seq, checkpoint));
+    return Status::ok();
+  }
+  Status load_checkpoint(int32_t checkpoint, int32_t seq) override {
+    for (auto& r : ranks_) KILN_TRY(r->load_checkpoint(checkpoint, seq));
+    return Status::ok();
+  }
+  uint64_t checkpoint_bytes() const override {
+    uint64_t b = 0;
+    for (const auto& r : ranks_) b += r->checkpoint_bytes();
+    return b;
+  }
 
  private:
   std::vector<std::unique_ptr<State>> ranks_;
@@ -547,14 +584,38 @@ class TpState final : public ModelState {
   RankThreads threads_;
 };
 
+Status State::copy_recurrent(Rows& a, int32_t from, Rows& b, int32_t to) {
+  for (int64_t il = 0; il < hp_.n_layer; ++il)
+    for (int i = 0; i < 2; ++i) {
+      const Tensor& src = (*a[i])[static_cast<size_t>(il)];
+      const Tensor& dst = (*b[i])[static_cast<size_t>(il)];
+      if (src.valid()) KILN_TRY(src.backend->copy(src.rows(from, 1), dst.rows(to, 1)));
+    }
+  return Status::ok();
+}
+
 Status State::copy_seq_state(int32_t src, int32_t dst) {
   if (src < 0 || dst < 0 || src >= caps_.max_seqs || dst >= caps_.max_seqs)
     return make_error(ErrorCode::kInternal, "copy_seq_state: %d -> %d is out of range", src, dst);
   if (src == dst) return Status::ok();
-  for (int64_t il = 0; il < hp_.n_layer; ++il)
-    for (const Tensor* t : {&conv_state_[il], &ssm_state_[il]})
-      if (t->valid()) KILN_TRY(t->backend->copy(t->rows(src, 1), t->rows(dst, 1)));
-  return Status::ok();
+  Rows st = {&conv_state_, &ssm_state_};
+  return copy_recurrent(st, src, st, dst);
+}
+
+Status State::save_checkpoint(int32_t seq, int32_t checkpoint) {
+  if (seq < 0 || seq >= caps_.max_seqs || checkpoint < 0 || checkpoint >= caps_.n_checkpoints)
+    return make_error(ErrorCode::kInternal, "save_checkpoint: sequence %d -> checkpoint %d is out of range [%d, %d)",
+                      seq, checkpoint, caps_.max_seqs, caps_.n_checkpoints);
+  Rows st = {&conv_state_, &ssm_state_}, ck = {&conv_ckpt_, &ssm_ckpt_};
+  return copy_recurrent(st, seq, ck, checkpoint);
+}
+
+Status State::load_checkpoint(int32_t checkpoint, int32_t seq) {
+  if (seq < 0 || seq >= caps_.max_seqs || checkpoint < 0 || checkpoint >= caps_.n_checkpoints)
+    return make_error(ErrorCode::kInternal, "load_checkpoint: checkpoint %d -> sequence %d is out of range [%d, %d)",
+                      checkpoint, seq, caps_.n_checkpoints, caps_.max_seqs);
+  Rows st = {&conv_state_, &ssm_state_}, ck = {&conv_ckpt_, &ssm_ckpt_};
+  return copy_recurrent(ck, checkpoint, st, seq);
 }
 
 }  // namespace
@@ -579,8 +640,16 @@ int64_t n_kv_layers(const HParams& hp) {
 }
 
 uint64_t recurrent_state_bytes(const HParams& hp, const StepCaps& caps) {
-  const uint64_t per_seq = static_cast<uint64_t>(hp.ssm_conv_state() + hp.ssm_delta_state()) * sizeof(float);
-  return per_seq * static_cast<uint64_t>(caps.max_seqs) * static_cast<uint64_t>(hp.n_layer - n_kv_layers(hp));
+  return recurrent_row_bytes(hp) * static_cast<uint64_t>(caps.max_seqs);
+}
+
+uint64_t checkpoint_state_bytes(const HParams& hp, const StepCaps& caps) {
+  return recurrent_row_bytes(hp) * static_cast<uint64_t>(caps.n_checkpoints);
+}
+
+uint64_t recurrent_row_bytes(const HParams& hp) {
+  const uint64_t per_layer = static_cast<uint64_t>(hp.ssm_conv_state() + hp.ssm_delta_state()) * sizeof(float);
+  return per_layer * static_cast<uint64_t>(hp.n_layer - n_kv_layers(hp));
 }
 
 namespace {
@@ -598,6 +667,9 @@ Status check_state(const HParams& hp, const Placement& place, const StepCaps& ca
   if (caps.block_size < 1 || caps.block_size > 1024 || caps.n_blocks < 1 || caps.n_blocks > (int64_t{1} << 31) / caps.block_size)
     return make_error(ErrorCode::kInvalidArgument, "KV cache of %lld blocks of %d slots is out of range",
                       static_cast<long long>(caps.n_blocks), caps.block_size);
+  if (caps.n_checkpoints < 0 || caps.n_checkpoints > (1 << 20))
+    return make_error(ErrorCode::kInvalidArgument, "%d recurrent-state checkpoints is out of range [0, %d]",
+                      caps.n_checkpoints, 1 << 20);
   const DType kt = caps.kv_dtype;
   const int64_t qb = dtype_block_size(kt);
   if (hp.head_dim_k % qb || hp.head_dim_v % qb)
@@ -622,20 +694,35 @@ Status check_state(const HParams& hp, const Placement& place, const StepCaps& ca
                         "not run (conv1d_silu, gated_delta_net)", static_cast<long long>(il), hp.arch.c_str(),
                         be.name());
   }
-  // Storage per backend against what it can allocate, before allocating any of it.
+  // Storage per backend against what it can allocate, before allocating any of it: K/V of its attention layers,
+  // the recurrent state and checkpoints of its linear layers.
   const int64_t n_kv = n_kv_layers(hp), n_rec = hp.n_layer - n_kv;
   const uint64_t per_layer = n_kv > 0 ? kv_storage_bytes(hp, caps) / static_cast<uint64_t>(n_kv) : 0;
-  const uint64_t per_rec = n_rec > 0 ? recurrent_state_bytes(hp, caps) / static_cast<uint64_t>(n_rec) : 0;
+  const uint64_t per_rec = n_rec > 0 ? recurrent_row_bytes(hp) / static_cast<uint64_t>(n_rec) : 0;
+  auto sat_add = [](uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; };
   for (Backend* be : place.backends()) {
-    uint64_t need = 0;
-    for (int64_t il = 0; il < hp.n_layer; ++il)
-      need += place.layers[il].get() == be ? (hp.is_recurrent(il) ? per_rec : per_layer) : 0;
-    const uint64_t avail = be->memory_available();
-    if (need > 0 && avail > 0 && need > avail)
-      return make_error(ErrorCode::kOutOfRange, "the KV cache needs %.2f GiB on %s (%lld token slots of %s), %.2f GiB "
-                        "are available: lower -c", static_cast<double>(need) / (1 << 30), be->name(),
-                        static_cast<long long>(caps.n_blocks * caps.block_size), dtype_name(kt),
-                        static_cast<double>(avail) / (1 << 30));
+    uint64_t kv = 0, rec = 0, ckpt = 0;
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+      if (place.layers[il].get() != be) continue;
+      if (!hp.is_recurrent(il)) {
+        kv = sat_add(kv, per_layer);
+      } else {
+        rec += per_rec * static_cast<uint64_t>(caps.max_seqs);
+        ckpt += per_rec * static_cast<uint64_t>(caps.n_checkpoints);
+      }
+    }
+    const uint64_t need = sat_add(kv, rec + ckpt), avail = be->memory_available();
+    if (need == 0 || avail == 0 || need <= avail) continue;
+    auto gib = [](uint64_t b) { return static_cast<double>(b) / (1 << 30); };
+    std::string parts = strprintf("K/V %.2f GiB for %lld token slots of %s", gib(kv),
+                                  static_cast<long long>(caps.n_blocks * caps.block_size), dtype_name(kt));
+    if (rec > 0) parts += strprintf(", recurrent state %.2f GiB for %d sequences", gib(rec), caps.max_seqs);
+    if (ckpt > 0)
+      parts += strprintf(", %.2f GiB for %d checkpoints (--ctx-checkpoints)", gib(ckpt), caps.n_checkpoints);
+    return make_error(ErrorCode::kOutOfRange, "the KV cache needs %llu bytes (%.2f GiB) on %s (%s), %llu bytes (%.2f "
+                      "GiB) are available: lower -c%s", static_cast<unsigned long long>(need), gib(need), be->name(),
+                      parts.c_str(), static_cast<unsigned long long>(avail), gib(avail),
+                      ckpt > 0 ? " or --ctx-checkpoints" : "");
   }
   return Status::ok();
 }

@@ -28,5 +28,9 @@ uint64_t kv_storage_bytes(const HParams& hp, const StepCaps& caps);
 int64_t n_kv_layers(const HParams& hp);
 // Bytes of recurrent state (hybrid models: conv history + delta-rule matrices per linear layer per sequence slot).
 uint64_t recurrent_state_bytes(const HParams& hp, const StepCaps& caps);
+// Bytes of the recurrent-state checkpoints (StepCaps::n_checkpoints rows like the state's).
+uint64_t checkpoint_state_bytes(const HParams& hp, const StepCaps& caps);
+// Bytes of one sequence's recurrent state over all linear layers (0 for models without them).
+uint64_t recurrent_row_bytes(const HParams& hp);
 
 }  // namespace kiln

@@ -39,6 +39,7 @@ struct StepCaps {
   int64_t n_blocks = 256;     // KV pool blocks (per layer)
   int32_t block_size = 16;    // token slots per block
   DType kv_dtype = DType::F16;
+  int32_t n_checkpoints = 0;  // recurrent-state checkpoint slots (hybrid models; ModelState::save_checkpoint)
   int32_t max_blocks_per_seq() const {
     return static_cast<int32_t>(n_blocks);  // one sequence may hold the whole pool
   }
@@ -115,6 +116,20 @@ class ModelState {
   }
   // Bytes of recurrent state over all layers and slots.
   virtual uint64_t recurrent_bytes() const { return 0; }
+  // Checkpoints: StepCaps::n_checkpoints more rows of recurrent state per layer, on the layer's backend, that keep
+  // a sequence's state at some position for a later sequence with the same prefix (which blocks they belong to is
+  // the runtime's: KvCache). save: slot seq's state -> checkpoint; load: checkpoint -> slot seq. Backend::copy
+  // within the layer's backend (a device copy on a device backend).
+  virtual Status save_checkpoint(int32_t seq, int32_t checkpoint) {
+    (void)seq, (void)checkpoint;
+    return make_error(ErrorCode::kUnsupported, "recurrent-state checkpoints: this model state keeps none");
+  }
+  virtual Status load_checkpoint(int32_t checkpoint, int32_t seq) {
+    (void)checkpoint, (void)seq;
+    return make_error(ErrorCode::kUnsupported, "recurrent-state checkpoints: this model state keeps none");
+  }
+  // Bytes of checkpoint storage over all layers and slots.
+  virtual uint64_t checkpoint_bytes() const { return 0; }
 };
 
 }  // namespace kiln

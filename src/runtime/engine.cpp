@@ -6,14 +6,17 @@
 namespace kiln {
 
 Result<std::unique_ptr<Engine>> Engine::create(Model& model, const KvCacheConfig& cfg_in) {
-  // Hybrid models: no prefix reuse (K/V from the cache would lack the recurrent state that goes with it).
+  // Hybrid models reuse a prefix only through checkpoints (K/V from the cache would lack the recurrent state that
+  // goes with it); other models need none.
   KvCacheConfig cfg = cfg_in;
-  if (model.hparams().hybrid()) cfg.prefix_cache = false;
+  if (!model.hparams().hybrid() || !cfg.prefix_cache) cfg.checkpoints = 0;
+  if (model.hparams().hybrid() && cfg.checkpoints == 0) cfg.prefix_cache = false;
   StepCaps caps;
   caps.batch_tokens = cfg.batch_tokens;
   caps.max_seqs = cfg.max_seqs;
   caps.block_size = cfg.block_size;
   caps.kv_dtype = cfg.dtype;
+  caps.n_checkpoints = cfg.checkpoints;
   caps.max_outputs = cfg.max_outputs > 0 ? cfg.max_outputs : std::max(cfg.max_seqs, 8);
   caps.max_outputs = std::min(caps.max_outputs, std::max(cfg.batch_tokens, 1));
   // Sizes first, then the storage against the backends' memory (create_state), then the bookkeeping.
@@ -39,6 +42,35 @@ Status Engine::fork(int32_t src, int32_t dst) {
   if (!recurrent_) return Status::ok();
   const Status st = state_->copy_seq_state(src, dst);
   state_pos_[dst] = st.is_ok() ? state_pos_[src] : -1;
+  return st;
+}
+
+int64_t Engine::attach_prefix(int32_t seq, std::span<const int32_t> tokens, int64_t limit) {
+  KvCache& c = *cache_;
+  if (!c.valid_seq(seq) || c.seq_len(seq) > 0 || !c.table(seq).empty()) return c.seq_len(seq);
+  int32_t ckpt = -1;
+  const int64_t got = c.attach_prefix(seq, tokens, limit, recurrent_ ? &ckpt : nullptr);
+  if (!recurrent_ || got == 0) return got;
+  // The state the checkpoint holds is for exactly `got` tokens (KvCache attaches whole blocks up to it).
+  if (ckpt < 0 || !state_->load_checkpoint(ckpt, seq).is_ok()) {
+    c.truncate(seq, 0);
+    state_pos_[seq] = -1;
+    return 0;
+  }
+  state_pos_[seq] = got;
+  return got;
+}
+
+Status Engine::checkpoint(int32_t seq) {
+  KvCache& c = *cache_;
+  if (!recurrent_ || !checkpoints() || !c.valid_seq(seq)) return Status::ok();
+  if (state_pos_[seq] != c.seq_len(seq))
+    return make_error(ErrorCode::kInternal, "checkpoint: the recurrent state of sequence %d is not at its length %lld",
+                      seq, static_cast<long long>(c.seq_len(seq)));
+  const int32_t slot = c.add_checkpoint(seq);
+  if (slot < 0) return Status::ok();
+  Status st = state_->save_checkpoint(seq, slot);
+  if (!st.is_ok()) c.drop_checkpoint(slot);
   return st;
 }
 

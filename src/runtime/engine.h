@@ -44,9 +44,18 @@ class Engine {
   // starts a sequence at position 0 zeroes it (StepPlan::seq_reset); a step that continues a sequence whose state
   // does not match its cache length (the cache was truncated to a position > 0, or a step failed part way) is
   // refused, naming the sequence: restart it from position 0. Freeing a sequence (truncate to 0) needs nothing
-  // more. Prefix reuse is off for these models (Engine::create turns KvCacheConfig::prefix_cache off: cached K/V
-  // without the matching state would be wrong).
+  // more. Prefix reuse needs checkpoints (KvCacheConfig::checkpoints: cached K/V without the matching state would
+  // be wrong): without them Engine::create turns KvCacheConfig::prefix_cache off.
   bool recurrent() const { return recurrent_; }
+  // The prefix cache for any model: the empty sequence seq gets the longest cached prefix of `tokens` of at most
+  // `limit` tokens (KvCache::attach_prefix); a hybrid model's sequence starts at a checkpoint, its recurrent state
+  // restored from it. Returns the sequence's length (0: nothing attached).
+  int64_t attach_prefix(int32_t seq, std::span<const int32_t> tokens, int64_t limit);
+  // Whether hybrid-model checkpoints are kept (a hybrid model with the prefix cache and KvCacheConfig::checkpoints).
+  bool checkpoints() const { return cache_->config().checkpoints > 0; }
+  // Keeps seq's recurrent state at its current length, a block boundary whose block cache_blocks() has indexed
+  // (KvCache::add_checkpoint; nothing when that block has one already, or without checkpoints).
+  Status checkpoint(int32_t seq);
   // dst shares src's cache blocks (KvCache::fork) and gets a copy of its recurrent state: the way to fork a
   // sequence (parallel sampling) on any model.
   Status fork(int32_t src, int32_t dst);

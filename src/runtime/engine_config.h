@@ -9,14 +9,17 @@
 //   max_outputs     output rows (logits or argmax) per step; 0: max_seqs
 //   block_size      KV block in token slots
 //   kv_type         KV storage: F16 or Q8_0 (--kv-type, -ctk/-ctv)
-//   prefix_cache    keep and reuse the KV blocks of shared prompt prefixes (--no-prefix-cache turns it off; off for
-//                   hybrid models whatever is asked: their recurrent state cannot be reused)
+//   prefix_cache    keep and reuse the KV blocks of shared prompt prefixes (--no-prefix-cache turns it off)
+//   ctx_checkpoints hybrid models: recurrent-state checkpoints kept per sequence slot (--ctx-checkpoints), the
+//                   prefix cache's way to resume such a model (runtime/scheduler.h); 0: no prefix cache for them
+//   on_prefill      progress of long prompts (PrefillProgress below), e.g. a line on stderr
 //   spec            speculative decoding (SpecConfig below; off for hybrid models: a rejected draft would have
 //                   advanced the recurrent state)
 // The generation limit of a request is GenRequest::max_new_tokens (-n, "max_tokens" in the API).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "quant/dtype.h"
 #include "runtime/defaults.h"
@@ -51,6 +54,19 @@ inline Status check_spec(const SpecConfig& sp) {
   return Status::ok();
 }
 
+// Where a prompt's prefill stands (EngineConfig::on_prefill), per sequence, on the engine thread: after a step that
+// computed its prompt, at most every progress_interval_s seconds, the first time that long after its prefill
+// began; and once with `finished` when the prefill ends, if it was reported before (short prompts are not).
+struct PrefillProgress {
+  uint64_t request = 0;   // RequestHandle::id()
+  int32_t slot = 0;       // the sequence slot (GET /slots)
+  int64_t done = 0;       // tokens of the sequence in the KV cache (the prefix cache's included)
+  int64_t total = 0;      // tokens to prefill up to (the prompt, or more when recomputed after a preemption)
+  int64_t computed = 0;   // tokens computed since the prefill began
+  double seconds = 0;     // since the prefill began
+  bool finished = false;
+};
+
 struct EngineConfig {
   int64_t n_ctx = 4096;
   int64_t max_seq_ctx = 0;
@@ -60,7 +76,10 @@ struct EngineConfig {
   int32_t block_size = defaults::kBlockSize;
   DType kv_type = DType::F16;
   bool prefix_cache = true;
+  int32_t ctx_checkpoints = defaults::kCtxCheckpoints;
   SpecConfig spec;
+  std::function<void(const PrefillProgress&)> on_prefill;  // null: none
+  double progress_interval_s = 1.0;
   int sampling_threads = 0;  // threads sampling the output rows of a step; 0: min(max_seqs, cores)
   bool start = true;         // start the engine thread in Scheduler::create (tests may call start() later)
 };

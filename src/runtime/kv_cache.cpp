@@ -25,6 +25,9 @@ Status KvCache::validate(const KvCacheConfig& cfg) {
   if (cfg.dtype != DType::F16 && cfg.dtype != DType::F32 && cfg.dtype != DType::Q8_0)
     return make_error(ErrorCode::kUnsupported, "kv cache: type %s is not supported (f16, q8_0, f32)",
                       dtype_name(cfg.dtype));
+  if (cfg.checkpoints < 0 || cfg.checkpoints > (1 << 20))
+    return make_error(ErrorCode::kInvalidArgument, "--ctx-checkpoints: %d checkpoint slots is out of range [0, %d]",
+                      cfg.checkpoints, 1 << 20);
   if (cfg.batch_tokens < 1 || cfg.batch_tokens > (1 << 20))
     return make_error(ErrorCode::kInvalidArgument, "-b: batch size must be in [1, %d] (got %d)", 1 << 20,
                       cfg.batch_tokens);
@@ -44,6 +47,13 @@ KvCache::KvCache(const KvCacheConfig& cfg) : cfg_(cfg) {
     block_tokens_.assign(static_cast<size_t>(n_blocks_) * cfg.block_size, 0);
     lru_prev_.assign(n_blocks_, -1);
     lru_next_.assign(n_blocks_, -1);
+  }
+  if (cfg.prefix_cache && cfg.checkpoints > 0) {
+    ckpt_of_.assign(n_blocks_, -1);
+    ckpt_block_.assign(static_cast<size_t>(cfg.checkpoints), -1);
+    ckpt_used_.assign(static_cast<size_t>(cfg.checkpoints), 0);
+  } else {
+    cfg_.checkpoints = 0;
   }
   clear();
 }
@@ -70,6 +80,9 @@ void KvCache::clear() {
   }
   std::fill(refcount_.begin(), refcount_.end(), 0);
   std::fill(hashed_.begin(), hashed_.end(), 0);
+  std::fill(ckpt_of_.begin(), ckpt_of_.end(), -1);
+  std::fill(ckpt_block_.begin(), ckpt_block_.end(), -1);
+  n_ckpt_used_ = 0;
   index_.clear();
   lru_head_ = lru_tail_ = -1;
   lru_size_ = 0;
@@ -123,6 +136,46 @@ void KvCache::unindex(int32_t b) {
   auto it = index_.find(hash_[b]);
   if (it != index_.end() && it->second == b) index_.erase(it);
   hashed_[b] = 0;
+  if (!ckpt_of_.empty() && ckpt_of_[b] >= 0) drop_checkpoint(ckpt_of_[b]);
+}
+
+int32_t KvCache::add_checkpoint(int32_t seq_id) {
+  if (cfg_.checkpoints == 0 || !valid_seq(seq_id)) return -1;
+  const Seq& s = seqs_[seq_id];
+  const int64_t bs = cfg_.block_size;
+  if (s.len == 0 || s.len % bs != 0 || static_cast<int64_t>(s.hashes.size()) < s.len / bs) return -1;
+  const size_t i = static_cast<size_t>(s.len / bs - 1);
+  auto it = index_.find(s.hashes[i]);
+  if (it == index_.end() || parent_[it->second] != (i == 0 ? cfg_.prefix_seed : s.hashes[i - 1])) return -1;
+  const int32_t b = it->second;
+  if (ckpt_of_[b] >= 0) {
+    ckpt_used_[static_cast<size_t>(ckpt_of_[b])] = ++ckpt_clock_;
+    return -1;
+  }
+  // A free slot, else the least recently used (slots are few: a scan is cheaper than a list to keep in order).
+  int32_t c = -1;
+  for (int32_t i = 0; i < cfg_.checkpoints; ++i) {
+    if (ckpt_block_[static_cast<size_t>(i)] < 0) {
+      c = i;
+      break;
+    }
+    if (c < 0 || ckpt_used_[static_cast<size_t>(i)] < ckpt_used_[static_cast<size_t>(c)]) c = i;
+  }
+  if (ckpt_block_[static_cast<size_t>(c)] >= 0) drop_checkpoint(c);
+  ckpt_block_[static_cast<size_t>(c)] = b;
+  ckpt_used_[static_cast<size_t>(c)] = ++ckpt_clock_;
+  ckpt_of_[b] = c;
+  ++n_ckpt_used_;
+  return c;
+}
+
+void KvCache::drop_checkpoint(int32_t slot) {
+  if (slot < 0 || slot >= cfg_.checkpoints) return;
+  const int32_t b = ckpt_block_[static_cast<size_t>(slot)];
+  if (b < 0) return;
+  ckpt_of_[b] = -1;
+  ckpt_block_[static_cast<size_t>(slot)] = -1;
+  --n_ckpt_used_;
 }
 
 // splitmix64-style mixing over (parent, tokens); collisions are checked against the stored tokens and parent.
@@ -153,34 +206,54 @@ int64_t KvCache::cached_prefix(std::span<const int32_t> tokens) const {
   if (!cfg_.prefix_cache) return 0;
   const size_t bs = static_cast<size_t>(cfg_.block_size);
   uint64_t parent = cfg_.prefix_seed;
-  int64_t n = 0;
+  int64_t n = 0, at_checkpoint = 0;
   for (size_t i = 0; (i + 1) * bs <= tokens.size(); ++i) {
     const uint64_t h = chain(parent, tokens.data() + i * bs);
-    if (lookup(parent, h, tokens.data() + i * bs) < 0) break;
+    const int32_t b = lookup(parent, h, tokens.data() + i * bs);
+    if (b < 0) break;
     parent = h;
     n += static_cast<int64_t>(bs);
+    if (cfg_.checkpoints > 0 && ckpt_of_[b] >= 0) at_checkpoint = n;
   }
-  return n;
+  return cfg_.checkpoints > 0 ? at_checkpoint : n;
 }
 
-int64_t KvCache::attach_prefix(int32_t seq_id, std::span<const int32_t> tokens, int64_t limit) {
+int64_t KvCache::attach_prefix(int32_t seq_id, std::span<const int32_t> tokens, int64_t limit, int32_t* checkpoint) {
+  if (checkpoint) *checkpoint = -1;
   if (!cfg_.prefix_cache || !valid_seq(seq_id)) return 0;
   Seq& s = seqs_[seq_id];
   if (s.len != 0 || !s.table.empty() || limit <= 0) return s.len;
   const size_t bs = static_cast<size_t>(cfg_.block_size);
+  const bool ckpt = cfg_.checkpoints > 0;
+  // Matched blocks (with checkpoints: whole blocks within the limit), then, with checkpoints, back to the last one
+  // that carries a checkpoint.
   uint64_t parent = cfg_.prefix_seed;
-  for (size_t i = 0; (i + 1) * bs <= tokens.size() && static_cast<int64_t>(i * bs) < limit; ++i) {
+  std::vector<int32_t>& t = s.table;
+  for (size_t i = 0; (i + 1) * bs <= tokens.size(); ++i) {
+    // A block that starts before the limit may be held partly; with checkpoints only whole blocks count.
+    if (static_cast<int64_t>(ckpt ? (i + 1) * bs : i * bs + 1) > limit) break;
     const uint64_t h = chain(parent, tokens.data() + i * bs);
     const int32_t b = lookup(parent, h, tokens.data() + i * bs);
     if (b < 0) break;
-    if (refcount_[b]++ == 0) lru_remove(b);
-    s.table.push_back(b);
+    t.push_back(b);
     s.hashes.push_back(h);
     parent = h;
   }
-  if (s.table.empty()) return 0;
-  s.len = std::min<int64_t>(static_cast<int64_t>(s.table.size() * bs), limit);
+  if (ckpt)
+    while (!t.empty() && ckpt_of_[t.back()] < 0) t.pop_back();
+  if (t.empty()) {
+    s.hashes.clear();
+    return 0;
+  }
+  for (int32_t b : t)
+    if (refcount_[b]++ == 0) lru_remove(b);
+  s.len = std::min<int64_t>(static_cast<int64_t>(t.size() * bs), limit);
   s.hashes.resize(static_cast<size_t>(s.len) / bs);
+  if (ckpt) {
+    const int32_t c = ckpt_of_[t.back()];
+    ckpt_used_[static_cast<size_t>(c)] = ++ckpt_clock_;
+    if (checkpoint) *checkpoint = c;
+  }
   mark(seq_id);
   return s.len;
 }

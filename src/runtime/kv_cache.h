@@ -18,6 +18,15 @@
 // the longest indexed prefix of its tokens; an indexed block is never written (a sequence appending into one that
 // it holds partly gets a private copy, as with a shared block). n_blocks_free() counts the cached blocks as free
 // (a reservation may take them); n_blocks_cached() says how many of them there are.
+//
+// Checkpoints (KvCacheConfig::checkpoints > 0; hybrid models, whose recurrent layers keep a state that K/V blocks
+// alone cannot restore): a full indexed block may carry one of `checkpoints` slots, each holding the recurrent state
+// of a sequence right after that block's last token (the storage is the model's: ModelState::save_checkpoint; this
+// class only says which slot belongs to which block). A block loses its checkpoint when its index entry goes (the
+// LRU takes it back, drop_cached(), clear()) or when add_checkpoint() needs a slot and none is free: then the least
+// recently used checkpoint goes (its block keeps its K/V). With checkpoints on, attach_prefix() resumes a sequence
+// only at the end of a matched block that carries one: the block's hash covers every token before it, so a
+// checkpoint is never given to a sequence whose prefix differs.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +50,7 @@ struct KvCacheConfig {
   int32_t max_outputs = 0;   // output rows per step; 0: max(max_seqs, 8), capped at batch_tokens
   bool prefix_cache = false; // index full blocks by content and keep them after their sequences end (see above)
   uint64_t prefix_seed = 0;  // the first link of the hash chain: the model's identity (a cache holds one model)
+  int32_t checkpoints = 0;   // recurrent-state checkpoint slots (see above); needs prefix_cache
 };
 
 class KvCache {
@@ -78,8 +88,11 @@ class KvCache {
   // ---- prefix cache (no-ops unless config().prefix_cache) ----
   // Gives the empty sequence seq_id the longest indexed prefix of `tokens` in whole blocks, holding at most
   // `limit` of them (a last block past `limit` is held partly: the next append copies it). Returns the
-  // sequence's new length (0: nothing cached, or the sequence was not empty).
-  int64_t attach_prefix(int32_t seq_id, std::span<const int32_t> tokens, int64_t limit);
+  // sequence's new length (0: nothing cached, or the sequence was not empty). With checkpoints: the longest prefix
+  // of at most `limit` tokens that ends with a block carrying a checkpoint, whose slot goes to *checkpoint (-1 when
+  // nothing is attached); the caller restores the state from it or truncates the sequence.
+  int64_t attach_prefix(int32_t seq_id, std::span<const int32_t> tokens, int64_t limit,
+                        int32_t* checkpoint = nullptr);
   // How many leading tokens of `tokens` attach_prefix would find (whole blocks; no limit applied).
   int64_t cached_prefix(std::span<const int32_t> tokens) const;
   // Indexes the full blocks of seq_id written since the last call; tokens: the sequence's tokens (at least
@@ -87,6 +100,16 @@ class KvCache {
   void cache_blocks(int32_t seq_id, std::span<const int32_t> tokens);
   // Drops every cached block's index entry (they become plain free blocks). Held blocks stay indexed.
   void drop_cached();
+
+  // ---- checkpoints (no-ops unless config().checkpoints > 0) ----
+  // A slot for the recurrent state of seq_id at its current length, for the caller to fill: the length must be a
+  // whole number of blocks whose last one cache_blocks() has indexed (or whose content another indexed block holds:
+  // that one gets the slot). -1: nothing to do (not a block boundary, not indexed, the block has a checkpoint).
+  // Takes a free slot, else the least recently used one.
+  int32_t add_checkpoint(int32_t seq_id);
+  // Frees a slot add_checkpoint() gave out (the caller could not fill it).
+  void drop_checkpoint(int32_t slot);
+  int32_t n_checkpoints_used() const { return n_ckpt_used_; }
 
   // Copies slots [0, n) of block src to block dst in the storage (set by the engine that owns the storage).
   using BlockCopier = std::function<Status(int32_t src, int32_t dst, int32_t n)>;
@@ -125,6 +148,11 @@ class KvCache {
   std::vector<int32_t> lru_prev_, lru_next_;
   int32_t lru_head_ = -1, lru_tail_ = -1;
   int64_t lru_size_ = 0;
+  // Checkpoints: per block its slot (-1: none); per slot its block (-1: free) and when it was last made or used.
+  std::vector<int32_t> ckpt_of_, ckpt_block_;
+  std::vector<uint64_t> ckpt_used_;
+  uint64_t ckpt_clock_ = 0;
+  int32_t n_ckpt_used_ = 0;
   std::vector<uint8_t> dirty_;
   std::vector<int32_t> dirty_list_;
   BlockCopier copier_;

@@ -42,6 +42,11 @@ Status check_config(const EngineConfig& cfg) {
     return make_error(ErrorCode::kInvalidArgument, "-c: must be >= 1 (got %lld)", (long long)cfg.n_ctx);
   if (cfg.max_seq_ctx < 0)
     return make_error(ErrorCode::kInvalidArgument, "max_seq_ctx: must be >= 0 (got %lld)", (long long)cfg.max_seq_ctx);
+  if (cfg.ctx_checkpoints < 0 || cfg.ctx_checkpoints > 1024)
+    return make_error(ErrorCode::kInvalidArgument, "--ctx-checkpoints: must be in [0, 1024] (got %d)",
+                      cfg.ctx_checkpoints);
+  if (!(cfg.progress_interval_s >= 0))
+    return make_error(ErrorCode::kInvalidArgument, "progress_interval_s: must be >= 0");
   if (cfg.max_outputs < 0)
     return make_error(ErrorCode::kInvalidArgument, "max_outputs: must be >= 0 (got %d)", cfg.max_outputs);
   KILN_TRY(check_spec(cfg.spec));
@@ -68,10 +73,12 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
   kc.max_outputs = std::min(cfg.max_outputs > 0 ? cfg.max_outputs : cfg.max_seqs * (1 + I.cfg.spec.drafts_per_step()),
                             kc.batch_tokens);
   kc.prefix_cache = cfg.prefix_cache;
+  kc.checkpoints = cfg.prefix_cache ? cfg.ctx_checkpoints * cfg.max_seqs : 0;  // Engine::create: hybrid models only
   kc.prefix_seed = model_identity(*model, cfg.kv_type == DType::Q8_0);
   KILN_ASSIGN_OR_RETURN(I.engine, Engine::create(*model, kc));
   I.model = std::move(model);
   I.max_seq_ctx = cfg.max_seq_ctx > 0 ? std::min(cfg.max_seq_ctx, cfg.n_ctx) : cfg.n_ctx;
+  I.cfg.prefix_cache = I.engine->cache().config().prefix_cache;  // off for a hybrid model without checkpoints
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int nt = cfg.sampling_threads > 0 ? cfg.sampling_threads : std::min(cfg.max_seqs, cores);
   I.pool = std::make_unique<ThreadPool>(std::max(1, nt));
@@ -81,6 +88,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
   I.stats.ttft = Histogram({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
   I.stats.itl = Histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
   I.stats.block_size = cfg.block_size;
+  I.stats.kv_checkpoints_total = I.engine->cache().config().checkpoints;
   if (cfg.start) s->start();
   return s;
 }
@@ -113,6 +121,7 @@ int64_t Scheduler::n_ctx_train() const { return impl_->model->hparams().n_ctx_tr
 const EngineConfig& Scheduler::config() const { return impl_->cfg; }
 const Model& Scheduler::model() const { return *impl_->model; }
 uint64_t Scheduler::kv_bytes() const { return impl_->engine->state().kv_bytes(); }
+uint64_t Scheduler::checkpoint_bytes() const { return impl_->engine->state().checkpoint_bytes(); }
 void Scheduler::set_step_observer(std::function<void(const StepInfo&)> f) { impl_->observer = std::move(f); }
 
 std::string Scheduler::model_description() const {

@@ -21,6 +21,17 @@
 // last token, whose logits it needs) and prefills only the rest. This is also how a chat turn reuses the
 // conversation before it.
 //
+// Hybrid models (recurrent + attention layers) resume only where a checkpoint of the recurrent state was kept
+// (EngineConfig::ctx_checkpoints per slot, one LRU pool; runtime/kv_cache.h). While a prompt of P tokens is
+// prefilled, its chunks end at the checkpoint positions and the state is copied after them:
+//   - the last block boundary before its last token, floor((P - 1) / block) * block: a chat's next turn repeats
+//     this prompt and resumes there;
+//   - for long prompts also every `every` tokens, every = the smallest power of two >= max(kCheckpointSpacing,
+//     P / (N - 1)) with N = ctx_checkpoints: a shared long prefix (a document, a system prompt) resumes at most
+//     `every` tokens before it ends, and one prompt makes at most N checkpoints, so it does not evict the others'.
+// Every block would cost a copy of the whole state (tens of MiB on real models) per block_size tokens and churn the
+// pool; the decode never makes one (a chat template re-renders the reply anyway).
+//
 // This header names no model or backend type (the server includes it).
 #pragma once
 
@@ -65,6 +76,7 @@ struct SchedulerStats {
   int64_t queue_depth = 0;         // waiting for a slot or for blocks
   int64_t running = 0;             // sequences holding a slot
   int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_free = 0, kv_blocks_cached = 0;
+  int64_t kv_checkpoints_total = 0, kv_checkpoints_used = 0;  // hybrid models' recurrent-state checkpoints
   int32_t block_size = 0;
   uint64_t prompt_tokens = 0;      // prompt tokens of admitted requests
   uint64_t prompt_tokens_computed = 0;  // tokens run through the model as prompt (incl. recomputation)
@@ -113,6 +125,7 @@ class Scheduler {
   // The model (the CLI prints its sizes) and the bytes of KV storage.
   const Model& model() const;
   uint64_t kv_bytes() const;
+  uint64_t checkpoint_bytes() const;  // hybrid models' recurrent-state checkpoints (0: none kept)
   // Called on the engine thread after every step that ran the model (tests). Set it before start() or while idle.
   void set_step_observer(std::function<void(const StepInfo&)> f);
 

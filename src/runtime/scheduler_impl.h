@@ -39,6 +39,13 @@ struct Active {
   Clock::time_point t_sched, t_first, t_last;
   Clock::time_point deadline = Clock::time_point::max();
   RequestTimings tm;
+  // Hybrid models with checkpoints (Scheduler::Impl::checkpoint_at): the prompt's checkpoint spacing (0: none but
+  // the last) and its last checkpoint position (0: none).
+  int64_t ckpt_every = 0, ckpt_last = 0;
+  // Prefill progress (EngineConfig::on_prefill): where this prefill began (-1: not begun), when, when last shown.
+  int64_t prefill_from = -1;
+  Clock::time_point t_prefill, t_shown;
+  bool shown = false;
   // This step.
   bool scheduled = false, wants = false;
   bool preempted_now = false;  // preempted in this step: recomputed from the next one on
@@ -119,7 +126,11 @@ struct Scheduler::Impl {
   int64_t propose_drafts(Active& a);     // fills a.draft: how many
   int64_t chunk_room(Active& a);         // prompt tokens of a that fit tokens_left and the free blocks
   int64_t fit(const Active& a, int64_t n, int64_t free_blocks) const;
+  int64_t prompt_chunk(const Active& a) const;  // pending tokens for the next chunk, ending at a checkpoint
   void attach(Active& a);                // prefix cache
+  // Hybrid models: whether a checkpoint is kept at position pos of a's sequence; the next such position after pos.
+  bool checkpoint_at(const Active& a, int64_t pos) const;
+  int64_t next_checkpoint(const Active& a, int64_t pos) const;
   void put(Active& a, size_t n);
   void preempt(Active& a);
   void admit();
@@ -129,6 +140,7 @@ struct Scheduler::Impl {
   void sample(Active& a, const StepOutputs& out);
   void deliver(Active& a, Clock::time_point now);
   void record(Clock::time_point now, int64_t n_gen, uint64_t drafted, uint64_t confirmed);
+  void progress(Active& a, Clock::time_point t_step, Clock::time_point now);  // EngineConfig::on_prefill
 
   // Ends a request: the held-back text goes out, its blocks and slot are freed, the handle hears at publish().
   void finish(Active& a, StopReason r, Status err = Status::ok());

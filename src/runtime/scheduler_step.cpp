@@ -1,6 +1,7 @@
 // One step of the engine loop (runtime/scheduler.h): schedule -> execute -> update, on the engine thread.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "runtime/ngram_draft.h"
 #include "runtime/scheduler_impl.h"
@@ -124,14 +125,33 @@ int64_t Scheduler::Impl::fit(const Active& a, int64_t n, int64_t free_blocks) co
 void Scheduler::Impl::attach(Active& a) {
   if (!cfg.prefix_cache || has_kv(a)) return;
   const auto& toks = a.seq->tokens();
-  const int64_t got = engine->cache().attach_prefix(a.slot, toks, static_cast<int64_t>(toks.size()) - 1);
+  const int64_t got = engine->attach_prefix(a.slot, toks, static_cast<int64_t>(toks.size()) - 1);
   if (!a.started) a.tm.n_cached = got;
   std::lock_guard<std::mutex> lk(stats_mu);
   stats.prefix_hit_tokens += static_cast<uint64_t>(got);
 }
 
+bool Scheduler::Impl::checkpoint_at(const Active& a, int64_t pos) const {
+  if (pos <= 0 || pos > a.ckpt_last) return false;
+  return pos == a.ckpt_last || (a.ckpt_every > 0 && pos % a.ckpt_every == 0);
+}
+
+int64_t Scheduler::Impl::next_checkpoint(const Active& a, int64_t pos) const {
+  if (pos >= a.ckpt_last) return INT64_MAX;
+  const int64_t every = a.ckpt_every > 0 ? (pos / a.ckpt_every + 1) * a.ckpt_every : INT64_MAX;
+  return std::min(every, a.ckpt_last);
+}
+
+int64_t Scheduler::Impl::prompt_chunk(const Active& a) const {
+  const int64_t at = a.seq->n_cached();
+  const int64_t n = std::min<int64_t>(static_cast<int64_t>(a.seq->n_pending()), tokens_left);
+  const int64_t next = next_checkpoint(a, at);
+  return next == INT64_MAX ? n : std::min(n, next - at);
+}
+
 void Scheduler::Impl::preempt(Active& a) {
   engine->cache().truncate(a.slot, 0);  // the tokens stay in the Sequence: all pending again
+  a.prefill_from = -1;                  // its recomputation is a prefill of its own (on_prefill)
   ++a.tm.n_preempted;
   a.preempted_now = true;
   ++info.n_preempted;
@@ -197,8 +217,7 @@ int64_t Scheduler::Impl::chunk_room(Active& a) {
   if (a.scheduled || a.preempted_now || a.seq->n_pending() == 0) return 0;
   if (has_kv(a) && a.seq->n_pending() == 1 && a.got_first) return 0;  // a decode that found no room
   attach(a);
-  const int64_t want = std::min<int64_t>(static_cast<int64_t>(a.seq->n_pending()), tokens_left);
-  return fit(a, want, engine->cache().n_blocks_free());
+  return fit(a, prompt_chunk(a), engine->cache().n_blocks_free());
 }
 
 std::unique_ptr<Active> Scheduler::Impl::make_active(const std::shared_ptr<RequestHandle>& h, int32_t slot) {
@@ -217,6 +236,15 @@ std::unique_ptr<Active> Scheduler::Impl::make_active(const std::shared_ptr<Reque
     a->seq->hooks().drafts = std::make_unique<NgramDraft>(NgramDraftParams{cfg.spec.ngram_n, cfg.spec.ngram_m});
   a->stops = StopFilter(rq.stop);
   a->tm.n_prompt = static_cast<int64_t>(rq.prompt.size());
+  if (engine->checkpoints()) {  // the checkpoint positions of the prompt (runtime/scheduler.h)
+    const int64_t P = a->tm.n_prompt, bs = cfg.block_size, N = cfg.ctx_checkpoints;
+    a->ckpt_last = (P - 1) / bs * bs;
+    if (N > 1) {
+      int64_t every = defaults::kCheckpointSpacing;
+      while (every < (P + N - 2) / (N - 1)) every *= 2;
+      a->ckpt_every = (every + bs - 1) / bs * bs;
+    }
+  }
   if (rq.timeout_s > 0)
     a->deadline = h->submitted() + std::chrono::duration_cast<Clock::duration>(
                                        std::chrono::duration<double>(std::min(rq.timeout_s, 1e7)));
@@ -244,8 +272,7 @@ void Scheduler::Impl::admit() {
     int64_t keep = 0;
     for (auto& o : active) keep += has_kv(*o) ? 1 : 0;
     const int64_t room = cache.n_blocks_free() - keep;
-    const int64_t want = std::min<int64_t>(static_cast<int64_t>(a->seq->n_pending()), tokens_left);
-    const int64_t n = room > 0 ? fit(*a, want, room) : 0;
+    const int64_t n = room > 0 ? fit(*a, prompt_chunk(*a), room) : 0;
     if (n <= 0) {  // admission waits for blocks
       cache.truncate(slot, 0);
       std::lock_guard<std::mutex> lk(stats_mu);
@@ -333,6 +360,7 @@ bool Scheduler::Impl::execute(StepOutputs* out) {
     for (size_t r = 0; r <= a->draft.size(); ++r) kinds[n_rows++] = a->kind;
     outs.push_back(a);
   }
+  const Clock::time_point t_step = Clock::now();
   auto r = engine->step(batch.tokens, std::span<const OutputKind>(kinds.data(), n_rows));
   if (!r) {
     for (Active* a : sched) {
@@ -344,10 +372,16 @@ bool Scheduler::Impl::execute(StepOutputs* out) {
   }
   *out = *r;
   n_prompt_tok = 0;
+  const Clock::time_point now = Clock::now();
   for (Active* a : sched) {
     a->seq->commit();
     if (cfg.prefix_cache) engine->cache().cache_blocks(a->slot, a->seq->tokens());
-    if (!a->got_first || !a->wants || a->n_sched > 1) n_prompt_tok += static_cast<int64_t>(a->n_sched);
+    // A failed copy leaves the sequence as it was: only the cache goes without this checkpoint.
+    if (checkpoint_at(*a, a->seq->n_cached())) (void)engine->checkpoint(a->slot);
+    if (!a->got_first || !a->wants || a->n_sched > 1) {
+      n_prompt_tok += static_cast<int64_t>(a->n_sched);
+      if (cfg.on_prefill) progress(*a, t_step, now);
+    }
   }
   info.n_tokens = static_cast<int32_t>(batch.size());
   info.n_seqs = static_cast<int32_t>(sched.size());
@@ -424,6 +458,29 @@ void Scheduler::Impl::record(Clock::time_point now, int64_t n_gen, uint64_t draf
   S.prompt_tokens_computed += static_cast<uint64_t>(n_prompt_tok);
   window.push_back({now, n_prompt_tok, n_gen});
   while (!window.empty() && now - window.front().t > std::chrono::seconds(10)) window.pop_front();
+}
+
+void Scheduler::Impl::progress(Active& a, Clock::time_point t_step, Clock::time_point now) {
+  const int64_t done = a.seq->n_cached(), total = static_cast<int64_t>(a.seq->tokens().size());
+  if (a.prefill_from < 0) {
+    a.prefill_from = done - static_cast<int64_t>(a.n_sched);
+    a.t_prefill = t_step;
+    a.shown = false;
+  }
+  PrefillProgress p;
+  p.request = a.h->id();
+  p.slot = a.slot;
+  p.done = done;
+  p.total = total;
+  p.computed = done - a.prefill_from;
+  p.seconds = std::chrono::duration<double>(now - a.t_prefill).count();
+  p.finished = done >= total;
+  const double since = std::chrono::duration<double>(now - (a.shown ? a.t_shown : a.t_prefill)).count();
+  if (p.finished) a.prefill_from = -1;
+  if (p.finished ? !a.shown : since < cfg.progress_interval_s) return;
+  a.shown = !p.finished;
+  a.t_shown = now;
+  cfg.on_prefill(p);
 }
 
 void Scheduler::Impl::update(const StepOutputs& out) {
@@ -507,6 +564,8 @@ void Scheduler::Impl::publish() {
     S.kv_blocks_used = cache.n_blocks_used();
     S.kv_blocks_cached = cache.n_blocks_cached();
     S.kv_blocks_free = cache.n_blocks_free() - cache.n_blocks_cached();
+    S.kv_checkpoints_total = cache.config().checkpoints;
+    S.kv_checkpoints_used = cache.n_checkpoints_used();
     for (auto& n : notify) ++S.finished[static_cast<int>(n.end.reason)];
     S.slots.resize(static_cast<size_t>(cfg.max_seqs));
     for (size_t i = 0; i < S.slots.size(); ++i) S.slots[i] = SlotState{static_cast<int32_t>(i)};

@@ -91,6 +91,10 @@ std::string render_metrics(const HttpCounters& http, const SchedulerStats* s, in
   metric(o, "kiln_kv_blocks_cached", "gauge", "KV blocks kept unreferenced by the prefix cache (reclaimable)",
          static_cast<double>(s->kv_blocks_cached));
   metric(o, "kiln_kv_block_size_tokens", "gauge", "token slots per KV block", s->block_size);
+  metric(o, "kiln_kv_checkpoints_total", "gauge", "hybrid models: recurrent-state checkpoint slots (--ctx-checkpoints)",
+         static_cast<double>(s->kv_checkpoints_total));
+  metric(o, "kiln_kv_checkpoints_used", "gauge", "hybrid models: checkpoints held by cached blocks",
+         static_cast<double>(s->kv_checkpoints_used));
   metric(o, "kiln_steps_total", "counter", "engine steps", static_cast<double>(s->steps));
   metric(o, "kiln_preemptions_total", "counter", "sequences preempted (KV dropped, recomputed later)",
          static_cast<double>(s->preemptions));

@@ -415,10 +415,59 @@ TEST(ServeShutdown, BadFlags) {
   EXPECT_EQ(test::run_kiln("serve --parallel 0").rc, 1);
   EXPECT_EQ(test::run_kiln("serve --parallel 257").rc, 1);
   EXPECT_EQ(test::run_kiln("serve --port 70000").rc, 1);
+  auto bad = test::run_kiln("serve --ctx-checkpoints -1");
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_NE(bad.err.find("--ctx-checkpoints: must be in [0, 1024] (got -1)"), std::string::npos) << bad.err;
   auto r = test::run_kiln("serve -h");
   EXPECT_EQ(r.rc, 0);
-  for (const char* f : {"--host", "--port", "--api-key", "--parallel", "-c", "-b", "--no-prefix-cache", "--device"})
+  for (const char* f : {"--host", "--port", "--api-key", "--parallel", "-c", "-b", "--no-prefix-cache", "--device",
+                        "--ctx-checkpoints"})
     EXPECT_NE(r.out.find(f), std::string::npos) << f;
+}
+
+// -c over --parallel above the model's training context (the fixture's: 2048) is allowed with a warning, as
+// llama.cpp does; the pool's default share stays within it.
+TEST(ServeShutdown, ContextAboveTheTrainingContextWarns) {
+  test::ServeProcess p;
+  ASSERT_TRUE(p.start({"-m", model_path(), "-t", "1", "--parallel", "1", "-c", "4096"})) << p.log();
+  EXPECT_NE(p.log().find("-c 4096 over --parallel 1 is 4096 tokens per sequence, more than the model's training "
+                         "context (2048 tokens)"), std::string::npos) << p.log();
+  EXPECT_NE(p.log().find("(at most 4096 each)"), std::string::npos) << p.log();
+  EXPECT_EQ(p.stop(SIGTERM), 0);
+  test::ServeProcess q;
+  ASSERT_TRUE(q.start({"-m", model_path(), "-t", "1", "--parallel", "4", "-c", "4096"})) << q.log();
+  EXPECT_EQ(q.log().find("training context"), std::string::npos) << q.log();
+  EXPECT_NE(q.log().find("(at most 2048 each)"), std::string::npos) << q.log();
+  EXPECT_EQ(q.stop(SIGTERM), 0);
+}
+
+// A hybrid model (Qwen3.5: recurrent DeltaNet layers) keeps recurrent-state checkpoints with its cached blocks: the
+// next turn of a conversation resumes at the checkpoint of the turn before instead of prefilling from 0.
+TEST(ServeHybrid, NextTurnResumesFromACheckpoint) {
+  KILN_REQUIRE_FIXTURES();
+  test::ServeProcess p;
+  ASSERT_TRUE(p.start({"-m", test::fixtures_dir() + "/models-next/fixture-qwen35-f16.gguf", "-t", "1", "--parallel",
+                       "1", "-c", "1024", "--ctx-checkpoints", "2"}))
+      << p.log();
+  // Two checkpoints of the fixture's 3 DeltaNet layers: 2 x 3 x (3 x 1024 + 128 x 128 x 4) floats.
+  EXPECT_NE(p.log().find("prefix cache on (2 recurrent-state checkpoints, 1.6 MiB)"), std::string::npos) << p.log();
+  std::vector<int> ids;
+  for (int i = 0; i < 70; ++i) ids.push_back((i * 37 + 11) % 990 + 3);
+  json b = completion("", 4);
+  b["prompt"] = ids;
+  HttpResponse r = http(p.port, "POST", "/v1/completions", b.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["timings"]["cache_n"], 0);
+  for (int i = 0; i < 20; ++i) ids.push_back(500 + i);
+  b["prompt"] = ids;
+  r = http(p.port, "POST", "/v1/completions", b.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["timings"]["cache_n"], 64) << r.body;  // the first prompt's checkpoint: 69 rounded down to blocks
+  EXPECT_EQ(r.j()["timings"]["prompt_n"], 90 - 64) << r.body;
+  const std::string m = http(p.port, "GET", "/metrics").body;
+  EXPECT_EQ(test::metric(m, "kiln_kv_checkpoints_total"), 2) << m;
+  EXPECT_EQ(test::metric(m, "kiln_kv_checkpoints_used"), 2) << m;  // at 64 and at 80
+  EXPECT_EQ(p.stop(SIGTERM), 0) << p.log();
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // (fill-in-the-middle, for vocabularies with FIM tokens; answered in llama-server's native completion shape).
 #include <httplib.h>
 
+#include <cmath>
+
 #include "server/fields.h"
 #include "server/generation.h"
 
@@ -30,7 +32,15 @@ void props(RouteHost& host, const Request& req, Response& res) {
   json params = {{"temperature", sp.temp},   {"top_k", sp.top_k},       {"top_p", sp.top_p},
                  {"min_p", sp.min_p},        {"repeat_penalty", sp.repeat_penalty},
                  {"repeat_last_n", sp.penalty_last_n}, {"presence_penalty", sp.presence_penalty},
-                 {"frequency_penalty", sp.frequency_penalty}, {"n_predict", cfg.default_max_new_tokens}};
+                 {"frequency_penalty", sp.frequency_penalty}, {"typical_p", sp.typical_p},
+                 {"xtc_probability", sp.xtc_probability}, {"xtc_threshold", sp.xtc_threshold},
+                 {"dry_multiplier", sp.dry_multiplier}, {"dry_base", sp.dry_base},
+                 {"dry_allowed_length", sp.dry_allowed_length}, {"dry_penalty_last_n", sp.dry_penalty_last_n},
+                 {"dry_sequence_breakers", sp.dry_sequence_breakers}, {"n_predict", cfg.default_max_new_tokens}};
+  json bias = json::array();
+  for (const LogitBias& b : sp.logit_bias)  // llama-server's shape; a banned token's bias is false
+    bias.push_back({{"token", b.token}, {"bias", std::isinf(b.bias) ? json(false) : json(b.bias)}});
+  params["logit_bias"] = bias;
   if (sp.seed != kRandomSeed) params["seed"] = sp.seed;
   const Tokenizer::FimTokens fim = tok.fim();
   json p = {{"default_generation_settings", {{"n_ctx", S.max_seq_ctx()}, {"params", params}}},
@@ -190,7 +200,9 @@ void infill(RouteHost& host, const Request& req, Response& res) {
     if (auto e = check_fields(b, {"input_prefix", "input_suffix", "input_extra", "prompt", "model", "stream",
                                   "max_tokens", "n_predict", "temperature", "top_k", "top_p", "min_p", "seed",
                                   "stop", "ignore_eos", "repeat_penalty", "repeat_last_n", "presence_penalty",
-                                  "frequency_penalty"}, ""))
+                                  "frequency_penalty", "typical_p", "xtc_probability", "xtc_threshold",
+                                  "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
+                                  "dry_sequence_breakers", "logit_bias"}, ""))
       return send_dialect_error(d, res, *e, sr.get());
     std::vector<int32_t> ids;
     if (auto e = infill_prompt(b, host.scheduler()->tokenizer(), &ids)) return send_dialect_error(d, res, *e, sr.get());

@@ -1,8 +1,8 @@
 // kiln serve through a real HTTP client (plain sockets, tests/unit/test_server_util.h) on 127.0.0.1, with a
 // fixture model from tests/data: non-streaming and streaming chat and completions (greedy output equals `kiln run`),
 // 32 concurrent streaming clients, the prefix cache (timings and /metrics), malformed requests (each its 4xx with
-// the parameter named, while a stream keeps going), a mid-stream disconnect frees its KV blocks, the API key,
-// /tokenize and /detokenize, SIGTERM exits 0.
+// the parameter named, while a stream keeps going), a disconnect mid-stream or before a non-streamed answer frees its
+// KV blocks, the API key, /tokenize and /detokenize, SIGTERM exits 0.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -363,6 +363,43 @@ TEST_F(Serve, DisconnectMidStreamFreesBlocks) {
     if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(freed) << metrics();
+}
+
+// A client that hangs up while its non-streamed request runs: the request is cancelled (not run to max_tokens) and
+// its blocks freed. httplib gives the handler no hang-up signal; the server watches the socket while it waits.
+TEST_F(Serve, DisconnectBeforeANonStreamedAnswerCancels) {
+  const std::string before = metrics();
+  const double cancelled0 = test::metric(before, "kiln_sequences_finished_total{reason=\"cancelled\"}");
+  const double gen0 = test::metric(before, "kiln_generated_tokens_total");
+  const int fd = test::connect_to(proc_->port);
+  ASSERT_GE(fd, 0);
+  const int max_tokens = 1500;
+  const std::string body = completion("Tell me everything", max_tokens).dump();
+  test::send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit-key\r\n"
+                     "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  // Running: a sequence holds a slot and has generated some tokens.
+  bool running = false;
+  for (int i = 0; i < 400 && !running; ++i) {
+    const std::string m = metrics();
+    running = test::metric(m, "kiln_running_sequences") > 0 && test::metric(m, "kiln_generated_tokens_total") > gen0;
+    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(running) << metrics();
+  ::close(fd);
+  bool cancelled = false;
+  std::string m;
+  for (int i = 0; i < 200 && !cancelled; ++i) {
+    m = metrics();
+    cancelled = test::metric(m, "kiln_sequences_finished_total{reason=\"cancelled\"}") == cancelled0 + 1 &&
+                test::metric(m, "kiln_running_sequences") == 0 && test::metric(m, "kiln_kv_blocks_used") == 0;
+    if (!cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(cancelled) << m;
+  const double generated = test::metric(m, "kiln_generated_tokens_total") - gen0;
+  EXPECT_LT(generated, max_tokens / 2) << m;
+  // The request is logged as the client's hang-up (499), and the server goes on.
+  EXPECT_EQ(test::metric(m, "kiln_requests_total{endpoint=\"/v1/completions\",status=\"499\"}"), 1) << m;
+  EXPECT_EQ(post("/v1/completions", completion("still here", 3)).status, 200);
 }
 
 TEST_F(Serve, TokenizeDetokenizeAndMetrics) {

@@ -5,8 +5,10 @@
 // KV blocks, the API key, /tokenize and /detokenize, SIGTERM exits 0.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
+#include <utility>
 
 #include "unit/test_server_util.h"
 
@@ -366,39 +368,48 @@ TEST_F(Serve, DisconnectMidStreamFreesBlocks) {
 }
 
 // A client that hangs up while its non-streamed request runs: the request is cancelled (not run to max_tokens) and
-// its blocks freed. httplib gives the handler no hang-up signal; the server watches the socket while it waits.
+// its blocks freed, on /v1/completions and on the dialects' generation path (/v1/messages). httplib gives the
+// handler no hang-up signal; the server watches the socket while it waits.
 TEST_F(Serve, DisconnectBeforeANonStreamedAnswerCancels) {
-  const std::string before = metrics();
-  const double cancelled0 = test::metric(before, "kiln_sequences_finished_total{reason=\"cancelled\"}");
-  const double gen0 = test::metric(before, "kiln_generated_tokens_total");
-  const int fd = test::connect_to(proc_->port);
-  ASSERT_GE(fd, 0);
   const int max_tokens = 1500;
-  const std::string body = completion("Tell me everything", max_tokens).dump();
-  test::send_all(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit-key\r\n"
-                     "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
-  // Running: a sequence holds a slot and has generated some tokens.
-  bool running = false;
-  for (int i = 0; i < 400 && !running; ++i) {
-    const std::string m = metrics();
-    running = test::metric(m, "kiln_running_sequences") > 0 && test::metric(m, "kiln_generated_tokens_total") > gen0;
-    if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const std::string msgs = json{{"model", "fixture"}, {"max_tokens", max_tokens}, {"temperature", 0},
+                                {"messages", {{{"role", "user"}, {"content", "Tell me everything"}}}}}.dump();
+  for (const auto& [path, body] : {std::pair<std::string, std::string>{"/v1/completions",
+                                                                       completion("Tell me everything", max_tokens).dump()},
+                                   {"/v1/messages", msgs}}) {
+    SCOPED_TRACE(path);
+    const std::string before = metrics();
+    const std::string closed = "kiln_requests_total{endpoint=\"" + path + "\",status=\"499\"}";
+    const double cancelled0 = test::metric(before, "kiln_sequences_finished_total{reason=\"cancelled\"}");
+    const double gen0 = test::metric(before, "kiln_generated_tokens_total");
+    const double closed0 = std::max(0.0, test::metric(before, closed));
+    const int fd = test::connect_to(proc_->port);
+    ASSERT_GE(fd, 0);
+    test::send_all(fd, "POST " + path + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit-key\r\n"
+                       "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                       "\r\n\r\n" + body);
+    // Running: a sequence holds a slot and has generated some tokens.
+    bool running = false;
+    for (int i = 0; i < 400 && !running; ++i) {
+      const std::string m = metrics();
+      running = test::metric(m, "kiln_running_sequences") > 0 && test::metric(m, "kiln_generated_tokens_total") > gen0;
+      if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_TRUE(running) << metrics();
+    ::close(fd);
+    bool cancelled = false;
+    std::string m;
+    for (int i = 0; i < 200 && !cancelled; ++i) {
+      m = metrics();
+      cancelled = test::metric(m, "kiln_sequences_finished_total{reason=\"cancelled\"}") == cancelled0 + 1 &&
+                  test::metric(m, "kiln_running_sequences") == 0 && test::metric(m, "kiln_kv_blocks_used") == 0;
+      if (!cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(cancelled) << m;
+    EXPECT_LT(test::metric(m, "kiln_generated_tokens_total") - gen0, max_tokens / 2) << m;
+    // Logged as the client's hang-up (499), once.
+    EXPECT_EQ(test::metric(m, closed), closed0 + 1) << m;
   }
-  ASSERT_TRUE(running) << metrics();
-  ::close(fd);
-  bool cancelled = false;
-  std::string m;
-  for (int i = 0; i < 200 && !cancelled; ++i) {
-    m = metrics();
-    cancelled = test::metric(m, "kiln_sequences_finished_total{reason=\"cancelled\"}") == cancelled0 + 1 &&
-                test::metric(m, "kiln_running_sequences") == 0 && test::metric(m, "kiln_kv_blocks_used") == 0;
-    if (!cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_TRUE(cancelled) << m;
-  const double generated = test::metric(m, "kiln_generated_tokens_total") - gen0;
-  EXPECT_LT(generated, max_tokens / 2) << m;
-  // The request is logged as the client's hang-up (499), and the server goes on.
-  EXPECT_EQ(test::metric(m, "kiln_requests_total{endpoint=\"/v1/completions\",status=\"499\"}"), 1) << m;
   EXPECT_EQ(post("/v1/completions", completion("still here", 3)).status, 200);
 }
 

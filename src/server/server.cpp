@@ -42,7 +42,8 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 const char* endpoint_of(const std::string& path) {
   static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics",
                                 "/tokenize", "/detokenize", "/v1/messages", "/v1/messages/count_tokens",
-                                "/v1/responses", "/props", "/apply-template", "/slots", "/infill", "/"};
+                                "/v1/responses", "/props", "/apply-template", "/slots", "/infill", "/completion",
+                                "/"};
   for (const char* k : known)
     if (path == k) return k;
   return "other";

@@ -2,10 +2,11 @@
 // and llama-server's array form (ids, texts, false) moves and forces greedy tokens on /v1/completions and
 // /v1/chat/completions; typical_p, xtc_*, dry_* and logit_bias give the text `kiln run` gives with the same flags
 // and seed (so the fields reach the sampler as the flags do) and change it; out-of-range values are 400s naming
-// the field; /props reports the defaults.
+// the field; llama-server's native /completion takes them too; /props reports the defaults.
 #include <gtest/gtest.h>
 
 #include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -172,6 +173,44 @@ TEST_F(ServeSampling, FieldsEqualTheFlagsAndAct) {
   HttpResponse x = post("/v1/completions", wide);
   ASSERT_EQ(x.status, 200) << x.body;
   EXPECT_NE(x.j()["choices"][0]["text"], g.j()["choices"][0]["text"]);
+}
+
+// llama-server's native POST /completion: the /v1/completions text in {"content", "stop", ...}, the sampler fields
+// honoured, streamed as its native events; n_predict is max_tokens; unknown fields and several prompts refused.
+TEST_F(ServeSampling, NativeCompletionTakesTheFields) {
+  HttpResponse v1 = post("/v1/completions", greedy("The quick brown fox", 5, {{"logit_bias", {{"7", 100}}}}));
+  ASSERT_EQ(v1.status, 200) << v1.body;
+  json nb = {{"prompt", "The quick brown fox"}, {"n_predict", 5}, {"temperature", 0}, {"ignore_eos", true},
+             {"logit_bias", {{"7", 100}}}};
+  HttpResponse r = post("/completion", nb);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = r.j();
+  EXPECT_EQ(j["content"], v1.j()["choices"][0]["text"]) << r.body;
+  EXPECT_EQ(j["stop"], true);
+  EXPECT_EQ(j["tokens_predicted"], 5);
+  EXPECT_EQ(j["tokens_evaluated"], v1.j()["usage"]["prompt_tokens"]);
+  json sb = nb;
+  sb["stream"] = true;
+  r = post("/completion", sb);
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::string text;
+  for (const std::string& e : test::sse_events(r.body)) text += json::parse(e)["content"].get<std::string>();
+  EXPECT_EQ(text, j["content"]);
+  // The bias acts: without it the text differs.
+  nb.erase("logit_bias");
+  EXPECT_NE(post("/completion", nb).j()["content"], j["content"]);
+  const std::vector<std::pair<json, const char*>> bad = {
+      {{{"prompt", "x"}, {"typical_p", 2}}, "typical_p"},
+      {{{"prompt", "x"}, {"mirostat", 1}}, "mirostat"},
+      {{{"prompt", "x"}, {"n_predict", 0}}, "n_predict"},
+      {{{"prompt", {"a", "b"}}}, "prompt"},
+      {{{"prompt", "x"}, {"input_prefix", "y"}}, "input_prefix"},
+  };
+  for (const auto& [b, param] : bad) {
+    HttpResponse e = post("/completion", b);
+    EXPECT_EQ(e.status, 400) << b << e.body;
+    EXPECT_EQ(e.j()["error"]["param"], param) << e.body;
+  }
 }
 
 TEST_F(ServeSampling, OutOfRangeValuesNameTheField) {

@@ -1,6 +1,7 @@
 // The sampler stages beyond top-k/top-p/min-p (logit bias, DRY, typical, XTC) on hand-made logits, each outcome
 // worked out from the definition in runtime/sampler.h and runtime/dry.h; their place in the chain; seeding; the
-// greedy path; DRY's sequence breakers for a real vocabulary; no allocation per call.
+// greedy path and when a greedy sequence may take the device argmax; DRY's sequence breakers for a real vocabulary; no
+// allocation per call.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -15,7 +16,9 @@
 #include "common/test_util.h"
 #include "gguf/gguf.h"
 #include "runtime/dry.h"
+#include "runtime/kv_cache.h"
 #include "runtime/sampler.h"
+#include "runtime/sequence.h"
 #include "tokenizer/tokenizer.h"
 
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // malloc/free behind a replaced new/delete
@@ -422,6 +425,50 @@ TEST(SamplerChain, ValidateNamesTheParameter) {
   SamplerParams ok;
   ok.logit_bias = {{9, -std::numeric_limits<float>::infinity()}};
   EXPECT_TRUE(Sampler(ok, 10).validate().is_ok());
+}
+
+// ---- the device argmax ----
+
+std::unique_ptr<Tokenizer> load_vocab(const std::string& rel);
+
+// A greedy sequence takes the backend's argmax (the logits row stays on the device) only while its sampler does
+// nothing but take the argmax: a logit bias, penalties, DRY, typical or XTC make it fetch the row and sample here.
+TEST(SamplerChain, OnlyAPlainGreedySequenceTakesTheDeviceArgmax) {
+  auto tok = load_vocab("tokenizer/ggml-vocab-gpt-2.gguf");
+  ASSERT_TRUE(tok);
+  KvCacheConfig kc;
+  kc.n_ctx = 256;
+  kc.block_size = 16;
+  kc.max_seqs = 1;
+  auto cache = KvCache::create(kc);
+  ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  auto kind = [&](SamplerParams sp) {
+    SequenceOptions o;
+    o.sampling = sp;
+    Sequence seq(0, *tok, tok->n_vocab(), 256, o, **cache);
+    const std::vector<int32_t> ctx = {11, 12, 13, 14, 11, 12, 13};  // "11 12 13" repeats: DRY has work
+    EXPECT_TRUE(seq.append(ctx).is_ok());
+    return seq.output_kind();
+  };
+  const SamplerParams g = plain(0);
+  EXPECT_EQ(kind(g), OutputKind::kArgmax);
+  SamplerParams b = g;
+  b.logit_bias = {{5, 1.0f}};
+  EXPECT_EQ(kind(b), OutputKind::kLogits);
+  SamplerParams d = g;
+  d.dry_multiplier = 0.8f;
+  EXPECT_EQ(kind(d), OutputKind::kLogits);
+  SamplerParams t = g;
+  t.typical_p = 0.9f;
+  EXPECT_EQ(kind(t), OutputKind::kLogits);
+  SamplerParams x = g;
+  x.xtc_probability = 0.5f;
+  EXPECT_EQ(kind(x), OutputKind::kLogits);
+  x.xtc_threshold = 0.6f;  // XTC off
+  EXPECT_EQ(kind(x), OutputKind::kArgmax);
+  SamplerParams r = g;
+  r.repeat_penalty = 1.1f;
+  EXPECT_EQ(kind(r), OutputKind::kLogits);
 }
 
 // ---- DRY's breakers for a vocabulary ----

@@ -342,6 +342,7 @@ int chat_main(int argc, char** argv) {
 
   auto loaded = load_model(c.src, /*show_progress=*/true);
   if (!loaded) return fail("chat", loaded.status());
+  if (Status st = check_sampling_vocab(c.sampling, loaded->model->tokenizer().n_vocab()); !st) return fail("chat", st);
   popts->model_name = loaded->name;
   auto prompt = ChatPrompt::create(loaded->model->tokenizer(), *popts);
   if (!prompt) return fail("chat", prompt.status());

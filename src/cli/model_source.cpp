@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -232,51 +231,6 @@ Result<std::unique_ptr<Engine>> make_engine(Model& model, const CacheOptions& op
   cfg.max_outputs = max_outputs;
   cfg.dtype = checked.kv_type == "q8_0" ? DType::Q8_0 : DType::F16;
   return Engine::create(model, cfg);
-}
-
-void add_sampling_options(ArgParser& args, SamplerParams* p) {
-  args.option({"--temp"}, &p->temp, "T", "temperature; <= 0: greedy (default 0.8)");
-  args.option({"--top-k"}, &p->top_k, "N", "top-k sampling; 0: off (default 40)");
-  args.option({"--top-p"}, &p->top_p, "P", "top-p (nucleus) sampling in [0, 1]; 1: off (default 0.95)");
-  args.option({"--min-p"}, &p->min_p, "P", "min-p sampling; 0: off (default 0.05)");
-  args.option({"--repeat-penalty"}, &p->repeat_penalty, "X", "penalty for repeated tokens; 1: off (default 1.0)");
-  args.option({"--repeat-last-n"}, &p->penalty_last_n, "N",
-              "tokens the penalties look back over; 0: off, -1: whole context (default 64)");
-  args.option({"--presence-penalty"}, &p->presence_penalty, "X", "presence penalty (default 0)");
-  args.option({"--frequency-penalty"}, &p->frequency_penalty, "X", "frequency penalty (default 0)");
-  args.option(
-      {"-s", "--seed"},
-      [p](const std::string& name, const std::string& v) -> Status {
-        if (v == "-1") {  // llama.cpp: -1 (LLAMA_DEFAULT_SEED) picks a random seed
-          p->seed = kRandomSeed;
-          return Status::ok();
-        }
-        errno = 0;
-        char* end = nullptr;
-        const unsigned long long x = v.empty() || v[0] == '-' ? 0 : std::strtoull(v.c_str(), &end, 10);
-        if (v.empty() || v[0] == '-' || errno != 0 || *end != '\0')
-          return make_error(ErrorCode::kInvalidArgument, "%s: '%s' is not a seed (a non-negative integer, or -1 for a "
-                            "random one)", name.c_str(), v.c_str());
-        p->seed = x;
-        return Status::ok();
-      },
-      "N", "RNG seed; -1: random (default: random)");
-}
-
-Status check_sampling_options(const SamplerParams& p) {
-  auto bad = [](const char* flag, const char* rule, double v) {
-    return make_error(ErrorCode::kInvalidArgument, "%s: must be %s (got %g)", flag, rule, v);
-  };
-  if (!std::isfinite(p.temp)) return bad("--temp", "a finite number (<= 0: greedy)", p.temp);
-  if (p.top_k < 0) return bad("--top-k", ">= 0 (0: off)", p.top_k);
-  if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) return bad("--top-p", "in [0, 1] (1: off)", p.top_p);
-  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return bad("--min-p", "in [0, 1] (0: off)", p.min_p);
-  if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty) || !std::isfinite(1.0f / p.repeat_penalty))
-    return bad("--repeat-penalty", "a finite number > 0 (1: off)", p.repeat_penalty);
-  if (p.penalty_last_n < -1) return bad("--repeat-last-n", ">= -1 (0: off, -1: the whole context)", p.penalty_last_n);
-  if (!std::isfinite(p.presence_penalty)) return bad("--presence-penalty", "a finite number", p.presence_penalty);
-  if (!std::isfinite(p.frequency_penalty)) return bad("--frequency-penalty", "a finite number", p.frequency_penalty);
-  return Status::ok();
 }
 
 Status check_generation_options(int64_t max_new_tokens, int64_t batch_tokens) {

@@ -14,6 +14,7 @@
 
 #include "backend/registry.h"
 #include "cli/args.h"
+#include "cli/sampling_options.h"
 #include "model/model.h"
 #include "runtime/defaults.h"
 #include "runtime/engine.h"
@@ -95,11 +96,6 @@ Status check_cache_options(CacheOptions& opt);
 // n_ctx after applying the default (0 -> min(n_ctx_train, kContextCap)).
 int64_t effective_ctx(const Model& model, int64_t n_ctx);
 
-// --temp --top-k --top-p --min-p --repeat-penalty --repeat-last-n --presence-penalty --frequency-penalty -s/--seed
-// (-s -1: a random seed, as llama.cpp)
-void add_sampling_options(ArgParser& args, SamplerParams* p);
-// Range checks of the sampling flags before the model loads; errors name the flag (--top-p 7 like --min-p 2).
-Status check_sampling_options(const SamplerParams& p);
 // -n (tokens to generate: >= -1) and -b (tokens per forward pass: 1 .. 2^20), before the model loads.
 Status check_generation_options(int64_t max_new_tokens, int64_t batch_tokens);
 

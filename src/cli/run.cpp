@@ -196,6 +196,7 @@ int run_main(int argc, char** argv) {
 
   auto loaded = load_model(r.src, /*show_progress=*/true);
   if (!loaded) return fail("run", loaded.status());
+  if (Status st = check_sampling_vocab(r.sampling, loaded->model->tokenizer().n_vocab()); !st) return fail("run", st);
   auto cfg = engine_config(*loaded->model, r.eng);
   if (!cfg) return fail("run", cfg.status());
   cfg->prefix_cache = false;  // one request: nothing to share

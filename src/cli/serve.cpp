@@ -94,10 +94,7 @@ int serve_main(int argc, char** argv) {
     sc.chat = std::move(o).value();
     sc.chat.model_name = src.path.empty() ? kEmbeddedModelName : src.path;
   }
-  {
-    Sampler probe(sc.sampling, 1);
-    if (Status st = probe.validate(); !st) return fail("serve", st);
-  }
+  if (Status st = check_sampling_options(sc.sampling); !st) return fail("serve", st);
   if (Status st = check_model_options(src); !st) return fail("serve", st);
   sc.max_body = static_cast<size_t>(body_limit);
   sc.timeout_s = timeout_s;
@@ -127,6 +124,8 @@ int serve_main(int argc, char** argv) {
 
   auto loaded = load_model(src, /*show_progress=*/true);
   if (!loaded) return quit(fail("serve", loaded.status()));
+  if (Status st = check_sampling_vocab(sc.sampling, loaded->model->tokenizer().n_vocab()); !st)
+    return quit(fail("serve", st));
   auto cfg = engine_config(*loaded->model, eng);
   if (!cfg) return quit(fail("serve", cfg.status()));
   if (!quiet) cfg->on_prefill = prefill_printer("kiln serve: ", /*per_slot=*/true);  // long prompts' progress

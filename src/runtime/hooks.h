@@ -7,13 +7,15 @@
 // Where they sit in one step (Scheduler: schedule -> execute -> update):
 //   schedule()  DraftProposer::propose for a sequence that decodes (its only pending token is its last sample)
 //   execute()   plan -> forward -> fetch: a sequence with any logits processor or a restricting mask fetches its
-//               logits row (OutputKind::kLogits) even when greedy; otherwise a greedy sequence without penalties
-//               takes the device's argmax (OutputKind::kArgmax) and no row leaves the device
+//               logits row (OutputKind::kLogits) even when greedy; otherwise a greedy sequence whose sampler only
+//               takes the argmax (Sampler::argmax_only: no logit bias, penalty, DRY, typical or XTC) takes the
+//               device's argmax (OutputKind::kArgmax) and no row leaves the device
 //   update()    per output row: copy of the row -> LogitsProcessor::process (in order) -> TokenMaskProvider::allowed
-//               (disallowed ids set to -inf) -> the sampler (penalties -> top-k -> top-p -> min-p -> temperature ->
-//               draw) -> TokenMaskProvider::accept(token) -> stop checks (EOG, TokenMaskProvider::finished,
-//               max_new_tokens, context, stop strings) -> the token event streams out. Log-probabilities are those of the raw row (the model's
-//               distribution, before any processor).
+//               (disallowed ids set to -inf) -> the sampler (runtime/sampler.h: logit bias -> penalties -> DRY ->
+//               top-k -> typical -> top-p -> min-p -> XTC -> temperature -> draw) -> TokenMaskProvider::accept(token)
+//               -> stop checks (EOG, TokenMaskProvider::finished, max_new_tokens, context, stop strings) -> the token
+//               event streams out. Log-probabilities are those of the raw row (the model's distribution, before any
+//               processor).
 #pragma once
 
 #include <cstdint>

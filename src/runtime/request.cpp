@@ -61,6 +61,11 @@ std::vector<TokenEvent> RequestHandle::wait_all() {
   return out;
 }
 
+bool RequestHandle::wait_done(std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lk(mu_);
+  return cv_.wait_for(lk, wait, [&] { return done_; });
+}
+
 bool RequestHandle::finished() const {
   std::lock_guard<std::mutex> lk(mu_);
   return done_;

@@ -85,6 +85,8 @@ class RequestHandle {
   bool next(std::vector<TokenEvent>& out, std::chrono::milliseconds wait);
   // Blocks until the request finished; returns every remaining event.
   std::vector<TokenEvent> wait_all();
+  // Waits up to `wait` for the request to finish (its events stay queued); whether it has.
+  bool wait_done(std::chrono::milliseconds wait);
   // Asks the scheduler to stop this request at the next step (its KV blocks are freed there).
   void cancel() { cancel_.store(true, std::memory_order_relaxed); }
   bool cancelled() const { return cancel_.load(std::memory_order_relaxed); }

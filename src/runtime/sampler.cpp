@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "runtime/dry.h"
+
 namespace kiln {
 
 namespace {
@@ -16,6 +18,9 @@ struct ByLogitDesc {
     return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
   }
 };
+
+// The union of two history windows (-1: everything, 0: nothing).
+int64_t wider(int64_t a, int64_t b) { return a < 0 || b < 0 ? -1 : std::max(a, b); }
 
 uint32_t pick_seed(uint64_t seed) {
   if (seed != kRandomSeed) return static_cast<uint32_t>(seed);
@@ -41,11 +46,22 @@ int32_t argmax(std::span<const float> logits) {
 }
 
 Sampler::Sampler(const SamplerParams& p, int32_t n_vocab)
-    : p_(p), n_vocab_(std::max<int32_t>(n_vocab, 0)), seed_(pick_seed(p.seed)), rng_(static_cast<uint32_t>(seed_)) {
+    : p_(p), n_vocab_(std::max<int32_t>(n_vocab, 0)), seed_(pick_seed(p.seed)), rng_(static_cast<uint32_t>(seed_)),
+      xtc_rng_(static_cast<uint32_t>(seed_)) {
+  const bool pen = p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
+  window_ = wider(pen ? p_.penalty_last_n : 0, p_.dry_enabled() ? p_.dry_penalty_last_n : 0);
   counts_.assign(static_cast<size_t>(n_vocab_), 0);
   cands_.resize(static_cast<size_t>(n_vocab_));
-  if (p_.penalty_last_n > 0) history_.reserve(2 * static_cast<size_t>(p_.penalty_last_n));
+  if (window_ > 0) history_.reserve(2 * static_cast<size_t>(window_));
+  if (p_.dry_enabled()) {
+    dry_len_.assign(static_cast<size_t>(n_vocab_), 0);
+    const size_t w = p_.dry_penalty_last_n > 0 ? static_cast<size_t>(p_.dry_penalty_last_n) : 0;
+    dry_z_.reserve(w);
+    dry_touched_.reserve(w > 0 ? std::min(w, static_cast<size_t>(n_vocab_)) : static_cast<size_t>(n_vocab_));
+  }
 }
+
+int64_t Sampler::history_window() const { return window_; }
 
 Status Sampler::validate() const {
   if (n_vocab_ <= 0) return make_error(ErrorCode::kInvalidArgument, "sampler: n_vocab must be > 0");
@@ -63,14 +79,42 @@ Status Sampler::validate() const {
     return make_error(ErrorCode::kInvalidArgument, "frequency_penalty: must be finite (got %g)", p_.frequency_penalty);
   if (p_.penalty_last_n < -1)
     return make_error(ErrorCode::kInvalidArgument, "penalty_last_n: must be >= -1 (got %d)", p_.penalty_last_n);
+  if (!(p_.typical_p >= 0.0f) || !std::isfinite(p_.typical_p))
+    return make_error(ErrorCode::kInvalidArgument, "typical_p: must be a finite number >= 0 (got %g)", p_.typical_p);
+  if (!(p_.xtc_probability >= 0.0f && p_.xtc_probability <= 1.0f))
+    return make_error(ErrorCode::kInvalidArgument, "xtc_probability: must be in [0, 1] (got %g)", p_.xtc_probability);
+  if (!(p_.xtc_threshold >= 0.0f && p_.xtc_threshold <= 1.0f))
+    return make_error(ErrorCode::kInvalidArgument, "xtc_threshold: must be in [0, 1] (got %g)", p_.xtc_threshold);
+  if (!(p_.dry_multiplier >= 0.0f) || !std::isfinite(p_.dry_multiplier))
+    return make_error(ErrorCode::kInvalidArgument, "dry_multiplier: must be a finite number >= 0 (got %g)",
+                      p_.dry_multiplier);
+  if (!(p_.dry_base >= 1.0f) || !std::isfinite(p_.dry_base))
+    return make_error(ErrorCode::kInvalidArgument, "dry_base: must be a finite number >= 1 (got %g)", p_.dry_base);
+  if (p_.dry_allowed_length < 0)
+    return make_error(ErrorCode::kInvalidArgument, "dry_allowed_length: must be >= 0 (got %d)", p_.dry_allowed_length);
+  if (p_.dry_penalty_last_n < -1)
+    return make_error(ErrorCode::kInvalidArgument, "dry_penalty_last_n: must be >= -1 (got %d)", p_.dry_penalty_last_n);
+  if (p_.dry_sequence_breakers.size() > DryBreakers::kMaxBreakers)
+    return make_error(ErrorCode::kInvalidArgument, "dry_sequence_breakers: at most %zu strings (got %zu)",
+                      DryBreakers::kMaxBreakers, p_.dry_sequence_breakers.size());
+  for (const std::string& b : p_.dry_sequence_breakers)
+    if (b.empty()) return make_error(ErrorCode::kInvalidArgument, "dry_sequence_breakers: an empty string");
+  for (const LogitBias& b : p_.logit_bias) {
+    if (b.token < 0 || b.token >= n_vocab_)
+      return make_error(ErrorCode::kInvalidArgument, "logit_bias: token id %d is outside the vocabulary [0, %d)",
+                        b.token, n_vocab_);
+    if (std::isnan(b.bias) || b.bias == std::numeric_limits<float>::infinity())
+      return make_error(ErrorCode::kInvalidArgument, "logit_bias: the bias of token %d must be a number or -inf (got %g)",
+                        b.token, b.bias);
+  }
   return Status::ok();
 }
 
 void Sampler::accept(int32_t token) {
-  if (token < 0 || token >= n_vocab_ || p_.penalty_last_n == 0) return;
-  if (p_.penalty_last_n > 0 && history_.size() >= 2 * static_cast<size_t>(p_.penalty_last_n)) {
+  if (token < 0 || token >= n_vocab_ || window_ == 0) return;
+  if (window_ > 0 && history_.size() >= 2 * static_cast<size_t>(window_)) {
     // Keep the window's tail only; erase shifts in place (capacity reserved at construction, no allocation).
-    history_.erase(history_.begin(), history_.end() - (p_.penalty_last_n - 1));
+    history_.erase(history_.begin(), history_.end() - (window_ - 1));
   }
   history_.push_back(token);
 }
@@ -78,6 +122,7 @@ void Sampler::accept(int32_t token) {
 void Sampler::reset() {
   history_.clear();
   rng_.seed(static_cast<uint32_t>(seed_));
+  xtc_rng_.seed(static_cast<uint32_t>(seed_));
 }
 
 double Sampler::uniform() {
@@ -89,6 +134,29 @@ double Sampler::uniform() {
 bool Sampler::penalties_active() const {
   if (p_.penalty_last_n == 0 || history_.empty()) return false;
   return p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
+}
+
+bool Sampler::dry_active() const {
+  return p_.dry_enabled() && static_cast<int64_t>(history_.size()) > p_.dry_allowed_length;
+}
+
+void Sampler::apply_logit_bias() {
+  for (const LogitBias& b : p_.logit_bias)
+    if (b.token >= 0 && b.token < n_vocab_) cands_[static_cast<size_t>(b.token)].logit += b.bias;
+}
+
+void Sampler::apply_dry() {
+  const size_t n = history_.size();
+  const size_t w = p_.dry_penalty_last_n < 0 ? n : std::min(n, static_cast<size_t>(p_.dry_penalty_last_n));
+  dry_repeat_lengths(std::span<const int32_t>(history_.data() + (n - w), w), p_.dry_breakers.get(),
+                     p_.dry_allowed_length, &dry_z_, &dry_len_, &dry_touched_);
+  for (int32_t t : dry_touched_) {
+    const int32_t len = dry_len_[static_cast<size_t>(t)] - 1;
+    dry_len_[static_cast<size_t>(t)] = 0;
+    if (p_.dry_breakers && p_.dry_breakers->single(t)) continue;  // a breaker itself is never penalized
+    cands_[static_cast<size_t>(t)].logit -= dry_penalty(p_.dry_multiplier, p_.dry_base, p_.dry_allowed_length, len);
+  }
+  dry_touched_.clear();
 }
 
 void Sampler::apply_penalties() {
@@ -113,6 +181,53 @@ size_t Sampler::top_k_cut(size_t n) {
   size_t k = std::min(static_cast<size_t>(p_.top_k), n);
   std::partial_sort(cands_.begin(), cands_.begin() + k, cands_.begin() + n, ByLogitDesc());
   return k;
+}
+
+size_t Sampler::typical_cut(size_t n) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < n; ++i) mx = std::max(mx, cands_[i].logit);
+  if (!std::isfinite(mx)) return n;
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += (cands_[i].p = std::exp(cands_[i].logit - mx));
+  double entropy = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double q = cands_[i].p / sum;
+    cands_[i].p = static_cast<float>(q);
+    if (q > 0) entropy -= q * std::log(q);
+  }
+  // A token of probability 0 is the least typical of all.
+  for (size_t i = 0; i < n; ++i) {
+    const double q = cands_[i].p;
+    cands_[i].score = q > 0 ? static_cast<float>(std::fabs(-std::log(q) - entropy))
+                            : std::numeric_limits<float>::infinity();
+  }
+  std::sort(cands_.begin(), cands_.begin() + n, [](const Cand& a, const Cand& b) {
+    if (a.score != b.score) return a.score < b.score;
+    return ByLogitDesc()(a, b);
+  });
+  double cum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    cum += cands_[i].p;
+    if (cum > p_.typical_p) return i + 1;
+  }
+  return n;
+}
+
+size_t Sampler::xtc_cut(size_t n, bool sorted) {
+  if (n < 2) return n;
+  const float chance = static_cast<float>(xtc_rng_() >> 8) * (1.0f / 16777216.0f);  // [0, 1), 24 bits
+  if (chance > p_.xtc_probability) return n;
+  if (!sorted) std::sort(cands_.begin(), cands_.begin() + n, ByLogitDesc());
+  const float mx = cands_[0].logit;
+  if (!std::isfinite(mx)) return n;
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += (cands_[i].p = std::exp(cands_[i].logit - mx));
+  // The last of the leading tokens at or above the threshold stays; those before it go.
+  size_t last = 0;
+  for (size_t i = 0; i < n && cands_[i].p / sum >= p_.xtc_threshold; ++i) last = i;
+  if (last == 0) return n;
+  std::move(cands_.begin() + last, cands_.begin() + n, cands_.begin());
+  return n - last;
 }
 
 size_t Sampler::top_p_cut(size_t n, bool sorted) {
@@ -155,42 +270,52 @@ size_t Sampler::prepare(std::span<const float> logits, double* sum) {
   const size_t nv = std::min(logits.size(), static_cast<size_t>(n_vocab_));
   *sum = 0;
   if (nv == 0) return 0;
-  const bool pen = penalties_active();
-  if (greedy() && !pen) {
+  if (argmax_only()) {
     int32_t best = argmax(logits.first(nv));
-    cands_[0] = {best, logits[best], 1.0f};
+    cands_[0] = {best, logits[best], 1.0f, 0.0f};
     *sum = 1;
     return 1;
   }
 
   for (size_t i = 0; i < nv; ++i) {
     float l = logits[i];
-    cands_[i] = {static_cast<int32_t>(i), std::isnan(l) ? -std::numeric_limits<float>::infinity() : l, 0.0f};
+    cands_[i] = {static_cast<int32_t>(i), std::isnan(l) ? -std::numeric_limits<float>::infinity() : l, 0.0f, 0.0f};
   }
-  if (pen) apply_penalties();
+  if (!p_.logit_bias.empty()) apply_logit_bias();
+  if (penalties_active()) apply_penalties();
+  if (dry_active()) apply_dry();
 
   size_t n = nv;
-  if (greedy()) {
-    // Every truncation keeps the top token, so greedy is the argmax of the penalized logits.
+  // The highest logit of cands_[0..n) first (ties to the lower id), with p = 1.
+  auto pick_best = [&](size_t m) {
     size_t best = 0;
-    for (size_t i = 1; i < n; ++i)
-      if (cands_[i].logit > cands_[best].logit) best = i;
+    for (size_t i = 1; i < m; ++i)
+      if (ByLogitDesc()(cands_[i], cands_[best])) best = i;
     cands_[0] = cands_[best];
     cands_[0].p = 1.0f;
     *sum = 1;
-    return 1;
-  }
+    return m > 0 ? size_t{1} : size_t{0};
+  };
+  // Greedy: top-k, top-p and min-p all keep the top token, so without typical and XTC it is the argmax of the
+  // modified logits.
+  if (greedy() && !typical_on() && !xtc_on()) return pick_best(n);
 
   bool sorted = false;
   if (p_.top_k > 0) {
     n = top_k_cut(n);
     sorted = true;
   }
+  if (typical_on()) {
+    n = typical_cut(n);
+    sorted = false;
+  }
   if (p_.top_p < 1.0f) {
     n = top_p_cut(n, sorted);
     sorted = true;
   }
   if (p_.min_p > 0.0f) n = min_p_cut(n);
+  if (xtc_on()) n = xtc_cut(n, sorted);
+  if (greedy()) return pick_best(n);
 
   // Temperature and softmax (unnormalized; the draw scales by the sum).
   const float inv_t = 1.0f / p_.temp;

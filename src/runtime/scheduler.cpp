@@ -155,6 +155,8 @@ Result<std::shared_ptr<RequestHandle>> Scheduler::submit(GenRequest req) {
     Sampler probe(req.sampling, nv);
     KILN_TRY(probe.validate());
   }
+  if (req.sampling.dry_enabled() && !req.sampling.dry_breakers && !req.sampling.dry_sequence_breakers.empty())
+    req.sampling.dry_breakers = impl_->dry_breakers(req.sampling.dry_sequence_breakers);
   std::shared_ptr<RequestHandle> h;
   {
     std::lock_guard<std::mutex> lk(impl_->mu);
@@ -166,6 +168,19 @@ Result<std::shared_ptr<RequestHandle>> Scheduler::submit(GenRequest req) {
   }
   impl_->cv.notify_all();
   return h;
+}
+
+std::shared_ptr<const DryBreakers> Scheduler::Impl::dry_breakers(const std::vector<std::string>& strings) {
+  {
+    std::lock_guard<std::mutex> lk(dry_mu);
+    auto it = dry_cache.find(strings);
+    if (it != dry_cache.end()) return it->second;
+  }
+  auto b = std::make_shared<const DryBreakers>(DryBreakers::for_vocabulary(model->tokenizer(), strings));
+  std::lock_guard<std::mutex> lk(dry_mu);
+  if (dry_cache.size() >= kDryCacheSize) dry_cache.clear();
+  dry_cache.emplace(strings, b);
+  return b;
 }
 
 void Scheduler::shutdown(bool cancel) {

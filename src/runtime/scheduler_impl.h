@@ -7,12 +7,15 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "model/model.h"
+#include "runtime/dry.h"
 #include "runtime/engine.h"
 #include "runtime/scheduler.h"
 #include "runtime/sequence.h"
@@ -75,6 +78,13 @@ struct Scheduler::Impl {
   bool stop = false, draining = false, cancel_all = false;
   uint64_t next_id = 1;
   std::atomic<int64_t> n_pending{0};  // submitted, not finished
+
+  // DRY's sequence breakers resolved for the vocabulary, by their strings: submitters share them (the first request
+  // with a new list pays the scan of the vocabulary, on its own thread). At most kDryCacheSize lists are kept.
+  static constexpr size_t kDryCacheSize = 32;
+  std::mutex dry_mu;
+  std::map<std::vector<std::string>, std::shared_ptr<const DryBreakers>> dry_cache;
+  std::shared_ptr<const DryBreakers> dry_breakers(const std::vector<std::string>& strings);
 
   // Engine thread only.
   std::deque<std::shared_ptr<RequestHandle>> waiting;

@@ -53,7 +53,7 @@ void Sequence::truncate(int64_t pos) {
   n_scheduled_ = 0;
   scheduled_logits_ = false;
   sampler_.clear_history();
-  const int32_t last_n = sampler_.params().penalty_last_n;
+  const int64_t last_n = sampler_.history_window();
   size_t from = last_n < 0 ? 0 : tokens_.size() - std::min(tokens_.size(), static_cast<size_t>(last_n));
   for (size_t i = from; i < tokens_.size(); ++i) sampler_.accept(tokens_[i]);
 }

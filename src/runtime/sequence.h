@@ -50,11 +50,11 @@ class Sequence {
     return n > 0 ? static_cast<size_t>(n) : 0;
   }
 
-  // Queues tokens to feed; they also enter the penalty window. Errors (nothing queued): an id outside
-  // [0, n_vocab) (names its index), or more tokens than the context holds.
+  // Queues tokens to feed; they also enter the sampler's history (penalties, DRY). Errors (nothing queued): an id
+  // outside [0, n_vocab) (names its index), or more tokens than the context holds.
   Status append(std::span<const int32_t> ids);
   // Forgets tokens from position `pos` on (cached or pending) and truncates the cache to match. The penalty
-  // window is rebuilt from what remains.
+  // and DRY windows are rebuilt from what remains.
   void truncate(int64_t pos);
   // Adds up to max_n pending tokens to `batch` (positions continue the cache; want_logits on the last pending
   // token only). Returns how many; at most one chunk may be outstanding.
@@ -87,8 +87,8 @@ class Sequence {
   Step on_logits(std::span<const float> row);
   // The same with the token already chosen (the backend's argmax when output_kind() is kArgmax).
   Step on_token(int32_t id);
-  // What the step should fetch for this sequence's output row: the argmax when the sampler is greedy without
-  // penalties and no hook needs the row.
+  // What the step should fetch for this sequence's output row: the argmax when the sampler only takes the argmax
+  // (Sampler::argmax_only) and no hook needs the row.
   OutputKind output_kind() const;
   // Text held back by the stream decoder (an incomplete UTF-8 tail) at the end of a turn.
   std::string flush_text() { return decoder_.flush(); }

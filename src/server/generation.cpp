@@ -95,7 +95,7 @@ std::string sse(const std::string& event, const json& data) {
 }
 
 ServedRequest::ServedRequest(RouteHost& h, const httplib::Request& req)
-    : host(&h), id(h.next_request_id()), method(req.method), path(req.path) {
+    : host(&h), id(h.next_request_id()), method(req.method), path(req.path), client(req) {
   ++host->in_flight_count();
 }
 
@@ -145,6 +145,8 @@ void serve_generation(RouteHost& host, httplib::Response& res, ParsedRequest pr,
   if (auto e = ChatGeneration::start(*S, std::move(pr), &sr->gen)) return send_dialect_error(d, res, *e, sr.get());
   ChatGeneration& g = *sr->gen;
   if (!stream) {
+    if (!wait_while_connected({g.handle()}, sr->client))  // the client hung up: cancelled, nobody to answer
+      return send_dialect_error(d, res, client_closed_error(), sr.get());
     const tpl::ParsedReply reply = g.wait_all();
     sr->ended = true;
     std::string msg;

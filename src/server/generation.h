@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "server/client_socket.h"
 #include "server/openai.h"
 #include "server/routes.h"
 
@@ -36,6 +37,7 @@ class ChatGeneration {
   int64_t prompt_tokens() const { return static_cast<int64_t>(pr_.prompts[0].size()); }
   const ParsedRequest& request() const { return pr_; }
   const std::string& text() const { return text_; }  // the raw reply
+  const std::shared_ptr<RequestHandle>& handle() const { return h_; }
 
  private:
   void ended();
@@ -76,6 +78,7 @@ struct ServedRequest {
   int status = 200;
   std::shared_ptr<ChatGeneration> gen;
   bool ended = false;
+  ClientWatch client;  // a non-streamed answer watches for a hang-up while it waits
 
   ServedRequest(RouteHost& h, const httplib::Request& req);
   ~ServedRequest();

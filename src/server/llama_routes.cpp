@@ -1,7 +1,9 @@
-// llama-server's small endpoints that tools probe: GET /props (model, context, chat template, modalities, build),
-// POST /apply-template (a chat request's rendered prompt), GET /slots (behind --slots) and POST /infill
-// (fill-in-the-middle, for vocabularies with FIM tokens; answered in llama-server's native completion shape).
+// llama-server's own endpoints: GET /props (model, context, chat template, modalities, build), POST /apply-template
+// (a chat request's rendered prompt), GET /slots (behind --slots), and its native completions POST /completion and
+// POST /infill (fill-in-the-middle, for vocabularies with FIM tokens), answered in its native shape.
 #include <httplib.h>
+
+#include <cmath>
 
 #include "server/fields.h"
 #include "server/generation.h"
@@ -30,7 +32,15 @@ void props(RouteHost& host, const Request& req, Response& res) {
   json params = {{"temperature", sp.temp},   {"top_k", sp.top_k},       {"top_p", sp.top_p},
                  {"min_p", sp.min_p},        {"repeat_penalty", sp.repeat_penalty},
                  {"repeat_last_n", sp.penalty_last_n}, {"presence_penalty", sp.presence_penalty},
-                 {"frequency_penalty", sp.frequency_penalty}, {"n_predict", cfg.default_max_new_tokens}};
+                 {"frequency_penalty", sp.frequency_penalty}, {"typical_p", sp.typical_p},
+                 {"xtc_probability", sp.xtc_probability}, {"xtc_threshold", sp.xtc_threshold},
+                 {"dry_multiplier", sp.dry_multiplier}, {"dry_base", sp.dry_base},
+                 {"dry_allowed_length", sp.dry_allowed_length}, {"dry_penalty_last_n", sp.dry_penalty_last_n},
+                 {"dry_sequence_breakers", sp.dry_sequence_breakers}, {"n_predict", cfg.default_max_new_tokens}};
+  json bias = json::array();
+  for (const LogitBias& b : sp.logit_bias)  // llama-server's shape; a banned token's bias is false
+    bias.push_back({{"token", b.token}, {"bias", std::isinf(b.bias) ? json(false) : json(b.bias)}});
+  params["logit_bias"] = bias;
   if (sp.seed != kRandomSeed) params["seed"] = sp.seed;
   const Tokenizer::FimTokens fim = tok.fim();
   json p = {{"default_generation_settings", {{"n_ctx", S.max_seq_ctx()}, {"params", params}}},
@@ -159,7 +169,7 @@ const char* stop_type(const ChatGeneration& g) {
   }
 }
 
-json infill_end(const ChatGeneration& g, const std::string& content) {
+json native_end(const ChatGeneration& g, const std::string& content) {
   const RequestTimings& t = g.timings();
   return json{{"content", content},         {"stop", true},
               {"model", g.request().model}, {"stop_type", stop_type(g)},
@@ -168,17 +178,20 @@ json infill_end(const ChatGeneration& g, const std::string& content) {
 }
 
 // llama-server's native stream: data: {"content": piece, "stop": false} per piece, then the final object.
-class InfillWriter : public StreamWriter {
+class NativeWriter : public StreamWriter {
  public:
   std::string begin(const ChatGeneration&) override { return ""; }
   std::string delta(const ReplyStream::Delta& d) override {
     return sse("", {{"content", d.content}, {"stop", false}});
   }
-  std::string end(const ChatGeneration& g, const ReplyStream::Delta&) override { return sse("", infill_end(g, "")); }
+  std::string end(const ChatGeneration& g, const ReplyStream::Delta&) override { return sse("", native_end(g, "")); }
   std::string error(const ApiError& e) override { return sse("", error_body(e)); }
 };
 
-void infill(RouteHost& host, const Request& req, Response& res) {
+// llama-server's native completion endpoints: POST /completion (a prompt: text or token ids) and POST /infill (the
+// FIM layout of input_prefix, input_suffix, input_extra and prompt). Both are a completions request underneath
+// (n_predict is max_tokens; one prompt, one choice), answered as {"content", "stop", ...} or its stream.
+void native_completion(RouteHost& host, const Request& req, Response& res, bool fim) {
   auto sr = std::make_shared<ServedRequest>(host, req);
   Dialect d;
   d.error_body = [](const ApiError& e) { return dump(error_body(e)); };
@@ -187,28 +200,38 @@ void infill(RouteHost& host, const Request& req, Response& res) {
   ParsedRequest pr;
   try {
     const ojson b = ojson::parse(req.body);
-    if (auto e = check_fields(b, {"input_prefix", "input_suffix", "input_extra", "prompt", "model", "stream",
-                                  "max_tokens", "n_predict", "temperature", "top_k", "top_p", "min_p", "seed",
-                                  "stop", "ignore_eos", "repeat_penalty", "repeat_last_n", "presence_penalty",
-                                  "frequency_penalty"}, ""))
+    ojson rest = b;
+    if (fim)
+      for (const char* k : {"input_prefix", "input_suffix", "input_extra"}) rest.erase(k);
+    if (auto e = check_fields(rest, {"prompt", "model", "stream", "max_tokens", "n_predict", "temperature", "top_k",
+                                     "top_p", "min_p", "seed", "stop", "ignore_eos", "repeat_penalty", "repeat_last_n",
+                                     "presence_penalty", "frequency_penalty", "typical_p", "xtc_probability",
+                                     "xtc_threshold", "dry_multiplier", "dry_base", "dry_allowed_length",
+                                     "dry_penalty_last_n", "dry_sequence_breakers", "logit_bias"}, ""))
       return send_dialect_error(d, res, *e, sr.get());
-    std::vector<int32_t> ids;
-    if (auto e = infill_prompt(b, host.scheduler()->tokenizer(), &ids)) return send_dialect_error(d, res, *e, sr.get());
-    // The rest is a completions request on those tokens (llama-server's n_predict is max_tokens).
     json c = body;
-    for (const char* k : {"input_prefix", "input_suffix", "input_extra", "prompt", "n_predict"}) c.erase(k);
+    if (fim) {
+      std::vector<int32_t> ids;
+      if (auto e = infill_prompt(b, host.scheduler()->tokenizer(), &ids))
+        return send_dialect_error(d, res, *e, sr.get());
+      for (const char* k : {"input_prefix", "input_suffix", "input_extra"}) c.erase(k);
+      c["prompt"] = ids;
+    }
+    c.erase("n_predict");
     if (body.contains("n_predict") && !body.contains("max_tokens") && body["n_predict"] != -1)  // -1: no limit
       c["max_tokens"] = body["n_predict"];
-    c["prompt"] = ids;
     if (auto e = parse_completion(c, host.parse_context(), &pr)) {
       if (e->param == "max_tokens" && body.contains("n_predict") && !body.contains("max_tokens")) e->param = "n_predict";
       return send_dialect_error(d, res, *e, sr.get());
     }
+    if (pr.prompts.size() != 1)
+      return send_dialect_error(d, res, field_error("prompt", "'prompt' must be one prompt here (a text or a list of "
+                                                              "token ids): use /v1/completions for several"), sr.get());
   } catch (const std::exception& x) {
     return send_dialect_error(d, res, field_error("", std::string("bad request: ") + x.what()), sr.get());
   }
-  d.response = [](const ChatGeneration& g, const tpl::ParsedReply& r) { return infill_end(g, r.content); };
-  d.writer = [] { return std::make_unique<InfillWriter>(); };
+  d.response = [](const ChatGeneration& g, const tpl::ParsedReply& r) { return native_end(g, r.content); };
+  d.writer = [] { return std::make_unique<NativeWriter>(); };
   const bool stream = pr.stream;
   serve_generation(host, res, std::move(pr), stream, d, sr);
 }
@@ -219,7 +242,8 @@ void add_llama_routes(httplib::Server& http, RouteHost& host) {
   http.Get("/props", [&host](const Request& q, Response& r) { props(host, q, r); });
   http.Post("/apply-template", [&host](const Request& q, Response& r) { apply_template(host, q, r); });
   http.Get("/slots", [&host](const Request& q, Response& r) { slots(host, q, r); });
-  http.Post("/infill", [&host](const Request& q, Response& r) { infill(host, q, r); });
+  http.Post("/infill", [&host](const Request& q, Response& r) { native_completion(host, q, r, true); });
+  http.Post("/completion", [&host](const Request& q, Response& r) { native_completion(host, q, r, false); });
 }
 
 }  // namespace kiln::server

@@ -6,6 +6,7 @@
 #include "grammar/grammar.h"
 #include "runtime/prompt.h"
 #include "server/fields.h"
+#include "server/sampling_fields.h"
 
 namespace kiln::server {
 
@@ -22,11 +23,6 @@ namespace {
 
 ApiError bad(const std::string& param, const std::string& msg, const std::string& code = "invalid_value") {
   return field_error(param, msg, code);
-}
-
-bool present(const json& b, const char* k) {
-  auto it = b.find(k);
-  return it != b.end() && !it->is_null();
 }
 
 template <class J>
@@ -52,51 +48,6 @@ std::optional<ApiError> get_bool(const json& b, const char* k, bool* out) {
   return std::nullopt;
 }
 
-// A finite number in [lo, hi] (lo excluded when lo_open).
-std::optional<ApiError> get_number(const json& b, const char* k, double lo, double hi, bool lo_open, double* out) {
-  if (!present(b, k)) return std::nullopt;
-  const json& v = b[k];
-  if (!v.is_number()) return bad(k, std::string("'") + k + "' must be a number, not " + type_name(v), "invalid_type");
-  const double x = v.get<double>();
-  if (!std::isfinite(x) || x > hi || (lo_open ? x <= lo : x < lo)) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "'%s' must be in %s%g, %g]; got %g", k, lo_open ? "(" : "[", lo, hi, x);
-    return bad(k, buf);
-  }
-  *out = x;
-  return std::nullopt;
-}
-
-bool as_int(const json& v, int64_t* out) {
-  if (v.is_number_integer()) {
-    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return false;
-    *out = v.get<int64_t>();
-    return true;
-  }
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e15) return false;
-    *out = static_cast<int64_t>(d);
-    return true;
-  }
-  return false;
-}
-
-std::optional<ApiError> get_int(const json& b, const char* k, int64_t lo, int64_t hi, int64_t* out) {
-  if (!present(b, k)) return std::nullopt;
-  const json& v = b[k];
-  int64_t x = 0;
-  if (!as_int(v, &x)) return bad(k, std::string("'") + k + "' must be an integer, not " + type_name(v), "invalid_type");
-  if (x < lo || x > hi) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "'%s' must be in [%lld, %lld]; got %lld", k, (long long)lo, (long long)hi,
-                  (long long)x);
-    return bad(k, buf);
-  }
-  *out = x;
-  return std::nullopt;
-}
-
 // Fields of OpenAI's schemas checked by type here; of those kiln does not act on, the ones whose presence would
 // change the answer are refused rather than ignored (response_format is read by parse_constraint).
 enum class T { kString, kObject, kArray, kBool, kInt, kStringOrObject };
@@ -105,7 +56,7 @@ struct Known {
   T type;
 };
 constexpr Known kKnown[] = {
-    {"user", T::kString},         {"logit_bias", T::kObject},      {"response_format", T::kObject},
+    {"user", T::kString},         {"response_format", T::kObject},
     {"tools", T::kArray},         {"tool_choice", T::kStringOrObject}, {"parallel_tool_calls", T::kBool},
     {"service_tier", T::kString}, {"metadata", T::kObject},        {"store", T::kBool},
     {"suffix", T::kString},       {"echo", T::kBool},              {"best_of", T::kInt},
@@ -136,30 +87,15 @@ std::optional<ApiError> check_known(const json& b, bool chat) {
     return unsupported("tools", "tools are a chat completions parameter");
   if (present(b, "functions") && !b["functions"].empty())
     return unsupported("functions", "function calls are not supported");
-  if (present(b, "logit_bias") && !b["logit_bias"].empty())
-    return unsupported("logit_bias", "'logit_bias' is not supported");
   if (present(b, "echo") && b["echo"].get<bool>()) return unsupported("echo", "'echo' is not supported");
   if (present(b, "best_of") && b["best_of"].get<int64_t>() != 1)
     return unsupported("best_of", "'best_of' other than 1 is not supported");
   if (present(b, "suffix") && !b["suffix"].get<std::string>().empty())
     return unsupported("suffix", "'suffix' is not supported");
-  // llama-server's and vLLM's fields for samplers and constraints kiln does not have: refused when their value
-  // would change the answer (a number other than the sampler's "off"), never ignored.
+  // vLLM's constraint field kiln does not have (llama-server's samplers: sampling_fields.h).
   if (present(b, "structured_outputs"))
     return unsupported("structured_outputs", "'structured_outputs' is not supported: use response_format, json_schema, "
                        "grammar or the guided_* fields");
-  struct Off {
-    const char* name;
-    double off;
-  };
-  for (const Off& o : {Off{"typical_p", 1.0}, Off{"tfs_z", 1.0}, Off{"mirostat", 0.0}, Off{"dry_multiplier", 0.0},
-                       Off{"xtc_probability", 0.0}}) {
-    if (!present(b, o.name)) continue;
-    if (!b[o.name].is_number())
-      return bad(o.name, std::string("'") + o.name + "' must be a number, not " + type_name(b[o.name]), "invalid_type");
-    if (b[o.name].get<double>() != o.off)
-      return unsupported(o.name, std::string("'") + o.name + "' is not supported (only its neutral value)");
-  }
   return std::nullopt;
 }
 
@@ -197,6 +133,7 @@ std::optional<ApiError> parse_common(const json& b, const ParseContext& ctx, Par
   if (present(b, "repeat_penalty")) sp.repeat_penalty = static_cast<float>(d);
   if (auto e = get_int(b, "repeat_last_n", -1, 1 << 20, &i)) return e;
   if (present(b, "repeat_last_n")) sp.penalty_last_n = static_cast<int32_t>(i);
+  if (auto e = parse_sampler_fields(b, *ctx.tok, &sp)) return e;
   if (present(b, "seed")) {
     if (!as_int(b["seed"], &i))
       return bad("seed", std::string("'seed' must be an integer, not ") + type_name(b["seed"]), "invalid_type");

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "runtime/grammar_mask.h"
+#include "server/client_socket.h"
 #include "server/metrics.h"
 #include "server/openai.h"
 #include "server/routes.h"
@@ -41,7 +42,8 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 const char* endpoint_of(const std::string& path) {
   static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics",
                                 "/tokenize", "/detokenize", "/v1/messages", "/v1/messages/count_tokens",
-                                "/v1/responses", "/props", "/apply-template", "/slots", "/infill", "/"};
+                                "/v1/responses", "/props", "/apply-template", "/slots", "/infill", "/completion",
+                                "/"};
   for (const char* k : known)
     if (path == k) return k;
   return "other";
@@ -489,6 +491,12 @@ void Server::Impl::completions(const Request& req, Response& res, bool chat) {
   const Tokenizer& tok = S->tokenizer();
 
   if (!ex->pr.stream) {
+    ClientWatch client(req);
+    if (!wait_while_connected(ex->hs, client)) {  // the client hung up: cancelled, nobody to answer
+      ex->status = kClientClosed;
+      send_error(res, client_closed_error());
+      return;
+    }
     for (size_t i = 0; i < ex->hs.size(); ++i) {
       for (auto& ev : ex->hs[i]->wait_all()) ex->absorb(i, ev);
       ex->finish(i);

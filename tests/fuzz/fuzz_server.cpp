@@ -5,7 +5,8 @@
 // Input: byte 0 bit 1 clear: bit 0 = chat (1) or completions (0); bit 1 set: bit 0 = Responses (1) or Anthropic
 // Messages (0), whose bodies become chat bodies (server/dialects.h) that parse_chat checks; the rest = the body.
 // Checks: nothing crashes, hangs or grows without bound; an error is a 4xx with a message; an accepted request has
-// every prompt token id inside the vocabulary, every prompt within the context, n and the choice count bounded.
+// every prompt token id inside the vocabulary, every prompt within the context, n and the choice count bounded, the
+// sampling fields valid for the sampler (logit_bias ids in the vocabulary, ranges).
 // The tokenizer is tests/data/tokenizer's gpt-2 vocabulary, the chat template the corpus's qwen3.jinja (tools,
 // reasoning); found through $KILN_TEST_DATA_DIR, else relative to this source file.
 #include <cstdint>
@@ -20,6 +21,7 @@
 
 #include "fuzz_data.h"
 #include "runtime/prompt.h"
+#include "runtime/sampler.h"
 #include "server/dialects.h"
 #include "server/openai.h"
 #include "tokenizer/tokenizer.h"
@@ -115,5 +117,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(pr.prompts.size() * static_cast<size_t>(pr.n) <= 64, "choices per request bounded", std::to_string(pr.n));
   check(pr.gen.max_new_tokens >= -1, "max_tokens is -1 (until the context is full) or a count",
         std::to_string(pr.gen.max_new_tokens));
+  // What the checks accept the sampler accepts (the engine loop would not refuse it at submit).
+  const kiln::Status st = kiln::Sampler(pr.gen.sampling, e.tok->n_vocab()).validate();
+  check(st.is_ok(), "accepted sampling fields are valid sampler parameters", st.message());
   return 0;
 }

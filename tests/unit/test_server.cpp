@@ -1,12 +1,14 @@
 // kiln serve through a real HTTP client (plain sockets, tests/unit/test_server_util.h) on 127.0.0.1, with a
 // fixture model from tests/data: non-streaming and streaming chat and completions (greedy output equals `kiln run`),
 // 32 concurrent streaming clients, the prefix cache (timings and /metrics), malformed requests (each its 4xx with
-// the parameter named, while a stream keeps going), a mid-stream disconnect frees its KV blocks, the API key,
-// /tokenize and /detokenize, SIGTERM exits 0.
+// the parameter named, while a stream keeps going), a disconnect mid-stream or before a non-streamed answer frees its
+// KV blocks, the API key, /tokenize and /detokenize, SIGTERM exits 0.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
+#include <utility>
 
 #include "unit/test_server_util.h"
 
@@ -278,10 +280,9 @@ TEST_F(Serve, MalformedRequestsGet4xxWhileAStreamFinishes) {
       {"stream wrong type", "/v1/chat/completions", chat({{"stream", "yes"}}), 400, "stream"},
       {"known field of the wrong type", "/v1/chat/completions", chat({{"user", 12}}), 400, "user"},
       {"logit_bias wrong type", "/v1/chat/completions", chat({{"logit_bias", "x"}}), 400, "logit_bias"},
-      {"typical_p (no such sampler)", "/v1/chat/completions", chat({{"typical_p", 0.9}}), 400, "typical_p"},
+      {"typical_p > 1", "/v1/chat/completions", chat({{"typical_p", 1.5}}), 400, "typical_p"},
       {"mirostat (no such sampler)", "/v1/completions", json{{"prompt", "x"}, {"mirostat", 2}}.dump(), 400, "mirostat"},
-      {"dry_multiplier (no such sampler)", "/v1/chat/completions", chat({{"dry_multiplier", 0.8}}), 400,
-       "dry_multiplier"},
+      {"dry_multiplier < 0", "/v1/chat/completions", chat({{"dry_multiplier", -0.8}}), 400, "dry_multiplier"},
       {"xtc_probability wrong type", "/v1/chat/completions", chat({{"xtc_probability", "x"}}), 400, "xtc_probability"},
       {"structured_outputs", "/v1/chat/completions", chat({{"structured_outputs", json::object()}}), 400,
        "structured_outputs"},
@@ -364,6 +365,52 @@ TEST_F(Serve, DisconnectMidStreamFreesBlocks) {
     if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(freed) << metrics();
+}
+
+// A client that hangs up while its non-streamed request runs: the request is cancelled (not run to max_tokens) and
+// its blocks freed, on /v1/completions and on the dialects' generation path (/v1/messages). httplib gives the
+// handler no hang-up signal; the server watches the socket while it waits.
+TEST_F(Serve, DisconnectBeforeANonStreamedAnswerCancels) {
+  const int max_tokens = 1500;
+  const std::string msgs = json{{"model", "fixture"}, {"max_tokens", max_tokens}, {"temperature", 0},
+                                {"messages", {{{"role", "user"}, {"content", "Tell me everything"}}}}}.dump();
+  for (const auto& [path, body] : {std::pair<std::string, std::string>{"/v1/completions",
+                                                                       completion("Tell me everything", max_tokens).dump()},
+                                   {"/v1/messages", msgs}}) {
+    SCOPED_TRACE(path);
+    const std::string before = metrics();
+    const std::string closed = "kiln_requests_total{endpoint=\"" + path + "\",status=\"499\"}";
+    const double cancelled0 = test::metric(before, "kiln_sequences_finished_total{reason=\"cancelled\"}");
+    const double gen0 = test::metric(before, "kiln_generated_tokens_total");
+    const double closed0 = std::max(0.0, test::metric(before, closed));
+    const int fd = test::connect_to(proc_->port);
+    ASSERT_GE(fd, 0);
+    test::send_all(fd, "POST " + path + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekrit-key\r\n"
+                       "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                       "\r\n\r\n" + body);
+    // Running: a sequence holds a slot and has generated some tokens.
+    bool running = false;
+    for (int i = 0; i < 400 && !running; ++i) {
+      const std::string m = metrics();
+      running = test::metric(m, "kiln_running_sequences") > 0 && test::metric(m, "kiln_generated_tokens_total") > gen0;
+      if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_TRUE(running) << metrics();
+    ::close(fd);
+    bool cancelled = false;
+    std::string m;
+    for (int i = 0; i < 200 && !cancelled; ++i) {
+      m = metrics();
+      cancelled = test::metric(m, "kiln_sequences_finished_total{reason=\"cancelled\"}") == cancelled0 + 1 &&
+                  test::metric(m, "kiln_running_sequences") == 0 && test::metric(m, "kiln_kv_blocks_used") == 0;
+      if (!cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(cancelled) << m;
+    EXPECT_LT(test::metric(m, "kiln_generated_tokens_total") - gen0, max_tokens / 2) << m;
+    // Logged as the client's hang-up (499), once.
+    EXPECT_EQ(test::metric(m, closed), closed0 + 1) << m;
+  }
+  EXPECT_EQ(post("/v1/completions", completion("still here", 3)).status, 200);
 }
 
 TEST_F(Serve, TokenizeDetokenizeAndMetrics) {

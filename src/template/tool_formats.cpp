@@ -124,6 +124,11 @@ const Spec kSpecs[] = {
      .call = "<|open|>call tool=\"${NAME}\" index=\"${INDEX1}\"<|sep|>${PARAMS}<|close|>call<|sep|>",
      .param = "<|open|>argument key=\"${KEY}\" type=\"${TYPE}\"<|sep|>${VALUE}<|close|>argument<|sep|>"},
     // ---- a name, then the arguments as one JSON object
+    {.name = "deepseek-v3.1",
+     .families = "DeepSeek V3.1",
+     .markers = {{"<｜tool▁call▁begin｜>", "['name'] + '<｜tool▁sep｜>'"}},
+     .section = "<｜tool▁calls▁begin｜>${CALLS}<｜tool▁calls▁end｜>",
+     .call = "<｜tool▁call▁begin｜>${NAME}<｜tool▁sep｜>${ARGS}<｜tool▁call▁end｜>"},
     {.name = "deepseek-r1",
      .families = "DeepSeek R1 and its distills",
      .markers = {{"<｜tool▁call▁begin｜>", "<｜tool▁sep｜>"}},

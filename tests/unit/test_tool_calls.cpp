@@ -15,6 +15,9 @@
 #include <set>
 
 #include "common/test_util.h"
+#include "gguf/gguf.h"
+#include "runtime/grammar_mask.h"
+#include "runtime/prompt.h"
 #include "runtime/tool_grammar.h"
 #include "template/template.h"
 #include "template/tool_formats.h"
@@ -284,9 +287,10 @@ TEST(ToolFormats, EveryFormatIsUsedAndNamedOnce) {
   for (const ToolFormat& f : tpl::tool_formats()) {
     EXPECT_TRUE(names.insert(f.name).second) << f.name;
     EXPECT_FALSE(f.opener().empty() && !f.at_start) << f.name << ": a call must start with a literal";
-    // Without a fixture template: MiniMax M2's published format, and Mistral's first [TOOL_CALLS] JSON array
-    // (Mistral 7B v0.3, Nemo; kept for the replies of templates that name no format).
-    EXPECT_TRUE(f.name == "minimax-m2" || f.name == "mistral" || used.count(f.name)) << f.name << " has no fixture template";
+    // Without a fixture template: MiniMax M2's and DeepSeek V3.1's published formats, and Mistral's first
+    // [TOOL_CALLS] JSON array (Mistral 7B v0.3, Nemo; also read from the replies of templates that name no format).
+    static const std::set<std::string> kNoFixture = {"minimax-m2", "deepseek-v3.1", "mistral"};
+    EXPECT_TRUE(kNoFixture.count(f.name) || used.count(f.name)) << f.name << " has no fixture template";
   }
 }
 
@@ -547,6 +551,75 @@ TEST(ToolFormats, MalformedCallsStayContentAndIdsAreFresh) {
   const auto s = parse(*tpl::tool_format_by_name("mistral-call-id"), "[TOOL_CALLS]f[CALL_ID]a1B2c3D4e[ARGS]{}");
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].id, "a1B2c3D4e");
+}
+
+// A vocabulary where a format's markers are control tokens (as Mistral's [TOOL_CALLS] and [ARGS] are, and most
+// families' markers): a request with tools shows them as text, the forced call's grammar may write each as its one
+// token, and the parser then reads them.
+TEST(ToolFormats, ControlTokenMarkersAreShownAsTextAndWritable) {
+  const std::string path = test::temp_dir() + "kiln_toolmarkers_" + std::to_string(::getpid()) + ".gguf";
+  {
+    auto src = gguf::File::open(test::data_path("models/fixture-llama-f16.gguf"));
+    ASSERT_TRUE(src) << src.status().to_string();
+    gguf::Writer w;
+    for (const auto& kv : src->kvs()) {
+      gguf::Value v = kv.value;
+      if (kv.key == "tokenizer.ggml.tokens") {
+        auto& a = std::get<gguf::Array>(v.v);
+        a.items[990] = std::string("[TOOL_CALLS]");
+        a.items[991] = std::string("[ARGS]");
+      } else if (kv.key == "tokenizer.ggml.token_type") {
+        auto& a = std::get<gguf::Array>(v.v);
+        a.items[990] = int32_t{3};  // control
+        a.items[991] = int32_t{3};
+      }
+      w.set(kv.key, v);
+    }
+    ASSERT_TRUE(w.write(path).is_ok());
+  }
+  auto file = gguf::File::open(path);
+  ASSERT_TRUE(file) << file.status().to_string();
+  auto tok = Tokenizer::from_gguf(*file);
+  ASSERT_TRUE(tok) << tok.status().to_string();
+  const Tokenizer& t = **tok;
+  ASSERT_EQ(t.token_to_piece(990, false), "");  // a control token: no text in an ordinary reply
+  ChatPromptOptions o;
+  o.template_source = "{% for m in messages %}[INST]{{ m.content }}[/INST]{% endfor %}"
+                      "{# the model calls tools as [TOOL_CALLS]name[ARGS]{...} #}";
+  auto cp = ChatPrompt::create(t, o);
+  ASSERT_TRUE(cp) << cp.status().to_string();
+  ASSERT_NE(cp->tool_format(), nullptr);
+  EXPECT_EQ(cp->tool_format()->name, "mistral-args");
+  const std::vector<int32_t> ids = cp->tool_marker_tokens();
+  EXPECT_EQ(ids, (std::vector<int32_t>{990, 991}));
+  StreamDecoder dec(t);
+  dec.render_as_text(ids);
+  const std::string open = dec.push(990), args = dec.push(991);
+  EXPECT_EQ(open, "[TOOL_CALLS]");
+  EXPECT_EQ(args, "[ARGS]");
+  // The grammar: over the ordinary vocabulary the marker can only be spelled in pieces; with the text tokens it
+  // is also the one token, and a call written with both tokens is complete.
+  ToolGrammarRequest rq;
+  rq.names = {"search"};
+  auto g = tool_call_gbnf(*cp->tool_format(), kTools, rq);
+  ASSERT_TRUE(g) << g.status().message();
+  GrammarCache cache(t);
+  auto plain = cache.get(*g), marked = cache.get(*g, ids);
+  ASSERT_TRUE(plain && marked);
+  grammar::Matcher m0(*plain), m(*marked);
+  EXPECT_FALSE(m0.can_accept(990));
+  ASSERT_TRUE(m.can_accept(990));
+  ASSERT_TRUE(m.accept_token(990).is_ok());
+  ASSERT_TRUE(m.accept_bytes("search").is_ok());
+  ASSERT_TRUE(m.can_accept(991));
+  ASSERT_TRUE(m.accept_token(991).is_ok());
+  ASSERT_TRUE(m.accept_bytes(R"({"query": "kiln"})").is_ok());
+  EXPECT_TRUE(m.is_complete());
+  // the reply as the request shows it parses
+  const auto calls = cp->parse_reply(open + "search" + args + "{\"query\": \"kiln\"}", /*want_tools=*/true);
+  ASSERT_EQ(calls.tool_calls.size(), 1u);
+  EXPECT_EQ(calls.tool_calls[0].name, "search");
+  std::filesystem::remove(path);
 }
 
 }  // namespace

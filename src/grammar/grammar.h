@@ -19,6 +19,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -37,6 +38,9 @@ class TokenTrie;
 struct SchemaOptions {
   // The whitespace allowed between JSON tokens: llama.cpp's `| " " | "\n"{1,2} [ \t]{0,20}`; false: none at all.
   bool allow_whitespace = true;
+  // Prefixes every rule name (the root rule is then `<prefix>root`), so that the rules of several schemas can
+  // share one grammar (a tool-call grammar holds one schema per tool).
+  std::string rule_prefix;
 };
 
 // A JSON schema -> GBNF. A keyword the compiler cannot enforce is an error naming its JSON pointer, e.g.

@@ -7,6 +7,7 @@
 // are "{" ws members "}" where every member ends with ws and members are separated by "," ws, so whitespace
 // never appears twice in a row (two adjacent optional ws would make every space ambiguous).
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <set>
@@ -872,9 +873,53 @@ ojson SchemaCompiler::merge_all_of(const ojson& s, const std::string& ptr, int d
 
 }  // namespace
 
+namespace {
+
+// Every rule name of `gbnf` (one "name ::= body" per line, as SchemaCompiler writes it) prefixed, where it is
+// defined and wherever a body refers to it (string literals, classes and repetition counts left alone).
+std::string prefix_rules(const std::string& gbnf, const std::string& prefix) {
+  std::set<std::string> names;
+  for (size_t line = 0; line < gbnf.size();) {
+    const size_t end = std::min(gbnf.find('\n', line), gbnf.size());
+    const size_t def = gbnf.find(" ::= ", line);
+    if (def != std::string::npos && def < end) names.insert(gbnf.substr(line, def - line));
+    line = end + 1;
+  }
+  const auto is_name_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+  };
+  std::string out;
+  out.reserve(gbnf.size() + names.size() * prefix.size() * 4);
+  for (size_t i = 0; i < gbnf.size();) {
+    const char c = gbnf[i];
+    if (c == '"' || c == '[' || c == '{') {  // copied as is, escapes included
+      const char close = c == '"' ? '"' : c == '[' ? ']' : '}';
+      size_t j = i + 1;
+      while (j < gbnf.size() && gbnf[j] != close) j += gbnf[j] == '\\' ? 2 : 1;
+      j = std::min(j + 1, gbnf.size());
+      out.append(gbnf, i, j - i);
+      i = j;
+    } else if (is_name_char(c)) {
+      size_t j = i;
+      while (j < gbnf.size() && is_name_char(gbnf[j])) ++j;
+      const std::string word = gbnf.substr(i, j - i);
+      out += names.count(word) ? prefix + word : word;
+      i = j;
+    } else {
+      out += c;
+      ++i;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<std::string> json_schema_to_gbnf(const nlohmann::ordered_json& schema, const SchemaOptions& options,
                                         const Limits& limits) {
-  return SchemaCompiler(schema, options, limits).run();
+  KILN_ASSIGN_OR_RETURN(std::string g, SchemaCompiler(schema, options, limits).run());
+  if (options.rule_prefix.empty()) return g;
+  return prefix_rules(g, options.rule_prefix);
 }
 
 Result<std::string> json_schema_to_gbnf(std::string_view schema_text, const SchemaOptions& options,

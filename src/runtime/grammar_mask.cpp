@@ -42,12 +42,13 @@ class GrammarMask final : public TokenMaskProvider {
 
 }  // namespace
 
-grammar::Vocabulary grammar_vocabulary(const Tokenizer& tok) {
+grammar::Vocabulary grammar_vocabulary(const Tokenizer& tok, const std::vector<int32_t>& text_tokens) {
   grammar::Vocabulary v;
   const int32_t n = tok.n_vocab();
   v.tokens.reserve(static_cast<size_t>(n));
   for (int32_t id = 0; id < n; ++id) {
-    v.tokens.push_back(tok.token_to_piece(id, /*render_special=*/false));
+    const bool as_text = std::find(text_tokens.begin(), text_tokens.end(), id) != text_tokens.end();
+    v.tokens.push_back(tok.token_to_piece(id, /*render_special=*/as_text));
     if (tok.is_eog(id)) v.eog_ids.push_back(id);
   }
   return v;
@@ -64,27 +65,46 @@ SequenceHooksFactory grammar_hooks(std::shared_ptr<const grammar::CompiledGramma
 GrammarCache::GrammarCache(const Tokenizer& tok) : GrammarCache(tok, Options{}) {}
 GrammarCache::GrammarCache(const Tokenizer& tok, Options opts) : tok_(tok), opts_(opts) {}
 
-std::shared_ptr<const grammar::VocabIndex> GrammarCache::vocab() {
-  std::call_once(vocab_once_, [&] { vocab_ = grammar::VocabIndex::build(grammar_vocabulary(tok_)); });
-  return vocab_;
+std::shared_ptr<const grammar::VocabIndex> GrammarCache::vocab(const std::vector<int32_t>& text_tokens) {
+  if (text_tokens.empty()) {
+    std::call_once(vocab_once_, [&] { vocab_ = grammar::VocabIndex::build(grammar_vocabulary(tok_)); });
+    return vocab_;
+  }
+  std::vector<int32_t> key = text_tokens;
+  std::sort(key.begin(), key.end());
+  std::lock_guard<std::mutex> lk(vocab_mu_);
+  auto& v = text_vocabs_[key];
+  if (!v) v = grammar::VocabIndex::build(grammar_vocabulary(tok_, key));
+  return v;
 }
 
-GrammarCache::Compiled GrammarCache::compile(const std::string& gbnf) {
+GrammarCache::Compiled GrammarCache::compile(const std::string& gbnf, const std::vector<int32_t>& text_tokens) {
   try {
     KILN_ASSIGN_OR_RETURN(std::shared_ptr<const grammar::Grammar> g, grammar::Grammar::from_gbnf(gbnf));
-    return grammar::CompiledGrammar::compile(std::move(g), vocab(), opts_.threads);
+    return grammar::CompiledGrammar::compile(std::move(g), vocab(text_tokens), opts_.threads);
   } catch (const std::exception& e) {  // memory: the waiters must still hear, and the entry must not stay pending
     return make_error(ErrorCode::kOutOfRange, "grammar: compiling failed: %s", e.what());
   }
 }
 
-Result<std::shared_ptr<const grammar::CompiledGrammar>> GrammarCache::get(const std::string& gbnf) {
+Result<std::shared_ptr<const grammar::CompiledGrammar>> GrammarCache::get(const std::string& text,
+                                                                         const std::vector<int32_t>& text_tokens) {
+  // The key: "-" and the GBNF text, or with text tokens "+" and their ids before it (every key has its prefix, so
+  // no grammar text can spell another set's key).
+  std::string key = "-" + text;
+  if (!text_tokens.empty()) {
+    std::vector<int32_t> ids = text_tokens;
+    std::sort(ids.begin(), ids.end());
+    key = "+";
+    for (int32_t id : ids) key += std::to_string(id) + ",";
+    key += "\n" + text;
+  }
   std::promise<Compiled> promise;
   std::shared_future<Compiled> fut;
   uint64_t serial = 0;  // this call's entry, when it compiles
   {
     std::lock_guard<std::mutex> lk(mu_);
-    auto it = entries_.find(gbnf);
+    auto it = entries_.find(key);
     if (it != entries_.end()) {
       ++stats_.hits;
       lru_.splice(lru_.begin(), lru_, it->second.lru);
@@ -93,16 +113,16 @@ Result<std::shared_ptr<const grammar::CompiledGrammar>> GrammarCache::get(const 
       ++stats_.misses;
       serial = ++serial_;
       fut = promise.get_future().share();
-      lru_.push_front(gbnf);
-      entries_.emplace(gbnf, Entry{fut, 0, lru_.begin(), serial});
+      lru_.push_front(key);
+      entries_.emplace(key, Entry{fut, 0, lru_.begin(), serial});
     }
   }
   if (serial == 0) return fut.get();  // cached, or being compiled by another request: wait for it
-  Compiled c = compile(gbnf);
+  Compiled c = compile(text, text_tokens);
   const size_t bytes = c.is_ok() ? (*c)->stats().memory_bytes : 0;
   promise.set_value(c);
   std::lock_guard<std::mutex> lk(mu_);
-  auto it = entries_.find(gbnf);
+  auto it = entries_.find(key);
   if (it != entries_.end() && it->second.serial == serial) {  // (else evicted meanwhile, maybe compiled again)
     it->second.bytes = bytes;
     stats_.bytes += bytes;

@@ -20,10 +20,12 @@
 #include <cstdint>
 #include <future>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "grammar/grammar.h"
 #include "runtime/hooks.h"
@@ -33,8 +35,9 @@
 namespace kiln {
 
 // The vocabulary as the grammar layer sees it: each id's output bytes (Tokenizer::token_to_piece without special
-// rendering: "" for control tokens, which a grammar never allows as text) and the tokenizer's EOG ids.
-grammar::Vocabulary grammar_vocabulary(const Tokenizer& tok);
+// rendering: "" for control tokens, which a grammar never allows as text, except `text_tokens`, which the reply
+// shows as their text: GenRequest::text_tokens) and the tokenizer's EOG ids.
+grammar::Vocabulary grammar_vocabulary(const Tokenizer& tok, const std::vector<int32_t>& text_tokens = {});
 
 // The hooks of a sequence whose output `g` constrains (a fresh Matcher per sequence).
 SequenceHooksFactory grammar_hooks(std::shared_ptr<const grammar::CompiledGrammar> g);
@@ -57,8 +60,11 @@ class GrammarCache {
 
   // The grammar compiled for this model's vocabulary: cached, or compiled now. Errors are the grammar layer's
   // (InvalidArgument naming the line and column, or the limit hit); the caller names the request field or flag.
-  Result<std::shared_ptr<const grammar::CompiledGrammar>> get(const std::string& gbnf);
-  std::shared_ptr<const grammar::VocabIndex> vocab();
+  // text_tokens: control tokens the grammar may write as their text (grammar_vocabulary); the request must show
+  // them as text too (GenRequest::text_tokens).
+  Result<std::shared_ptr<const grammar::CompiledGrammar>> get(const std::string& gbnf,
+                                                              const std::vector<int32_t>& text_tokens = {});
+  std::shared_ptr<const grammar::VocabIndex> vocab(const std::vector<int32_t>& text_tokens = {});
   Stats stats() const;
 
  private:
@@ -69,13 +75,15 @@ class GrammarCache {
     std::list<std::string>::iterator lru;  // position in lru_ (front: most recent)
     uint64_t serial = 0;                   // which compile made it (an evicted text may be compiled again)
   };
-  Compiled compile(const std::string& gbnf);
+  Compiled compile(const std::string& gbnf, const std::vector<int32_t>& text_tokens);
   void evict_locked();
 
   const Tokenizer& tok_;
   Options opts_;
   std::once_flag vocab_once_;
   std::shared_ptr<const grammar::VocabIndex> vocab_;
+  std::mutex vocab_mu_;  // the vocabularies with text tokens, one per set (a tool-call format's markers)
+  std::map<std::vector<int32_t>, std::shared_ptr<const grammar::VocabIndex>> text_vocabs_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> entries_;
   std::list<std::string> lru_;

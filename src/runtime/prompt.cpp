@@ -215,12 +215,46 @@ bool ChatPrompt::prompt_opens_reasoning(const std::string& rendered_prompt) cons
   return t.size() >= m.size() && t.compare(t.size() - m.size(), m.size(), m) == 0;
 }
 
-tpl::ParsedReply ChatPrompt::parse_reply(const std::string& text, bool want_tools, bool opened_reasoning) const {
+bool ChatPrompt::prompt_opens_tool_call(const std::string& rendered_prompt) const {
+  const tpl::ToolFormat* f = reply_.tool_format;
+  if (!f || f->opener().empty() || f->at_start) return false;
+  const std::string& m = f->opener();
+  const std::string& p = rendered_prompt;
+  return p.size() >= m.size() && p.compare(p.size() - m.size(), m.size(), m) == 0;
+}
+
+std::vector<int32_t> ChatPrompt::tool_marker_tokens() const {
+  std::vector<int32_t> out;
+  const tpl::ToolFormat* f = reply_.tool_format;
+  if (!f || path_ == ChatPath::kPlain) return out;
+  for (const std::string& lit : f->literals())
+    for (int32_t id : tok_->encode(lit, /*add_special=*/false, /*parse_special=*/true))
+      if (!tok_->is_eog(id) && tok_->token_to_piece(id, false).empty() && !tok_->token_to_piece(id, true).empty() &&
+          std::find(out.begin(), out.end(), id) == out.end())
+        out.push_back(id);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+tpl::ParsedReply ChatPrompt::parse_reply(const std::string& text, const ReplyContext& ctx) const {
   tpl::ReplyOptions o = reply_;
   o.extract_reasoning = reasoning_;
-  if (!want_tools) o.tool_format = tpl::ToolCallFormat::kNone;
-  const bool reopen = reasoning_ && opened_reasoning && text.find(o.think_begin) == std::string::npos;
+  if (!ctx.want_tools) {
+    o.tool_format = nullptr;
+    o.detect_tools = false;
+  }
+  o.tools = ctx.tools;
+  o.parallel_tool_calls = ctx.parallel;
+  o.opened_tool_call = ctx.opened_tool_call;
+  const bool reopen = reasoning_ && ctx.opened_reasoning && text.find(o.think_begin) == std::string::npos;
   return tpl::parse_reply(reopen ? o.think_begin + text : text, o);
+}
+
+tpl::ParsedReply ChatPrompt::parse_reply(const std::string& text, bool want_tools, bool opened_reasoning) const {
+  ReplyContext ctx;
+  ctx.want_tools = want_tools;
+  ctx.opened_reasoning = opened_reasoning;
+  return parse_reply(text, ctx);
 }
 
 json ChatPrompt::assistant_message(const tpl::ParsedReply& reply) const {
@@ -269,20 +303,41 @@ size_t skip_ws(const std::string& s) {
 
 }  // namespace
 
+namespace {
+
+ReplyContext reply_context(bool in_reasoning, bool want_tools) {
+  ReplyContext c;
+  c.opened_reasoning = in_reasoning;
+  c.want_tools = want_tools;
+  return c;
+}
+
+std::string trim_ws(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \n\t\r");
+  if (b == std::string::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \n\t\r") + 1 - b);
+}
+
+}  // namespace
+
 ReplyStream::ReplyStream(const ChatPrompt& prompt, bool in_reasoning, bool want_tools)
-    : prompt_(&prompt), begin_(prompt.reply_options().think_begin), end_(prompt.reply_options().think_end),
-      want_tools_(want_tools), opened_(in_reasoning),
-      state_(!prompt.has_reasoning() ? kContent : in_reasoning ? kReasoning : kStart) {
-  if (want_tools) {
-    using F = tpl::ToolCallFormat;
-    const F f = prompt.reply_options().tool_format;
-    if (f == F::kHermes || f == F::kAuto) tool_markers_.push_back("<tool_call>");
-    if (f == F::kMistral || f == F::kAuto) tool_markers_.push_back("[TOOL_CALLS]");
-    if (f == F::kLlama3 || f == F::kAuto) {
-      tool_markers_.push_back("<|python_tag|>");
-      bare_json_ = true;
-    }
+    : ReplyStream(prompt, reply_context(in_reasoning, want_tools)) {}
+
+ReplyStream::ReplyStream(const ChatPrompt& prompt, const ReplyContext& ctx)
+    : prompt_(&prompt), ctx_(ctx), begin_(prompt.reply_options().think_begin), end_(prompt.reply_options().think_end),
+      state_(!prompt.has_reasoning() ? kContent : ctx.opened_reasoning ? kReasoning : kStart) {
+  if (!ctx.want_tools) return;
+  const tpl::ToolFormat* f = prompt.tool_format();
+  if (!f) {  // the common formats parse_reply tries
+    tool_markers_ = {"<tool_call>", "[TOOL_CALLS]", "<|python_tag|>"};
+    bare_json_ = true;
+  } else if (f->at_start) {
+    if (!f->lead.empty()) tool_markers_.push_back(f->lead);
+    bare_json_ = true;
+  } else {
+    tool_markers_.push_back(trim_ws(f->opener()));
   }
+  holding_ = ctx.opened_tool_call;  // the reply continues a call the prompt opened: all of it waits for finish()
 }
 
 ReplyStream::Delta ReplyStream::push(const std::string& piece) {
@@ -383,6 +438,6 @@ ReplyStream::Delta ReplyStream::finish() {
   return d;
 }
 
-tpl::ParsedReply ReplyStream::parsed() const { return prompt_->parse_reply(text_, want_tools_, opened_); }
+tpl::ParsedReply ReplyStream::parsed() const { return prompt_->parse_reply(text_, ctx_); }
 
 }  // namespace kiln

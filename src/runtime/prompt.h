@@ -25,6 +25,7 @@
 
 #include "template/chat_formats.h"
 #include "template/template.h"
+#include "template/tool_formats.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
 
@@ -66,6 +67,15 @@ Status check_chat_prompt_options(const ChatPromptOptions& opts);
 // tools, documents, add_generation_prompt).
 Status check_template_kwargs(const nlohmann::ordered_json& kwargs);
 
+// How one request's replies are split (ChatPrompt::parse_reply, ReplyStream).
+struct ReplyContext {
+  bool opened_reasoning = false;  // the prompt opened the reasoning block (prompt_opens_reasoning)
+  bool want_tools = false;        // tool calls are read (the request offers tools)
+  nlohmann::ordered_json tools;   // the tool definitions offered (parameter types of raw-string formats)
+  bool parallel = true;           // false: at most one call (parallel_tool_calls: false)
+  bool opened_tool_call = false;  // the prompt ended with the format's opener (prompt_opens_tool_call)
+};
+
 class ChatPrompt {
  public:
   // Chooses the path for this tokenizer (see the top of this file). Errors: a bad builtin name, a template that
@@ -106,9 +116,17 @@ class ChatPrompt {
   // Whether a reply to `rendered_prompt` starts inside the reasoning block (the generation prompt opened it, as
   // DeepSeek-R1's "<think>\n" does).
   bool prompt_opens_reasoning(const std::string& rendered_prompt) const;
-  // Splits a reply: content, reasoning_content (when has_reasoning()), tool_calls (only with want_tools).
-  // opened_reasoning: the prompt opened the reasoning block (prompt_opens_reasoning), so a reply cut off before
+  // The template's tool-call format (tool_formats.h); null when it writes none the table knows.
+  const tpl::ToolFormat* tool_format() const { return reply_.tool_format; }
+  // Whether a reply to `rendered_prompt` continues a tool call the prompt opened (functionary v3.2's ">>>").
+  bool prompt_opens_tool_call(const std::string& rendered_prompt) const;
+  // The control tokens of the tool-call format's markers (special tokens the reply must show as text for the parser
+  // to read them, and that a tool-call grammar writes): GenRequest::text_tokens. EOG tokens excluded.
+  std::vector<int32_t> tool_marker_tokens() const;
+  // Splits a reply: content, reasoning_content (when has_reasoning()), tool_calls (only with ctx.want_tools).
+  // ctx.opened_reasoning: the prompt opened the reasoning block (prompt_opens_reasoning), so a reply cut off before
   // the closing marker is all reasoning.
+  tpl::ParsedReply parse_reply(const std::string& text, const ReplyContext& ctx) const;
   tpl::ParsedReply parse_reply(const std::string& text, bool want_tools = false, bool opened_reasoning = false) const;
   // The assistant message to append to the conversation for a reply, as transformers templates expect it:
   // {"role": "assistant", "content": ..., "reasoning_content"?: ..., "tool_calls"?: [...]}.
@@ -139,6 +157,7 @@ class ReplyStream {
   };
   // in_reasoning: the prompt opened the reasoning block (ChatPrompt::prompt_opens_reasoning).
   ReplyStream(const ChatPrompt& prompt, bool in_reasoning, bool want_tools = false);
+  ReplyStream(const ChatPrompt& prompt, const ReplyContext& ctx);
   Delta push(const std::string& piece);
   Delta finish();
   const std::string& text() const { return text_; }  // everything pushed
@@ -151,10 +170,10 @@ class ReplyStream {
   void emit_content(Delta* d, bool final);
 
   const ChatPrompt* prompt_;
+  ReplyContext ctx_;
   std::string begin_, end_;
   std::vector<std::string> tool_markers_;
   bool bare_json_ = false;  // a '{' opening the content starts a tool call (Llama 3.1)
-  bool want_tools_, opened_;
   State state_;
   bool after_reasoning_ = false, content_started_ = false, holding_ = false;
   std::string pending_, text_, streamed_content_;

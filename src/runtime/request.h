@@ -32,6 +32,7 @@ struct GenRequest {
   bool logprobs = false;           // report the log-probability of every generated token
   double timeout_s = 0;            // stop generating after this long (finish "length"); 0: no limit
   SequenceHooksFactory hooks;      // the sequence's logits processors, token mask, draft proposer; null: none
+  std::vector<int32_t> text_tokens;  // control tokens whose text the reply shows (a tool-call format's markers)
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };

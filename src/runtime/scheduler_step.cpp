@@ -229,6 +229,7 @@ std::unique_ptr<Active> Scheduler::Impl::make_active(const std::shared_ptr<Reque
   so.max_new_tokens = rq.max_new_tokens;
   so.ignore_eos = rq.ignore_eos;
   so.sampling = rq.sampling;
+  so.text_tokens = rq.text_tokens;
   a->seq = std::make_unique<Sequence>(slot, model->tokenizer(), static_cast<int32_t>(model->hparams().n_vocab),
                                       max_seq_ctx, so, engine->cache());
   if (rq.hooks) a->seq->set_hooks(rq.hooks());

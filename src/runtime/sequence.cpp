@@ -21,7 +21,9 @@ const char* stop_reason_name(StopReason r) {
 Sequence::Sequence(int32_t seq_id, const Tokenizer& tok, int32_t n_vocab, int64_t n_ctx, const SequenceOptions& opts,
                    KvCache& cache)
     : id_(seq_id), tok_(tok), n_vocab_(n_vocab), n_ctx_(n_ctx), opts_(opts), sampler_(opts.sampling, n_vocab),
-      decoder_(tok), cache_(cache) {}
+      decoder_(tok), cache_(cache) {
+  if (!opts.text_tokens.empty()) decoder_.render_as_text(opts.text_tokens);
+}
 
 Status Sequence::validate() const {
   KILN_TRY(sampler_.validate());

@@ -30,6 +30,7 @@ struct SequenceOptions {
   int32_t max_new_tokens = -1;  // tokens to generate; -1: until EOG or the context is full
   bool ignore_eos = false;      // keep going past EOG tokens (they are emitted like any other)
   SamplerParams sampling;
+  std::vector<int32_t> text_tokens;  // control tokens rendered as their text (GenRequest::text_tokens)
 };
 
 class Sequence {

@@ -5,6 +5,7 @@
 //   assistant: text / thinking / tool_use     -> content / reasoning_content / tool_calls (arguments = input)
 //   tools [{name, description, input_schema}] -> [{"type": "function", "function": {name, description, parameters}}]
 //   tool_choice auto / any / tool / none      -> "auto" / "required" / {"type": "function", ...} / "none"
+//   tool_choice.disable_parallel_tool_use     -> parallel_tool_calls: false
 //   max_tokens, stop_sequences, temperature, top_p, top_k, kiln's sampling extras -> the same chat fields
 // Images, documents, server tools and unknown fields are refused with a 400 naming them.
 #include <string>
@@ -182,6 +183,7 @@ std::optional<ApiError> convert_tool_choice(const ojson& tc, ojson* chat, Messag
     if (!tc["disable_parallel_tool_use"].is_boolean())
       return type_error("tool_choice.disable_parallel_tool_use", "a boolean", tc["disable_parallel_tool_use"]);
     o->single_tool_call = tc["disable_parallel_tool_use"].get<bool>();
+    if (o->single_tool_call) (*chat)["parallel_tool_calls"] = false;  // a forced call's grammar writes one
   }
   if (type == "auto") {
     (*chat)["tool_choice"] = "auto";

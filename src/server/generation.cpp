@@ -14,7 +14,7 @@ std::optional<ApiError> ChatGeneration::start(Scheduler& sched, ParsedRequest pr
   if (!h) return submit_error(h.status());
   g->h_ = *h;
   if (pr.split && pr.chat_prompt)
-    g->reply_ = std::make_unique<ReplyStream>(*pr.chat_prompt, pr.opened_reasoning, pr.tools);
+    g->reply_ = std::make_unique<ReplyStream>(*pr.chat_prompt, pr.reply);
   g->pr_ = std::move(pr);
   *out = std::move(g);
   return std::nullopt;
@@ -73,7 +73,7 @@ tpl::ParsedReply ChatGeneration::wait_all() {
     r.content = text_;
     return r;
   }
-  return pr_.chat_prompt->parse_reply(text_, pr_.tools, pr_.opened_reasoning);
+  return pr_.chat_prompt->parse_reply(text_, pr_.reply);
 }
 
 bool ChatGeneration::failed(std::string* msg) const {
@@ -142,6 +142,7 @@ struct StreamState {
 void serve_generation(RouteHost& host, httplib::Response& res, ParsedRequest pr, bool stream, const Dialect& d,
                       std::shared_ptr<ServedRequest> sr) {
   Scheduler* S = host.scheduler();
+  if (auto e = host.compile_grammar(&pr)) return send_dialect_error(d, res, *e, sr.get());
   if (auto e = ChatGeneration::start(*S, std::move(pr), &sr->gen)) return send_dialect_error(d, res, *e, sr.get());
   ChatGeneration& g = *sr->gen;
   if (!stream) {

@@ -5,6 +5,7 @@
 
 #include "grammar/grammar.h"
 #include "runtime/prompt.h"
+#include "runtime/tool_grammar.h"
 #include "server/fields.h"
 #include "server/sampling_fields.h"
 
@@ -375,6 +376,97 @@ std::optional<ApiError> constraint_of(const json& b, const ojson* ordered, Parse
 
 namespace {
 
+// A request's tools: `offered` (what the template sees), the functions a forced call may name (tool_choice
+// "required": every one; a named function: that one; else none), parallel_tool_calls.
+struct ToolRequest {
+  ojson all = nullptr;      // tools as the request gave them (their indices name them in errors)
+  ojson offered = nullptr;  // null: none (no tools, or tool_choice "none")
+  std::vector<std::string> forced;
+  std::string what;         // how tool_choice asked: "\"required\"" or "function 'NAME'"
+  bool parallel = true;
+};
+
+// tools / tool_choice / parallel_tool_calls: "none" hides the tools; "auto" offers them and the reply may call
+// them; "required" offers them and the reply is one or more calls (a grammar, tool_choice_grammar); a named function
+// offers only that one and the reply calls it. parallel_tool_calls false: at most one call (enforced by the
+// grammar when one is forced; with "auto" only the first call is returned). A constrained output cannot be a tool
+// call: "required" and a named function are refused beside a constraint; with "auto" the model sees the tools and
+// answers as constrained.
+std::optional<ApiError> parse_tools(const json& b, const ojson* ordered, const ParsedRequest* out, ToolRequest* tr) {
+  if (auto e = get_bool(b, "parallel_tool_calls", &tr->parallel)) return e;
+  if (present(b, "tools") && !b["tools"].empty()) {
+    if (auto e = check_tools(b["tools"])) return e;
+    tr->all = ordered && ordered->contains("tools") ? (*ordered)["tools"] : ojson::parse(b["tools"].dump());
+    tr->offered = tr->all;
+  }
+  if (!present(b, "tool_choice")) return std::nullopt;
+  const json& tc = b["tool_choice"];
+  if (out->grammar && !(tc.is_string() && (tc.get<std::string>() == "none" || tc.get<std::string>() == "auto")))
+    return bad("tool_choice", "'tool_choice' asks for a tool call, which '" +
+                                  out->grammar->param.substr(0, out->grammar->param.find('.')) +
+                                  "' does not allow: send one of them");
+  if (tc.is_string()) {
+    const std::string v = tc.get<std::string>();
+    if (v != "none" && v != "auto" && v != "required")
+      return bad("tool_choice",
+                 "'tool_choice' must be \"none\", \"auto\", \"required\" or a function, not '" + v + "'");
+    if (v == "none") tr->offered = nullptr;
+    if (v != "required") return std::nullopt;
+    if (tr->offered.is_null()) return bad("tool_choice", "'tool_choice' \"required\" needs 'tools'");
+    for (const auto& t : tr->offered) tr->forced.push_back(t["function"]["name"].get<std::string>());
+    tr->what = "\"required\"";
+    return std::nullopt;
+  }
+  if (!tc.contains("function") || !tc["function"].is_object() || !tc["function"].contains("name") ||
+      !tc["function"]["name"].is_string())
+    return bad("tool_choice", "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+               "invalid_type");
+  const std::string name = tc["function"]["name"].get<std::string>();
+  ojson only = ojson::array();
+  if (tr->offered.is_array())
+    for (const auto& t : tr->offered)
+      if (t["function"]["name"] == name) only.push_back(t);
+  if (only.empty())
+    return bad("tool_choice", "'tool_choice' names the function '" + name + "', which 'tools' does not define");
+  tr->offered = std::move(only);
+  tr->forced = {name};
+  tr->what = "function '" + name + "'";
+  return std::nullopt;
+}
+
+// The grammar of a forced call (runtime/tool_grammar.h) in the template's format, as the request's constraint.
+std::optional<ApiError> tool_choice_grammar(const ChatPrompt& chat, const ToolRequest& tr, ParsedRequest* out) {
+  const tpl::ToolFormat* f = chat.tool_format();
+  if (!f)
+    return bad("tool_choice", "'tool_choice' " + tr.what + " cannot be enforced: " + chat.describe() +
+                                  " writes tool calls in no format kiln knows (README, \"Tool calls\"); use \"auto\"",
+               "unsupported_parameter");
+  ToolGrammarRequest rq;
+  rq.names = tr.forced;
+  rq.parallel = tr.parallel;
+  // A reasoning block may come first, unless the prompt closed one (Qwen3 with enable_thinking false).
+  const std::string& end = chat.reply_options().think_end;
+  const size_t last = out->prompt_text.find_last_not_of(" \n\t\r");
+  const bool closed = last != std::string::npos && last + 1 >= end.size() &&
+                      out->prompt_text.compare(last + 1 - end.size(), end.size(), end) == 0;
+  if (chat.has_reasoning() && !closed) {
+    rq.think_begin = chat.reply_options().think_begin;
+    rq.think_end = end;
+  }
+  rq.opened_reasoning = out->reply.opened_reasoning;
+  rq.opened_tool_call = out->reply.opened_tool_call;
+  auto g = tool_call_gbnf(*f, tr.all, rq);
+  if (!g) {
+    const std::string& m = g.status().message();
+    const size_t colon = m.find(": ");
+    const std::string param =
+        m.rfind("tools[", 0) == 0 && colon != std::string::npos ? m.substr(0, colon) : std::string("tool_choice");
+    return bad(param, "'tool_choice' " + tr.what + " cannot be enforced: " + m, "unsupported_parameter");
+  }
+  out->grammar = OutputGrammar{"tool_choice", std::move(g).value(), true};
+  return std::nullopt;
+}
+
 // Assistant prefill (as llama-server): a last assistant message without tool calls, after at least one other message,
 // is the start of the reply. It leaves the conversation and its text follows the rendered generation prompt; the
 // reply continues it (and holds only the continuation).
@@ -470,40 +562,9 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
   if (lp) out->gen.logprobs = true, out->gen.top_logprobs = static_cast<int32_t>(top);
   if (auto e = constraint_of(b, ordered, out)) return e;
 
-  // tools / tool_choice: "none" hides the tools; a named function offers only that one; "auto" and "required"
-  // offer them all ("required" is not enforced yet). A constrained output cannot be a tool call: "required" and a
-  // named function are refused beside a constraint; with "auto" the model sees the tools and answers as constrained.
-  ojson tools = nullptr;
-  if (present(b, "tools") && !b["tools"].empty()) {
-    if (auto e = check_tools(b["tools"])) return e;
-    tools = ordered && ordered->contains("tools") ? (*ordered)["tools"] : ojson::parse(b["tools"].dump());
-  }
-  if (present(b, "tool_choice")) {
-    const json& tc = b["tool_choice"];
-    if (out->grammar && !(tc.is_string() && (tc.get<std::string>() == "none" || tc.get<std::string>() == "auto")))
-      return bad("tool_choice", "'tool_choice' asks for a tool call, which '" +
-                                    out->grammar->param.substr(0, out->grammar->param.find('.')) +
-                                    "' does not allow: send one of them");
-    if (tc.is_string()) {
-      const std::string v = tc.get<std::string>();
-      if (v != "none" && v != "auto" && v != "required")
-        return bad("tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or a function, not '" + v + "'");
-      if (v == "none") tools = nullptr;
-      else if (tools.is_null() && v == "required")
-        return bad("tool_choice", "'tool_choice' \"required\" needs 'tools'");
-    } else {
-      if (!tc.contains("function") || !tc["function"].is_object() || !tc["function"].contains("name") ||
-          !tc["function"]["name"].is_string())
-        return bad("tool_choice", "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}", "invalid_type");
-      const std::string name = tc["function"]["name"].get<std::string>();
-      ojson only = ojson::array();
-      if (tools.is_array())
-        for (const auto& t : tools)
-          if (t["function"]["name"] == name) only.push_back(t);
-      if (only.empty()) return bad("tool_choice", "'tool_choice' names the function '" + name + "', which 'tools' does not define");
-      tools = std::move(only);
-    }
-  }
+  ToolRequest tr;
+  if (auto e = parse_tools(b, ordered, out, &tr)) return e;
+  ojson& tools = tr.offered;
   // chat_template_kwargs (llama-server, vLLM): template variables of this request; reasoning_effort (OpenAI) is the
   // variable of that name (gpt-oss's template reads it) unless chat_template_kwargs sets it.
   ojson kwargs = nullptr;
@@ -531,21 +592,40 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
   out->prompts.push_back(std::move(ids));
   out->chat_prompt = ctx.chat;
   out->prompt_text = *text;
-  out->tools = tools.is_array() && !tools.empty();
-  out->opened_reasoning = ctx.chat->prompt_opens_reasoning(*text);
-  out->split = !out->grammar && (out->tools || ctx.chat->has_reasoning());
+  ReplyContext& rc = out->reply;
+  rc.want_tools = tools.is_array() && !tools.empty();
+  rc.tools = tools;
+  rc.parallel = tr.parallel;
+  rc.opened_reasoning = ctx.chat->prompt_opens_reasoning(*text);
+  rc.opened_tool_call = rc.want_tools && ctx.chat->prompt_opens_tool_call(*text);
+  if (!tr.forced.empty()) {
+    if (!prefill.empty())
+      return bad("tool_choice", "'tool_choice' " + tr.what + " cannot continue an assistant prefill (the last "
+                                "message is the assistant's)");
+    if (auto e = tool_choice_grammar(*ctx.chat, tr, out)) return e;
+  }
+  const bool tool_grammar = out->grammar && out->grammar->tool_calls;
+  if (rc.want_tools && (!out->grammar || tool_grammar)) out->gen.text_tokens = ctx.chat->tool_marker_tokens();
+  out->split = (!out->grammar || tool_grammar) && (rc.want_tools || ctx.chat->has_reasoning());
   return std::nullopt;
 }
 
-json tool_calls_json(const std::vector<tpl::ToolCall>& calls, bool with_index) {
+json tool_calls_json(const std::vector<tpl::ToolCall>& calls) {
   json a = json::array();
-  for (size_t k = 0; k < calls.size(); ++k) {
-    json c = {{"id", calls[k].id}, {"type", "function"},
-              {"function", {{"name", calls[k].name}, {"arguments", calls[k].arguments}}}};
-    if (with_index) c["index"] = static_cast<int>(k);
-    a.push_back(std::move(c));
-  }
+  for (const tpl::ToolCall& c : calls)
+    a.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
   return a;
+}
+
+std::vector<json> tool_call_deltas(const std::vector<tpl::ToolCall>& calls) {
+  std::vector<json> out;
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const int i = static_cast<int>(k);
+    out.push_back(json::array({{{"index", i}, {"id", calls[k].id}, {"type", "function"},
+                                {"function", {{"name", calls[k].name}, {"arguments", ""}}}}}));
+    out.push_back(json::array({{{"index", i}, {"function", {{"arguments", calls[k].arguments}}}}}));
+  }
+  return out;
 }
 
 json chat_message(const ParsedRequest& pr, ChoiceState* c) {
@@ -554,11 +634,11 @@ json chat_message(const ParsedRequest& pr, ChoiceState* c) {
     m["content"] = c->text;
     return m;
   }
-  const tpl::ParsedReply r = pr.chat_prompt->parse_reply(c->text, pr.tools, pr.opened_reasoning);
+  const tpl::ParsedReply r = pr.chat_prompt->parse_reply(c->text, pr.reply);
   c->tool_calls = !r.tool_calls.empty();
   m["content"] = r.content.empty() && c->tool_calls ? json(nullptr) : json(r.content);
   if (!r.reasoning_content.empty()) m["reasoning_content"] = r.reasoning_content;
-  if (c->tool_calls) m["tool_calls"] = tool_calls_json(r.tool_calls, false);
+  if (c->tool_calls) m["tool_calls"] = tool_calls_json(r.tool_calls);
   return m;
 }
 

@@ -49,6 +49,7 @@ struct ParseContext {
 struct OutputGrammar {
   std::string param;
   std::string gbnf;
+  bool tool_calls = false;  // the grammar of a forced tool call (tool_choice): the reply is still split
 };
 
 struct ParsedRequest {
@@ -62,10 +63,12 @@ struct ParsedRequest {
   // chat: how replies are split (ChatPrompt::parse_reply / ReplyStream)
   const ChatPrompt* chat_prompt = nullptr;
   std::string prompt_text;        // the conversation as the template rendered it (POST /apply-template)
-  bool tools = false;             // tools were given (and tool_choice is not "none"): tool_calls are parsed
-  bool opened_reasoning = false;  // the rendered prompt opened the reasoning block
-  bool split = false;             // replies are split (the template has reasoning markers, or tools; never with a
-                                  // grammar: the constrained text is the content)
+  // How replies are split: reply.want_tools when tools were given (and tool_choice is not "none"), their
+  // definitions, parallel_tool_calls, whether the prompt opened the reasoning block or a tool call.
+  ReplyContext reply;
+  bool split = false;             // replies are split (the template has reasoning markers, or tools; never with an
+                                  // output constraint: the constrained text is the content; a forced tool call's
+                                  // grammar is split as any reply)
   std::optional<OutputGrammar> grammar;
 };
 
@@ -104,8 +107,11 @@ json chat_logprob_entry(const Tokenizer& tok, int32_t id, float lp, const std::v
 // The assistant message of a finished chat choice: content, reasoning_content and tool_calls split from its text
 // when the request splits replies (then c->tool_calls says whether finish_reason is "tool_calls").
 json chat_message(const ParsedRequest& pr, ChoiceState* c);
-// OpenAI's tool_calls entries (function.arguments a JSON string); with_index: stream deltas carry "index".
-json tool_calls_json(const std::vector<tpl::ToolCall>& calls, bool with_index);
+// OpenAI's tool_calls entries (function.arguments a JSON string).
+json tool_calls_json(const std::vector<tpl::ToolCall>& calls);
+// The streamed form: the `delta.tool_calls` arrays of successive chunks, as OpenAI streams them: per call, one with
+// its index, id, type and function name (arguments ""), then one with the index and the arguments.
+std::vector<json> tool_call_deltas(const std::vector<tpl::ToolCall>& calls);
 json completion_logprobs(const Tokenizer& tok, const ChoiceState& c);
 
 }  // namespace kiln::server

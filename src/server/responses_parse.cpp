@@ -289,6 +289,7 @@ std::optional<ApiError> responses_to_chat(const ojson& b, ojson* chat, Responses
   }
   if (b.contains("tool_choice") && !b["tool_choice"].is_null())
     if (auto e = convert_tool_choice(b["tool_choice"], chat)) return e;
+  if (!o->parallel_tool_calls) (*chat)["parallel_tool_calls"] = false;  // a forced call's grammar writes one
   return std::nullopt;
 }
 

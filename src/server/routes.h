@@ -33,6 +33,9 @@ class RouteHost {
   virtual void log(uint64_t id, const httplib::Request& req, int status, const RequestTimings* t, double ms,
                    const char* finish) = 0;
   virtual std::atomic<int64_t>& in_flight_count() = 0;  // streams and requests running (graceful shutdown waits)
+  // The request's output constraint (a forced tool call's grammar included) compiled and set as its token mask;
+  // a compile error is the 400 naming the constraint's field.
+  virtual std::optional<ApiError> compile_grammar(ParsedRequest* pr) = 0;
 };
 
 void add_anthropic_routes(httplib::Server& http, RouteHost& host);

@@ -165,7 +165,7 @@ struct Server::Impl : RouteHost {
 
   void completions(const Request& req, Response& res, bool chat);
   std::optional<ApiError> parse_request(const Request& req, const json& body, bool chat, Exchange* ex);
-  std::optional<ApiError> compile_grammar(ParsedRequest* pr);
+  std::optional<ApiError> compile_grammar(ParsedRequest* pr) override;
   std::optional<ApiError> submit_all(Scheduler& S, Exchange* ex);
   void tokenize(const Request& req, Response& res);
   void detokenize(const Request& req, Response& res);
@@ -333,7 +333,7 @@ struct Exchange {
     }
     ChoiceState& cs = choices[i];
     if (pr.chat && cs.reply) {
-      // The rest of the split: held content, then the tool calls (each whole, with its index).
+      // The rest of the split: held content, then the tool calls (per call: its name, then its arguments).
       const ReplyStream::Delta d = cs.reply->finish();
       if (!d.content.empty() || !d.reasoning.empty()) {
         json dc = {{"content", d.content}};
@@ -341,10 +341,10 @@ struct Exchange {
         json c0 = {{"index", cs.index}, {"delta", dc}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
         if (!write(chunk(c0, usage_null))) return false;
       }
-      if (!d.tool_calls.empty()) {
-        cs.tool_calls = true;
+      if (!d.tool_calls.empty()) cs.tool_calls = true;
+      for (json& delta : tool_call_deltas(d.tool_calls)) {
         json c1 = {{"index", cs.index},
-                   {"delta", {{"tool_calls", tool_calls_json(d.tool_calls, true)}}},
+                   {"delta", {{"tool_calls", std::move(delta)}}},
                    {"logprobs", nullptr},
                    {"finish_reason", nullptr}};
         if (!write(chunk(c1, usage_null))) return false;
@@ -432,7 +432,7 @@ std::optional<ApiError> Server::Impl::parse_request(const Request& req, const js
 // schema pays the compile, on this HTTP thread) and set as every choice's token mask.
 std::optional<ApiError> Server::Impl::compile_grammar(ParsedRequest* pr) {
   if (!pr->grammar) return std::nullopt;
-  auto g = grammars->get(pr->grammar->gbnf);
+  auto g = grammars->get(pr->grammar->gbnf, pr->gen.text_tokens);
   if (!g) return grammar_error(pr->grammar->param, g.status());
   pr->gen.hooks = grammar_hooks(std::move(g).value());
   return std::nullopt;
@@ -457,7 +457,7 @@ std::optional<ApiError> Server::Impl::submit_all(Scheduler& S, Exchange* ex) {
       ChoiceState c;
       c.index = static_cast<int>(ex->choices.size());
       if (ex->pr.split && ex->pr.chat_prompt)
-        c.reply = std::make_shared<ReplyStream>(*ex->pr.chat_prompt, ex->pr.opened_reasoning, ex->pr.tools);
+        c.reply = std::make_shared<ReplyStream>(*ex->pr.chat_prompt, ex->pr.reply);
       ex->choices.push_back(c);
     }
   }

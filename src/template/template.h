@@ -75,7 +75,7 @@ Result<std::string> render_chat(const std::string& template_source, const nlohma
 // ---- reply parsing (for `kiln chat` and the server)
 
 struct ToolCall {
-  std::string id;         // as the model wrote it, else "call_<n>"
+  std::string id;         // as the model wrote it, else a fresh random one (new_call_id)
   std::string name;
   std::string arguments;  // a JSON object, serialized (OpenAI's function.arguments)
 };
@@ -86,16 +86,16 @@ struct ParsedReply {
   std::vector<ToolCall> tool_calls;
 };
 
-enum class ToolCallFormat {
-  kAuto,     // detect from the text: <tool_call>, [TOOL_CALLS], <|python_tag|> / bare JSON with "name"
-  kNone,     // never extract tool calls
-  kHermes,   // <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Qwen 2.5/3, Hermes, many others)
-  kLlama3,   // {"name": ..., "parameters": {...}} (optionally after <|python_tag|>), Llama 3.1+
-  kMistral,  // [TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}] or [TOOL_CALLS]name[ARGS]{...}
-};
+struct ToolFormat;
 
 struct ReplyOptions {
-  ToolCallFormat tool_format = ToolCallFormat::kAuto;
+  // The tool-call format (tool_formats.h: the template's, detect_tool_format). Null: with detect_tools, the common
+  // formats are tried (<tool_call> JSON, [TOOL_CALLS], Llama 3's JSON); without, no tool calls are read.
+  const ToolFormat* tool_format = nullptr;
+  bool detect_tools = true;
+  nlohmann::ordered_json tools;      // the request's tool definitions (parameter types); null: unknown
+  bool parallel_tool_calls = true;   // false: only the first call is kept
+  bool opened_tool_call = false;     // the prompt ended with the format's opener (ToolFormat::opener)
   // Reasoning markers; the text before `think_end` is reasoning even without `think_begin` (templates that
   // open the block in the generation prompt, like Qwen3 and DeepSeek-R1, leave only the closing tag).
   std::string think_begin = "<think>", think_end = "</think>";
@@ -104,7 +104,8 @@ struct ReplyOptions {
 
 // Never fails: malformed tool-call text stays in content.
 ParsedReply parse_reply(const std::string& text, const ReplyOptions& opts = {});
-// Picks ReplyOptions for a template: its reasoning markers and tool-call format, from what the template writes.
+// Picks ReplyOptions for a template: its reasoning markers and tool-call format, from what the template writes
+// (a template without a known format keeps detect_tools).
 ReplyOptions reply_options_for_template(const std::string& template_source);
 
 }  // namespace kiln::tpl

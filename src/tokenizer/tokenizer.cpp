@@ -1,6 +1,8 @@
 // Tokenizer: the vocabulary plus one of the three algorithms, behind the public interface of tokenizer.h.
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+
 #include "tokenizer/bpe.h"
 #include "tokenizer/spm.h"
 #include "tokenizer/unicode.h"
@@ -184,8 +186,13 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special)
   return out;
 }
 
+void StreamDecoder::render_as_text(std::vector<int32_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  as_text_ = std::move(ids);
+}
+
 std::string StreamDecoder::push(int32_t id) {
-  pending_ += tok_.token_to_piece(id, render_special_);
+  pending_ += tok_.token_to_piece(id, render_special_ || std::binary_search(as_text_.begin(), as_text_.end(), id));
   const size_t hold = incomplete_utf8_tail(pending_);
   std::string out = sanitize_utf8(std::string_view(pending_).substr(0, pending_.size() - hold));
   pending_.erase(0, pending_.size() - hold);

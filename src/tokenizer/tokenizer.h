@@ -71,12 +71,15 @@ class Tokenizer {
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tok, bool render_special = false) : tok_(tok), render_special_(render_special) {}
+  // Control tokens rendered as their text although render_special is off (a tool-call format's markers).
+  void render_as_text(std::vector<int32_t> ids);
   std::string push(int32_t id);
   std::string flush();
 
  private:
   const Tokenizer& tok_;
   bool render_special_;
+  std::vector<int32_t> as_text_;  // sorted
   std::string pending_;
 };
 

@@ -109,18 +109,21 @@ TEST_F(ServeTemplate, ToolCallsStreamed) {
     if (!c.contains("delta")) continue;
     const json& d = c["delta"];
     if (d.contains("content") && d["content"].is_string()) content += d["content"].get<std::string>();
-    if (d.contains("tool_calls")) {
+    if (d.contains("tool_calls")) {  // OpenAI's shape: index, id, type and name first; then the arguments
       ++n_call_chunks;
       ASSERT_EQ(d["tool_calls"].size(), 1u) << e;
-      EXPECT_EQ(d["tool_calls"][0]["index"], 0) << e;
-      EXPECT_EQ(d["tool_calls"][0]["type"], "function") << e;
-      name += d["tool_calls"][0]["function"]["name"].get<std::string>();
-      args += d["tool_calls"][0]["function"]["arguments"].get<std::string>();
+      const json& t = d["tool_calls"][0];
+      EXPECT_EQ(t["index"], 0) << e;
+      EXPECT_EQ(t.contains("id"), n_call_chunks == 1) << e;
+      EXPECT_EQ(t.contains("type"), n_call_chunks == 1) << e;
+      EXPECT_EQ(t["function"].contains("name"), n_call_chunks == 1) << e;
+      if (t["function"].contains("name")) name += t["function"]["name"].get<std::string>();
+      args += t["function"]["arguments"].get<std::string>();
     }
   }
   EXPECT_EQ(finish, "tool_calls") << r.body;
   EXPECT_EQ(content, "") << r.body;  // the tool-call text never streams as content
-  EXPECT_EQ(n_call_chunks, 1) << r.body;
+  EXPECT_EQ(n_call_chunks, 2) << r.body;
   EXPECT_EQ(name, "get_weather");
   EXPECT_EQ(json::parse(args), json::parse(R"({"city": "Paris"})"));
 }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "template/template.h"
+#include "template/tool_formats.h"
 #include "template/value.h"
 
 namespace {
@@ -157,7 +158,8 @@ TEST(TemplateReply, SplitsReasoningAndHermesToolCalls) {
   ASSERT_EQ(r.tool_calls.size(), 2u);
   EXPECT_EQ(r.tool_calls[0].name, "get_weather");
   EXPECT_EQ(r.tool_calls[0].arguments, "{\"location\":\"Paris\"}");
-  EXPECT_EQ(r.tool_calls[0].id, "call_0");
+  EXPECT_EQ(r.tool_calls[0].id.rfind("call_", 0), 0u);  // fresh ids, one per call
+  EXPECT_NE(r.tool_calls[0].id, r.tool_calls[1].id);
   EXPECT_EQ(r.tool_calls[1].arguments, "{\"q\":1}");
 }
 
@@ -210,7 +212,8 @@ TEST(TemplateReply, MistralAndLlama3Formats) {
   EXPECT_EQ(r.tool_calls[1].name, "g");
   // a template's own markers: Mistral reasoning
   const auto opts = kiln::tpl::reply_options_for_template("... [THINK] ... [TOOL_CALLS] ...");
-  EXPECT_EQ(opts.tool_format, kiln::tpl::ToolCallFormat::kMistral);
+  ASSERT_NE(opts.tool_format, nullptr);
+  EXPECT_EQ(opts.tool_format->name, "mistral");
   r = kiln::tpl::parse_reply("[THINK]hmm[/THINK]Answer", opts);
   EXPECT_EQ(r.reasoning_content, "hmm");
   EXPECT_EQ(r.content, "Answer");

@@ -605,7 +605,7 @@ Status check_state(const HParams& hp, const Placement& place, const StepCaps& ca
                       "%lld/%lld)", dtype_name(kt), static_cast<long long>(qb), static_cast<long long>(hp.head_dim_k),
                       static_cast<long long>(hp.head_dim_v));
   for (const auto& l : place.layers)
-    if (!l->supports(Op::kKvStore, kt) || !l->supports(Op::kAttention, kt))
+    if (!l->supports(Op::kKvStore, kt, kt) || !l->supports(Op::kAttention, kt, kt))
       return make_error(ErrorCode::kUnsupported, "KV cache type %s is not supported by backend %s", dtype_name(kt),
                         l->name());
   // Ops only some architectures use, asked before anything is allocated (a backend without them would fail at the
@@ -613,7 +613,7 @@ Status check_state(const HParams& hp, const Placement& place, const StepCaps& ca
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     Backend& be = *place.layers[il];
     const bool rec = hp.is_recurrent(il);
-    if (hp.window(il) > 0 && !be.supports(Op::kAttentionWindow, kt))
+    if (hp.window(il) > 0 && !be.supports(Op::kAttentionWindow, kt, kt))
       return make_error(ErrorCode::kUnsupported, "layer %lld of %s uses sliding-window attention, which backend %s "
                         "does not run (with a %s cache)", static_cast<long long>(il), hp.arch.c_str(), be.name(),
                         dtype_name(kt));

@@ -41,7 +41,7 @@ TEST(KvCache, QuantizedCacheNeedsWholeBlocksPerHead) {
   StepCaps caps;
   caps.kv_dtype = DType::Q8_0;
   EXPECT_TRUE((*m)->create_state(caps).is_ok());  // head dim 64: two q8_0 blocks
-  caps.kv_dtype = DType::Q4_0;
+  caps.kv_dtype = DType::Q4_K;  // blocks of 256
   EXPECT_EQ((*m)->create_state(caps).status().code(), ErrorCode::kUnsupported);
 }
 

@@ -367,7 +367,8 @@ TEST(ModelBatching, SeveralSequencesInOneBatchMatchEachAlone) {
 // 4 bits ~20x), so the logits' NMSE grows as r^2 through the two layers (test_backend_ops checks the per-op size of
 // it for every type). Each bound is about 2x the largest per-row NMSE measured here (beside it), so a type whose
 // rounding got ~40% worse in RMS fails; a layout or scale defect (K read as V, the wrong head or block) moves the
-// logits by NMSE ~1e-1 or more. f32 vs f16 measures f16's own rounding.
+// logits by NMSE ~1e-1 or more. (Also measured, not run here to keep the test short: f32 3.8e-7, i.e. f16's own
+// rounding; K f16 with V q8_0 2.2e-5; q5_0 4.1e-3; q4_1 1.4e-2.)
 TEST(ModelKvTypes, CacheTypesStayCloseToF16) {
   Fixture* fx = load_fixture("fixture-llama-f16");
   ASSERT_NE(fx, nullptr);
@@ -381,16 +382,12 @@ TEST(ModelKvTypes, CacheTypesStayCloseToF16) {
   const struct {
     DType k, v;
     double bound;
-  } cases[] = {
-      {DType::F32, DType::F32, 1e-6},        // measured 3.8e-7
-      {DType::BF16, DType::BF16, 1.5e-5},    // 7.2e-6
+  } cases[] = {  // one of each family (the op tests cover every type), the mixed pairs llama.cpp users pick
+      {DType::BF16, DType::BF16, 1.5e-5},    // measured 7.2e-6
       {DType::Q8_0, DType::Q8_0, 1.5e-4},    // 6.2e-5
       {DType::Q8_0, DType::F16, 1e-4},       // 4.5e-5
-      {DType::F16, DType::Q8_0, 5e-5},       // 2.2e-5
-      {DType::Q5_0, DType::Q5_0, 1e-2},      // 4.1e-3
       {DType::Q5_1, DType::Q5_1, 6e-3},      // 2.9e-3
       {DType::Q4_0, DType::Q4_0, 3e-2},      // 1.5e-2
-      {DType::Q4_1, DType::Q4_1, 3e-2},      // 1.4e-2
       {DType::IQ4_NL, DType::IQ4_NL, 3e-2},  // 1.5e-2
       {DType::Q8_0, DType::Q4_0, 1.2e-2},    // 5.4e-3
   };

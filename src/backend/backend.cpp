@@ -1,6 +1,7 @@
 #include "backend/backend.h"
 
 #include <cstring>
+#include <vector>
 
 namespace kiln {
 
@@ -51,6 +52,16 @@ Status copy_between(const Tensor& src, const Tensor& dst, void* bounce, size_t b
   KILN_TRY(sb.read(src, 0, bounce, n));
   KILN_TRY(db.write(dst, 0, bounce, n));
   return db.synchronize();  // the bounce buffer is reused by the next boundary
+}
+
+std::string stored_cache_types(const Backend& be) {
+  std::vector<const char*> names;
+  for (DType t : kKvCacheTypes)
+    if (be.supports(Op::kKvStore, t, t) && be.supports(Op::kAttention, t, t)) names.push_back(dtype_name(t));
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i)
+    s += std::string(i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return s.empty() ? "no" : s;
 }
 
 }  // namespace kiln

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "backend/tensor.h"
 #include "util/status.h"
@@ -42,9 +43,20 @@ struct RopeParams {
   Tensor freq_factors;                // optional: f32 [n_rot/2] (llama3 rope_freqs.weight); invalid = all 1
 };
 
+// The KV cache storage types of the op contract: llama.cpp's -ctk/-ctv set, in its order. A backend stores the
+// ones supports(Op::kKvStore, k type, v type) accepts (the CPU all of them, K and V independently).
+inline constexpr DType kKvCacheTypes[] = {DType::F32,  DType::F16,    DType::BF16, DType::Q8_0, DType::Q4_0,
+                                          DType::Q4_1, DType::IQ4_NL, DType::Q5_0, DType::Q5_1};
+inline bool is_kv_cache_type(DType t) {
+  for (DType c : kKvCacheTypes)
+    if (c == t) return true;
+  return false;
+}
+
 // One layer of the paged KV cache as the attention ops see it.
-//   k: [n_head_kv * head_dim_k, n_slots] of dtype F16 / F32 / Q8_0 (one row per token slot, heads contiguous)
-//   v: [n_head_kv * head_dim_v, n_slots] same dtype
+//   k: [n_head_kv * head_dim_k, n_slots] of a cache type (one row per token slot, heads contiguous); a head's row is
+//      a whole number of the type's blocks (head_dim_k % 32 == 0 for the 32-element types)
+//   v: [n_head_kv * head_dim_v, n_slots] of a cache type, which may differ from k's
 // Slot s of block b is row b * block_size + s.
 struct KvLayer {
   Tensor k, v;
@@ -53,7 +65,7 @@ struct KvLayer {
   int32_t block_size = 0;
   // Sliding window (local attention layers, gemma3): a token at position p sees positions (p - window, p] of its
   // sequence only, i.e. [kv_len - window, kv_len); positions outside it are skipped, not masked. 0: the whole
-  // causal prefix. A backend honours it when supports(Op::kAttentionWindow, cache type) says so.
+  // causal prefix. A backend honours it when supports(Op::kAttentionWindow, k type, v type) says so.
   int32_t window = 0;
 };
 
@@ -79,10 +91,11 @@ struct AttnBatch {
   int32_t max_q_len = 0;   // upper bound of seq_q_len
 };
 
-// What supports() is asked about. `a` is the main operand's type (the weight for kMatmul/kGetRows, the cache for
-// kKvStore/kAttention, the source for kCopy), `b` the second where one exists (the destination for kCopy).
+// What supports() is asked about. `a` is the main operand's type (the weight for kMatmul/kGetRows, the K cache for
+// kKvStore/kAttention/kAttentionWindow, the source for kCopy), `b` the second where one exists (the V cache for the
+// cache ops: ask with both; the destination for kCopy).
 // The ops after kCopy (Qwen3.5 / Gemma 3, mixture-of-experts models) have defaults that return kUnsupported;
-// kAttentionWindow asks whether attention honours KvLayer::window for cache type `a`; kMoeFfn whether moe_ffn reads
+// kAttentionWindow asks whether attention honours KvLayer::window for K/V cache types a/b; kMoeFfn whether moe_ffn reads
 // expert weights of type `a`.
 enum class Op { kGetRows, kRmsNorm, kMatmul, kRope, kKvStore, kAttention, kSwiglu, kAdd, kMul, kScale, kSoftmax,
                 kArgmax, kCopy, kGeglu, kSigmoidMul, kAttentionWindow, kConv1dSilu, kDeltaNet, kMoeFfn };
@@ -152,7 +165,8 @@ class Backend {
   virtual Status rope(const Tensor& x, const Tensor& pos, const RopeParams& p) = 0;
 
   // Writes k and v rows into the cache slots.   k: F32 [n_head_kv * head_dim_k, n_tok], v likewise;
-  // slots: I32 [n_tok] (physical slot = block * block_size + offset). Converts to the cache dtype.
+  // slots: I32 [n_tok] (physical slot = block * block_size + offset). Converts each to its cache's dtype (the
+  // quantized types through quant/reference.h's quantize_row, row by row: the bytes are the spec's).
   virtual Status kv_store(const Tensor& k, const Tensor& v, const KvLayer& cache, const Tensor& slots) = 0;
 
   // Causal paged attention, flash-style (online softmax, never materializing the score matrix).
@@ -313,6 +327,9 @@ class Backend {
 // neither side is host memory (device to device of two backends without a direct path); it may be invalid
 // otherwise. Waits for src's backend (the data must be complete) before a cross-backend transfer.
 Status copy_between(const Tensor& src, const Tensor& dst, void* bounce, size_t bounce_bytes);
+
+// The cache types `be` stores as K and as V alike, in kKvCacheTypes' order, for error messages: "f32, f16 or q8_0".
+std::string stored_cache_types(const Backend& be);
 
 // The CPU backend (backend/cpu). reference = scalar single-threaded reference ops (the executable spec that every
 // fast path and every other backend is tested against). Callers above the backend layer get backends from the

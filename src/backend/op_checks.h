@@ -44,23 +44,24 @@ inline Status check_ids(const char* op, const char* name, const Tensor& ids, int
 }
 
 inline bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-// KV cache storage types every backend's kv_store/attention may accept.
-inline bool is_cache_type(DType t) { return t == DType::F16 || t == DType::F32 || t == DType::Q8_0; }
+// Any K and V of the op contract's cache types (backend.h, kKvCacheTypes), independently: a backend that reads
+// every type gives this to supports_op.
+inline bool any_cache_pair(DType k, DType v) { return is_kv_cache_type(k) && is_kv_cache_type(v); }
 
 // Backend::supports for every backend (backend.h, Op): the operand types each op takes are the same everywhere;
 // what differs is which weight types a backend's matmul and get_rows kernels read, which its own selectors say
-// (the same functions its ops dispatch with). Activations, norms and the hybrid-model ops are f32; kv_store,
-// attention and the sliding window take the cache types; copy converts between float types; moe_ffn takes the
-// expert types moe_weight accepts (nullptr: a backend without moe_ffn).
-inline bool supports_op(Op op, DType a, DType b, bool (*matmul_weight)(DType), bool (*get_rows_weight)(DType),
-                        bool (*moe_weight)(DType) = nullptr) {
+// (the same functions its ops dispatch with), and which K/V cache type pairs its kv_store and attention store and
+// read (cache_pair: a = K, b = V). Activations, norms and the hybrid-model ops are f32; copy converts between float
+// types; moe_ffn takes the expert types moe_weight accepts (nullptr: a backend without moe_ffn).
+inline bool supports_op(Op op, DType a, DType b, bool (*cache_pair)(DType, DType), bool (*matmul_weight)(DType),
+                        bool (*get_rows_weight)(DType), bool (*moe_weight)(DType) = nullptr) {
   switch (op) {
     case Op::kMoeFfn: return moe_weight && moe_weight(a);
     case Op::kGetRows: return get_rows_weight(a);
     case Op::kMatmul: return matmul_weight(a);
     case Op::kKvStore:
     case Op::kAttention:
-    case Op::kAttentionWindow: return is_cache_type(a);
+    case Op::kAttentionWindow: return is_kv_cache_type(a) && is_kv_cache_type(b) && cache_pair(a, b);
     case Op::kCopy: return a == b || (is_float_type(a) && is_float_type(b));
     case Op::kArgmax:
     case Op::kRmsNorm:
@@ -157,15 +158,29 @@ inline Status binary_operands(const char* op, const Tensor& a, const Tensor& b, 
   return Status::ok();
 }
 
-// kv_store operands: k F32 [n_head_kv * hd_k, n], v F32 [n_head_kv * hd_v, n], a cache of one storage type whose
-// rows match, slots I32 [n].
-inline Status kv_store_operands(const Tensor& k, const Tensor& v, const KvLayer& c, const Tensor& slots) {
+// The cache of `op` (kv_store or attention): K and V of types `be` stores (supports(op, k type, v type)), each head
+// row a whole number of its type's blocks.
+inline Status cache_operands(const char* op, const Backend& be, Op which, const KvLayer& c) {
+  const DType kt = c.k.dtype, vt = c.v.dtype;
+  if (!c.k.valid() || !c.v.valid()) return make_error(ErrorCode::kInvalidArgument, "%s: cache k / v is not set", op);
+  if (!be.supports(which, kt, vt))
+    return make_error(ErrorCode::kUnsupported, "%s: cache types k %s / v %s: backend %s stores %s caches%s", op,
+                      dtype_name(kt), dtype_name(vt), be.name(), stored_cache_types(be).c_str(),
+                      be.supports(which, kt, kt) && be.supports(which, vt, vt) ? ", K and V of one type" : "");
+  if (c.head_dim_k % dtype_block_size(kt) || c.head_dim_v % dtype_block_size(vt))
+    return make_error(ErrorCode::kUnsupported, "%s: head dims %d (k %s) / %d (v %s) are not whole blocks of their "
+                      "types (%lld / %lld elements)", op, c.head_dim_k, dtype_name(kt), c.head_dim_v, dtype_name(vt),
+                      static_cast<long long>(dtype_block_size(kt)), static_cast<long long>(dtype_block_size(vt)));
+  return Status::ok();
+}
+
+// kv_store operands: k F32 [n_head_kv * hd_k, n], v F32 [n_head_kv * hd_v, n], a cache (cache_operands) whose rows
+// match, slots I32 [n].
+inline Status kv_store_operands(const Backend& be, const Tensor& k, const Tensor& v, const KvLayer& c,
+                                const Tensor& slots) {
   KILN_TRY(check("kv_store", "k", k, DType::F32));
   KILN_TRY(check("kv_store", "v", v, DType::F32));
-  const DType ct = c.k.dtype;
-  if (c.v.dtype != ct || !is_cache_type(ct))
-    return make_error(ErrorCode::kUnsupported, "kv_store: cache types k %s / v %s (supported: f16, f32, q8_0)",
-                      dtype_name(ct), dtype_name(c.v.dtype));
+  KILN_TRY(cache_operands("kv_store", be, Op::kKvStore, c));
   const int64_t dk = static_cast<int64_t>(c.n_head_kv) * c.head_dim_k;
   const int64_t dv = static_cast<int64_t>(c.n_head_kv) * c.head_dim_v;
   if (k.ne[0] != dk || c.k.ne[0] != dk || v.ne[0] != dv || c.v.ne[0] != dv)
@@ -178,9 +193,9 @@ inline Status kv_store_operands(const Tensor& k, const Tensor& v, const KvLayer&
 }
 
 // attention operands: q F32 [hd_k, n_head, n_tok] with contiguous heads, n_head a multiple of n_head_kv, dst
-// contiguous F32 [hd_v, n_head, n_tok], a cache of one storage type whose head dims are whole blocks of it, block
-// tables I32, tok_table and kv_len I32 [n_tok].
-inline Status attention_operands(const Tensor& q, const KvLayer& c, const AttnBatch& m, const Tensor& dst) {
+// contiguous F32 [hd_v, n_head, n_tok], a cache (cache_operands), block tables I32, tok_table and kv_len I32 [n_tok].
+inline Status attention_operands(const Backend& be, const Tensor& q, const KvLayer& c, const AttnBatch& m,
+                                 const Tensor& dst) {
   if (!q.valid() || q.dtype != DType::F32 || q.nb[0] != sizeof(float))
     return make_error(ErrorCode::kUnsupported, "attention: q must be f32 with contiguous heads");
   const int64_t n_head = q.ne[1], n_tok = q.ne[2];
@@ -195,14 +210,8 @@ inline Status attention_operands(const Tensor& q, const KvLayer& c, const AttnBa
     return make_error(ErrorCode::kInvalidArgument, "attention: dst %s must be contiguous [%d, %lld, %lld]",
                       dst.shape_string().c_str(), c.head_dim_v, static_cast<long long>(n_head),
                       static_cast<long long>(n_tok));
-  const DType ct = c.k.dtype;
-  if (c.v.dtype != ct || !is_cache_type(ct))
-    return make_error(ErrorCode::kUnsupported, "attention: cache types k %s / v %s (supported: f16, f32, q8_0)",
-                      dtype_name(ct), dtype_name(c.v.dtype));
+  KILN_TRY(cache_operands("attention", be, c.window > 0 ? Op::kAttentionWindow : Op::kAttention, c));
   if (c.block_size <= 0) return make_error(ErrorCode::kInvalidArgument, "attention: block_size must be > 0");
-  if (c.head_dim_k % dtype_block_size(ct) || c.head_dim_v % dtype_block_size(ct))
-    return make_error(ErrorCode::kUnsupported, "attention: head dims %d/%d are not multiples of %s blocks",
-                      c.head_dim_k, c.head_dim_v, dtype_name(ct));
   KILN_TRY(check("attention", "block_tables", m.block_tables, DType::I32));
   KILN_TRY(check_ids("attention", "tok_table", m.tok_table, n_tok));
   return check_ids("attention", "kv_len", m.kv_len, n_tok);

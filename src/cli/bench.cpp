@@ -203,8 +203,10 @@ struct Printer {
     std::fflush(stdout);
   }
 
-  void row(const Test& t, const Model& m, const std::string& filename, int n_batch, const std::string& kv_type,
+  void row(const Test& t, const Model& m, const std::string& filename, int n_batch, const CacheOptions& co,
            const std::string& cpu, const std::string& when) {
+    const char* type_k = dtype_name(co.k);
+    const char* type_v = dtype_name(co.v);
     const auto ts = t.samples_ts();
     const std::string type = model_type(m);
     const uint64_t size = m.stats().weight_bytes, params = m.stats().n_params;
@@ -224,8 +226,7 @@ struct Printer {
       std::printf("\"%s\",\"0\",\"%s\",\"%s\",\"%s\",\"%s\",\"%s\",\"%llu\",\"%llu\",\"%d\",\"%d\",\"%d\",\"%s\",\"%s\","
                   "\"%d\",\"%d\",\"%d\",\"%d\",\"%s\",\"%.0f\",\"%.0f\",\"%f\",\"%f\"\n",
                   KILN_VERSION, cpu.c_str(), gpu_info(m).c_str(), backends.c_str(), filename.c_str(), type.c_str(),
-                  (unsigned long long)size, (unsigned long long)params, n_batch, n_batch, t.n_threads, kv_type.c_str(),
-                  kv_type.c_str(), ngl,
+                  (unsigned long long)size, (unsigned long long)params, n_batch, n_batch, t.n_threads, type_k, type_v, ngl,
                   t.n_prompt, t.n_gen, t.n_depth, when.c_str(), mean(t.samples_ns), stdev(t.samples_ns), mean(ts),
                   stdev(ts));
     } else {
@@ -242,8 +243,8 @@ struct Printer {
       j["n_batch"] = n_batch;
       j["n_ubatch"] = n_batch;
       j["n_threads"] = t.n_threads;
-      j["type_k"] = kv_type;
-      j["type_v"] = kv_type;
+      j["type_k"] = type_k;
+      j["type_v"] = type_v;
       j["n_gpu_layers"] = ngl;
       j["n_prompt"] = t.n_prompt;
       j["n_gen"] = t.n_gen;
@@ -278,9 +279,9 @@ struct Printer {
 
 int bench_main(int argc, char** argv) {
   ArgParser args("bench", "Benchmark prompt processing (pp) and generation (tg) like llama-bench.");
-  std::string model_path, p_list = "512", n_list = "128", d_list = "0", np_list = "1", t_list, fmt = "md",
-              kv_type = "f16";
-  std::string fa_list, type_k, type_v;
+  std::string model_path, p_list = "512", n_list = "128", d_list = "0", np_list = "1", t_list, fmt = "md";
+  std::string fa_list;
+  CacheOptions cache;  // -ctk, -ctv, --kv-type (-c is derived from the tests below)
   int reps = 5, n_batch = defaults::kBatch;
   uint64_t seed = 1234;
   ModelSource dev_src;  // --device, -ngl (-m and -t are lists of their own here)
@@ -303,9 +304,7 @@ int bench_main(int argc, char** argv) {
   args.option({"-ts", "--tensor-split"}, &dev_src.tensor_split, "A,B,...", "proportions per device (default equal)");
   args.option({"-mg", "--main-gpu"}, &dev_src.main_gpu, "N", "the GPU of --split-mode none (default 0)");
   args.option({"-o", "--output"}, &fmt, "FMT", "md (default), csv or json");
-  args.option({"--kv-type"}, &kv_type, "TYPE", "KV cache storage: f16 (default) or q8_0");
-  args.option({"-ctk", "--cache-type-k"}, &type_k, "TYPE", "llama-bench's name: f16 or q8_0, as --kv-type");
-  args.option({"-ctv", "--cache-type-v"}, &type_v, "TYPE", "llama-bench's name: f16 or q8_0 (the same as -ctk)");
+  add_cache_type_options(args, &cache.kv_type, &cache.type_k, &cache.type_v);
   args.option({"-fa", "--flash-attn"}, &fa_list, "0|1[,..]",
               "accepted for llama-bench's scripts; no effect (kiln's attention is always flash-style)");
   args.option({"-s", "--seed"}, &seed, "N", "seed of the random prompt tokens (default 1234)");
@@ -318,14 +317,7 @@ int bench_main(int argc, char** argv) {
     return fail("bench", make_error(ErrorCode::kInvalidArgument, "-o: '%s' is not md, csv or json", fmt.c_str()));
   if (reps < 1) return fail("bench", make_error(ErrorCode::kInvalidArgument, "-r: must be >= 1 (got %d)", reps));
   if (Status st = check_generation_options(0, n_batch); !st) return fail("bench", st);
-  {
-    CacheOptions co;
-    co.kv_type = kv_type;
-    co.type_k = type_k;
-    co.type_v = type_v;
-    if (Status st = check_cache_options(co); !st) return fail("bench", st);
-    kv_type = co.kv_type;
-  }
+  if (Status st = check_cache_options(cache); !st) return fail("bench", st);
   if (args.seen("-fa") || args.seen("--flash-attn")) {
     for (size_t i = 0; i <= fa_list.size();) {
       size_t j = std::min(fa_list.find(',', i), fa_list.size());
@@ -378,11 +370,10 @@ int bench_main(int argc, char** argv) {
     if (!loaded) return fail("bench", loaded.status());
     Model& model = *loaded->model;
     const int shown_threads = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    CacheOptions co;
+    CacheOptions co = cache;
     // Whole blocks per sequence: each of the max_np sequences holds its own last, partial block.
     const int per_seq = max_d + std::max(max_p, max_n);
     co.n_ctx = (per_seq + defaults::kBlockSize - 1) / defaults::kBlockSize * defaults::kBlockSize;
-    co.kv_type = kv_type;
     // max_np sequence slots of n_ctx each; a tg pass brings back max_np logits rows.
     auto engine = make_engine(model, co, max_np, std::max(n_batch, max_np), std::max(max_np, 8));
     if (!engine) return fail("bench", engine.status());
@@ -411,7 +402,7 @@ int bench_main(int argc, char** argv) {
         char when[32];
         std::time_t now = std::time(nullptr);
         std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-        out.row(t, model, loaded->name, n_batch, kv_type, cpu, when);
+        out.row(t, model, loaded->name, n_batch, cache, cpu, when);
       }
     }
   }

@@ -80,7 +80,8 @@ Result<EngineConfig> engine_config(const Model& model, const EngineArgs& a_in) {
   c.batch_tokens = a.batch_tokens;
   c.max_seqs = a.max_seqs;
   c.block_size = defaults::kBlockSize;
-  c.kv_type = a.cache.kv_type == "q8_0" ? DType::Q8_0 : DType::F16;
+  c.kv_type_k = a.cache.k;
+  c.kv_type_v = a.cache.v;
   c.prefix_cache = !a.no_prefix_cache;
   c.ctx_checkpoints = a.ctx_checkpoints;
   c.spec = a.spec;

@@ -1,6 +1,6 @@
 // The engine loop's flags, one set for `kiln run`, `kiln chat` and `kiln serve`, filling one EngineConfig
 // (runtime/engine_config.h) the same way:
-//   -c/--ctx-size, --kv-type, -ctk, -ctv   (CacheOptions, cli/model_source.h)    n_ctx, kv_type
+//   -c/--ctx-size, --kv-type, -ctk, -ctv   (CacheOptions, cli/model_source.h)    n_ctx, kv_type_k, kv_type_v
 //   -b/--batch-size                                                               batch_tokens
 //   -np/--parallel, --no-prefix-cache      serve only (run and chat: one sequence) max_seqs, prefix_cache
 //   --spec-type, --spec-draft-n-max/-min, --spec-ngram-simple-size-n/-m          spec (speculative decoding)
@@ -35,7 +35,7 @@ struct EngineArgs {
 
 // Registers the flags above (serve: also -np and --no-prefix-cache). The caller sets args->server first.
 void add_engine_options(ArgParser& args, EngineArgs* a);
-// Range checks before the model loads; errors name the flag (and fold -ctk/-ctv into --kv-type).
+// Range checks before the model loads; errors name the flag (and resolve -ctk/-ctv/--kv-type into cache.k/.v).
 Status check_engine_options(EngineArgs& a);
 // The config for this model: -c resolved against its training context (a warning when a sequence's context is
 // above it).

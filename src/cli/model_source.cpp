@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 #include <span>
+#include <tuple>
 
 #include "gguf/gguf.h"
 #include "util/mmap_file.h"
@@ -171,9 +172,19 @@ void add_cache_options(ArgParser& args, CacheOptions* opt, const std::string& ct
               !ctx_help.empty() ? ctx_help
                                 : "context size in tokens (default: the model's, at most " +
                                       std::to_string(defaults::kContextCap) + ")");
-  args.option({"--kv-type"}, &opt->kv_type, "TYPE", "KV cache storage: f16 (default) or q8_0");
-  args.option({"-ctk", "--cache-type-k"}, &opt->type_k, "TYPE", "llama.cpp's name: f16 or q8_0, as --kv-type");
-  args.option({"-ctv", "--cache-type-v"}, &opt->type_v, "TYPE", "llama.cpp's name: f16 or q8_0 (the same as -ctk)");
+  add_cache_type_options(args, &opt->kv_type, &opt->type_k, &opt->type_v);
+}
+
+void add_cache_type_options(ArgParser& args, std::string* kv_type, std::string* type_k, std::string* type_v) {
+  const std::string names = kv_cache_type_names();
+  args.option({"-ctk", "--cache-type-k"}, type_k, "TYPE", "KV cache type for K: " + names + " (default f16)");
+  args.option({"-ctv", "--cache-type-v"}, type_v, "TYPE", "KV cache type for V: " + names + " (default f16)");
+  args.option({"--kv-type"}, kv_type, "TYPE", "KV cache type for K and V alike (as -ctk TYPE -ctv TYPE)");
+}
+
+std::string cache_types_label(const CacheOptions& opt) {
+  if (opt.k == opt.v) return dtype_name(opt.k);
+  return std::string("k ") + dtype_name(opt.k) + ", v " + dtype_name(opt.v);
 }
 
 int64_t effective_ctx(const Model& model, int64_t n_ctx) {
@@ -190,23 +201,23 @@ Status check_cache_options(CacheOptions& opt) {
   if (opt.n_ctx > kMaxCtx)
     return make_error(ErrorCode::kOutOfRange, "-c %lld: the context is limited to %lld token slots",
                       (long long)opt.n_ctx, (long long)kMaxCtx);
-  if (opt.kv_type != "f16" && opt.kv_type != "q8_0")
-    return make_error(ErrorCode::kInvalidArgument, "--kv-type: '%s' is not f16 or q8_0", opt.kv_type.c_str());
-  for (const auto& [flag, v] : {std::pair<const char*, const std::string&>{"-ctk", opt.type_k}, {"-ctv", opt.type_v}})
-    if (!v.empty() && v != "f16" && v != "q8_0")
-      return make_error(ErrorCode::kInvalidArgument, "%s: '%s' is not f16 or q8_0 (the KV cache types kiln has)", flag,
-                        v.c_str());
-  if (!opt.type_k.empty() && !opt.type_v.empty() && opt.type_k != opt.type_v)
-    return make_error(ErrorCode::kInvalidArgument,
-                      "-ctk %s and -ctv %s differ: kiln stores K and V in one type (give both the same, or --kv-type)",
-                      opt.type_k.c_str(), opt.type_v.c_str());
-  const std::string& ct = !opt.type_k.empty() ? opt.type_k : opt.type_v;
-  if (!ct.empty()) {
-    if (opt.kv_type != "f16" && opt.kv_type != ct)
-      return make_error(ErrorCode::kInvalidArgument, "--kv-type %s and -ctk/-ctv %s differ", opt.kv_type.c_str(),
-                        ct.c_str());
-    opt.kv_type = ct;
+  DType both = DType::F16;
+  if (!opt.kv_type.empty()) {
+    KILN_ASSIGN_OR_RETURN(both, kv_cache_type_from_name("--kv-type", opt.kv_type));
   }
+  opt.k = opt.v = both;
+  if (!opt.type_k.empty()) {
+    KILN_ASSIGN_OR_RETURN(opt.k, kv_cache_type_from_name("-ctk", opt.type_k));
+  }
+  if (!opt.type_v.empty()) {
+    KILN_ASSIGN_OR_RETURN(opt.v, kv_cache_type_from_name("-ctv", opt.type_v));
+  }
+  // --kv-type sets both: a -ctk or -ctv that says otherwise is a contradiction, not an override.
+  for (const auto& [flag, given, t] : {std::tuple<const char*, const std::string&, DType>{"-ctk", opt.type_k, opt.k},
+                                       {"-ctv", opt.type_v, opt.v}})
+    if (!opt.kv_type.empty() && !given.empty() && t != both)
+      return make_error(ErrorCode::kInvalidArgument, "--kv-type %s and %s %s differ (--kv-type sets K and V alike)",
+                        opt.kv_type.c_str(), flag, given.c_str());
   return Status::ok();
 }
 
@@ -229,7 +240,8 @@ Result<std::unique_ptr<Engine>> make_engine(Model& model, const CacheOptions& op
   cfg.block_size = defaults::kBlockSize;
   cfg.batch_tokens = static_cast<int32_t>(std::min<int64_t>(n_batch, cfg.n_ctx));
   cfg.max_outputs = max_outputs;
-  cfg.dtype = checked.kv_type == "q8_0" ? DType::Q8_0 : DType::F16;
+  cfg.type_k = checked.k;
+  cfg.type_v = checked.v;
   return Engine::create(model, cfg);
 }
 

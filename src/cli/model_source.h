@@ -80,18 +80,24 @@ struct LoadedModel {
 Result<LoadedModel> load_model(const ModelSource& src, bool show_progress = false);
 
 struct CacheOptions {
-  int64_t n_ctx = 0;         // -c; 0: the model's training context, at most 4096
-  std::string kv_type = "f16";  // --kv-type f16|q8_0
-  std::string type_k, type_v;   // -ctk/--cache-type-k, -ctv/--cache-type-v (llama.cpp's; "": not given). K and V
-                                // share one type in kiln: they must agree, and set kv_type (check_cache_options)
+  int64_t n_ctx = 0;            // -c; 0: the model's training context, at most 4096
+  std::string kv_type;          // --kv-type: K and V alike ("": not given)
+  std::string type_k, type_v;   // -ctk/--cache-type-k, -ctv/--cache-type-v (llama.cpp's names; "": not given)
+  // What check_cache_options makes of them: -ctk, else --kv-type, else f16 (and -ctv likewise).
+  DType k = DType::F16, v = DType::F16;
 };
 // -c, --kv-type, -ctk, -ctv. ctx_help: the help of -c (default: the model's context, at most kContextCap).
 void add_cache_options(ArgParser& args, CacheOptions* opt, const std::string& ctx_help = "");
+// -ctk, -ctv and --kv-type alone (kiln bench, whose -c is its own).
+void add_cache_type_options(ArgParser& args, std::string* kv_type, std::string* type_k, std::string* type_v);
+// "q8_0" when K and V are stored alike, else "k q8_0, v f16" (checked options).
+std::string cache_types_label(const CacheOptions& opt);
 // The engine (KV cache + model state) for `max_seqs` sequences of n_ctx tokens each, steps of up to n_batch
 // tokens and max_outputs output rows (0: the default); errors name the bad option.
 Result<std::unique_ptr<Engine>> make_engine(Model& model, const CacheOptions& opt, int32_t max_seqs = 1,
                                             int32_t n_batch = defaults::kBatch, int32_t max_outputs = 0);
-// Checks -c, --kv-type, -ctk and -ctv before the model loads (and folds -ctk/-ctv into kv_type).
+// Checks -c, --kv-type, -ctk and -ctv before the model loads and sets opt.k / opt.v (whether a backend stores
+// those types is asked when the engine is created, after loading).
 Status check_cache_options(CacheOptions& opt);
 // n_ctx after applying the default (0 -> min(n_ctx_train, kContextCap)).
 int64_t effective_ctx(const Model& model, int64_t n_ctx);

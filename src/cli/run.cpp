@@ -169,7 +169,7 @@ void print_timings(const Scheduler& sched, const RunArgs& r, const RequestHandle
     std::fprintf(stderr, "kiln run: context full (%lld tokens): generation stopped; raise -c for more\n",
                  (long long)n_ctx);
   std::fprintf(stderr, "kiln run: load %.3f s, model %.2f MiB, kv cache %.2f MiB (%s, %lld tokens), peak RSS %.1f MiB\n",
-               load_s, mib(sched.model().stats().weight_bytes), mib(sched.kv_bytes()), r.eng.cache.kv_type.c_str(),
+               load_s, mib(sched.model().stats().weight_bytes), mib(sched.kv_bytes()), cache_types_label(r.eng.cache).c_str(),
                (long long)n_ctx, mib(peak_rss_bytes()));
   const int64_t n_prompt = t.n_prompt - t.n_cached;
   const double prompt_s = t.prompt_ms / 1000, gen_s = t.gen_ms / 1000;

@@ -1,7 +1,8 @@
 // ModelState: KV storage, workspace and staging allocated once for StepCaps; execute() = upload + ops; fetch().
 //
 // Memory, all allocated in make_model_state:
-//   per layer       K and V pools on the layer's backend: [n_head_kv * hd, n_blocks * block_size] of kv_dtype
+//   per layer       K and V pools on the layer's backend: [n_head_kv * hd, n_blocks * block_size] of kv_type_k /
+//                   kv_type_v
 //   per layer       (linear-attention layers of hybrid models instead of K/V) the recurrent state: conv history
 //                   [(d_conv-1) * conv_dim, max_seqs] and delta-rule matrices [S_v * S_k * H_v, max_seqs], f32;
 //                   with n_checkpoints, the same two again with n_checkpoints rows (the checkpoints)
@@ -173,10 +174,11 @@ Status State::init() {
     }
     for (int kv = 0; kv < 2; ++kv) {
       const int64_t width = hp_.n_head_kv * (kv ? hp_.head_dim_v : hp_.head_dim_k);
-      const size_t bytes = dtype_row_bytes(caps_.kv_dtype, width).value() * static_cast<size_t>(n_slots);
+      const DType t = kv ? caps_.kv_type_v : caps_.kv_type_k;
+      const size_t bytes = dtype_row_bytes(t, width).value() * static_cast<size_t>(n_slots);
       auto buf = be->alloc(bytes);
       if (!buf) return buf.status().with_context("KV cache of layer " + std::to_string(il));
-      (kv ? l.v : l.k) = Tensor::make(caps_.kv_dtype, (*buf)->data(), be, width, n_slots);
+      (kv ? l.v : l.k) = Tensor::make(t, (*buf)->data(), be, width, n_slots);
       kv_bufs_.push_back(std::move(buf).value());
     }
   }
@@ -621,11 +623,12 @@ Status State::load_checkpoint(int32_t checkpoint, int32_t seq) {
 }  // namespace
 
 uint64_t kv_storage_bytes(const HParams& hp, const StepCaps& caps) {
-  auto rb = [&](int64_t width) -> uint64_t {
-    auto r = dtype_row_bytes(caps.kv_dtype, width);
+  auto rb = [&](DType t, int64_t width) -> uint64_t {
+    auto r = dtype_row_bytes(t, width);
     return r ? static_cast<uint64_t>(r.value()) : 0;
   };
-  const uint64_t per_slot = rb(hp.n_head_kv * hp.head_dim_k) + rb(hp.n_head_kv * hp.head_dim_v);
+  const uint64_t per_slot =
+      rb(caps.kv_type_k, hp.n_head_kv * hp.head_dim_k) + rb(caps.kv_type_v, hp.n_head_kv * hp.head_dim_v);
   const uint64_t slots = static_cast<uint64_t>(caps.n_blocks) * static_cast<uint64_t>(caps.block_size);
   // Saturates instead of wrapping (n_blocks comes from -c).
   const uint64_t per_layer = slots != 0 && per_slot > UINT64_MAX / slots ? UINT64_MAX : per_slot * slots;
@@ -654,9 +657,40 @@ uint64_t recurrent_row_bytes(const HParams& hp) {
 
 namespace {
 
-// The capacities, the KV type, the ops of the architecture and the storage per backend, before anything is
+// The K and V cache types (-ctk / -ctv): types of the op contract, heads of whole blocks of them, and stored and
+// read by every backend holding a layer (each type alone, then the pair: a backend may take one type for both).
+Status check_cache_types(const HParams& hp, const Placement& place, DType kt, DType vt) {
+  const struct {
+    const char* flag;
+    DType t;
+    int64_t head_dim;
+    const char* which;
+  } sides[] = {{"-ctk", kt, hp.head_dim_k, "K"}, {"-ctv", vt, hp.head_dim_v, "V"}};
+  for (const auto& s : sides) {
+    if (!is_kv_cache_type(s.t))
+      return make_error(ErrorCode::kUnsupported, "%s %s: not a KV cache type", s.flag, dtype_name(s.t));
+    const int64_t qb = dtype_block_size(s.t);
+    if (s.head_dim % qb)
+      return make_error(ErrorCode::kUnsupported, "%s %s: a %s head of %lld values is not a whole number of %s blocks "
+                        "(%lld values)", s.flag, dtype_name(s.t), s.which, static_cast<long long>(s.head_dim),
+                        dtype_name(s.t), static_cast<long long>(qb));
+  }
+  for (const auto& l : place.layers) {
+    for (const auto& s : sides)
+      if (!l->supports(Op::kKvStore, s.t, s.t) || !l->supports(Op::kAttention, s.t, s.t))
+        return make_error(ErrorCode::kUnsupported, "%s %s: backend %s stores %s caches", s.flag, dtype_name(s.t),
+                          l->name(), stored_cache_types(*l).c_str());
+    if (!l->supports(Op::kKvStore, kt, vt) || !l->supports(Op::kAttention, kt, vt))
+      return make_error(ErrorCode::kUnsupported, "-ctk %s -ctv %s: backend %s stores K and V in one type",
+                        dtype_name(kt), dtype_name(vt), l->name());
+  }
+  return Status::ok();
+}
+
+// The capacities, the KV types, the ops of the architecture and the storage per backend, before anything is
 // allocated.
 Status check_state(const HParams& hp, const Placement& place, const StepCaps& caps) {
+  const DType kt = caps.kv_type_k, vt = caps.kv_type_v;
   if (caps.batch_tokens < 1 || caps.batch_tokens > (1 << 20))
     return make_error(ErrorCode::kInvalidArgument, "batch size %d is out of range [1, %d]", caps.batch_tokens, 1 << 20);
   if (caps.max_outputs < 1 || caps.max_outputs > caps.batch_tokens)
@@ -670,25 +704,16 @@ Status check_state(const HParams& hp, const Placement& place, const StepCaps& ca
   if (caps.n_checkpoints < 0 || caps.n_checkpoints > (1 << 20))
     return make_error(ErrorCode::kInvalidArgument, "%d recurrent-state checkpoints is out of range [0, %d]",
                       caps.n_checkpoints, 1 << 20);
-  const DType kt = caps.kv_dtype;
-  const int64_t qb = dtype_block_size(kt);
-  if (hp.head_dim_k % qb || hp.head_dim_v % qb)
-    return make_error(ErrorCode::kUnsupported, "KV cache type %s needs head dims that are multiples of %lld (got "
-                      "%lld/%lld)", dtype_name(kt), static_cast<long long>(qb), static_cast<long long>(hp.head_dim_k),
-                      static_cast<long long>(hp.head_dim_v));
-  for (const auto& l : place.layers)
-    if (!l->supports(Op::kKvStore, kt) || !l->supports(Op::kAttention, kt))
-      return make_error(ErrorCode::kUnsupported, "KV cache type %s is not supported by backend %s", dtype_name(kt),
-                        l->name());
+  KILN_TRY(check_cache_types(hp, place, caps.kv_type_k, caps.kv_type_v));
   // Ops only some architectures use, asked before anything is allocated (a backend without them would fail at the
   // first step, or, for the window, silently attend to the whole prefix).
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     Backend& be = *place.layers[il];
     const bool rec = hp.is_recurrent(il);
-    if (hp.window(il) > 0 && !be.supports(Op::kAttentionWindow, kt))
+    if (hp.window(il) > 0 && !be.supports(Op::kAttentionWindow, kt, vt))
       return make_error(ErrorCode::kUnsupported, "layer %lld of %s uses sliding-window attention, which backend %s "
-                        "does not run (with a %s cache)", static_cast<long long>(il), hp.arch.c_str(), be.name(),
-                        dtype_name(kt));
+                        "does not run (with -ctk %s -ctv %s)", static_cast<long long>(il), hp.arch.c_str(), be.name(),
+                        dtype_name(kt), dtype_name(vt));
     if (rec && (!be.supports(Op::kConv1dSilu, DType::F32) || !be.supports(Op::kDeltaNet, DType::F32)))
       return make_error(ErrorCode::kUnsupported, "layer %lld of %s is a Gated DeltaNet layer, which backend %s does "
                         "not run (conv1d_silu, gated_delta_net)", static_cast<long long>(il), hp.arch.c_str(),
@@ -714,8 +739,9 @@ Status check_state(const HParams& hp, const Placement& place, const StepCaps& ca
     const uint64_t need = sat_add(kv, rec + ckpt), avail = be->memory_available();
     if (need == 0 || avail == 0 || need <= avail) continue;
     auto gib = [](uint64_t b) { return static_cast<double>(b) / (1 << 30); };
-    std::string parts = strprintf("K/V %.2f GiB for %lld token slots of %s", gib(kv),
-                                  static_cast<long long>(caps.n_blocks * caps.block_size), dtype_name(kt));
+    std::string parts = strprintf("K/V %.2f GiB for %lld token slots of K %s / V %s", gib(kv),
+                                  static_cast<long long>(caps.n_blocks * caps.block_size), dtype_name(kt),
+                                  dtype_name(vt));
     if (rec > 0) parts += strprintf(", recurrent state %.2f GiB for %d sequences", gib(rec), caps.max_seqs);
     if (ckpt > 0)
       parts += strprintf(", %.2f GiB for %d checkpoints (--ctx-checkpoints)", gib(ckpt), caps.n_checkpoints);

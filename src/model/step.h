@@ -38,7 +38,7 @@ struct StepCaps {
   int32_t max_seqs = 1;       // sequence slots = block-table rows
   int64_t n_blocks = 256;     // KV pool blocks (per layer)
   int32_t block_size = 16;    // token slots per block
-  DType kv_dtype = DType::F16;
+  DType kv_type_k = DType::F16, kv_type_v = DType::F16;  // K and V storage (backend.h, kKvCacheTypes)
   int32_t n_checkpoints = 0;  // recurrent-state checkpoint slots (hybrid models; ModelState::save_checkpoint)
   int32_t max_blocks_per_seq() const {
     return static_cast<int32_t>(n_blocks);  // one sequence may hold the whole pool

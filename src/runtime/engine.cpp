@@ -15,7 +15,8 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const KvCacheConfig
   caps.batch_tokens = cfg.batch_tokens;
   caps.max_seqs = cfg.max_seqs;
   caps.block_size = cfg.block_size;
-  caps.kv_dtype = cfg.dtype;
+  caps.kv_type_k = cfg.type_k;
+  caps.kv_type_v = cfg.type_v;
   caps.n_checkpoints = cfg.checkpoints;
   caps.max_outputs = cfg.max_outputs > 0 ? cfg.max_outputs : std::max(cfg.max_seqs, 8);
   caps.max_outputs = std::min(caps.max_outputs, std::max(cfg.batch_tokens, 1));

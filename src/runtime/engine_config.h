@@ -8,7 +8,9 @@
 //   max_seqs        sequences running at once (--parallel; run and chat: 1), 1..256
 //   max_outputs     output rows (logits or argmax) per step; 0: max_seqs
 //   block_size      KV block in token slots
-//   kv_type         KV storage: F16 or Q8_0 (--kv-type, -ctk/-ctv)
+//   kv_type_k/_v    K and V storage, independently: a cache type (runtime/kv_cache.h, kv_cache_type_from_name:
+//                   -ctk / -ctv, --kv-type for both); which ones a backend stores is checked when the engine is
+//                   created
 //   prefix_cache    keep and reuse the KV blocks of shared prompt prefixes (--no-prefix-cache turns it off)
 //   ctx_checkpoints hybrid models: recurrent-state checkpoints kept per sequence slot (--ctx-checkpoints), the
 //                   prefix cache's way to resume such a model (runtime/scheduler.h); 0: no prefix cache for them
@@ -74,7 +76,7 @@ struct EngineConfig {
   int32_t max_seqs = 4;
   int32_t max_outputs = 0;
   int32_t block_size = defaults::kBlockSize;
-  DType kv_type = DType::F16;
+  DType kv_type_k = DType::F16, kv_type_v = DType::F16;
   bool prefix_cache = true;
   int32_t ctx_checkpoints = defaults::kCtxCheckpoints;
   SpecConfig spec;

@@ -1,9 +1,24 @@
 #include "runtime/kv_cache.h"
 
 #include <algorithm>
+#include <utility>
 
+#include "backend/backend.h"
 
 namespace kiln {
+
+Result<DType> kv_cache_type_from_name(const char* flag, std::string_view name) {
+  for (DType t : kKvCacheTypes)
+    if (name == dtype_name(t)) return t;
+  return make_error(ErrorCode::kInvalidArgument, "%s: '%.*s' is not a KV cache type (%s)", flag,
+                    static_cast<int>(name.size()), name.data(), kv_cache_type_names().c_str());
+}
+
+std::string kv_cache_type_names() {
+  std::string s;
+  for (DType t : kKvCacheTypes) s += std::string(s.empty() ? "" : ", ") + dtype_name(t);
+  return s;
+}
 
 Result<std::unique_ptr<KvCache>> KvCache::create(const KvCacheConfig& cfg) {
   KILN_TRY(validate(cfg));
@@ -22,9 +37,10 @@ Status KvCache::validate(const KvCacheConfig& cfg) {
   if (cfg.n_ctx > (int64_t{1} << 31) - cfg.block_size)
     return make_error(ErrorCode::kOutOfRange, "-c %lld: the context is limited to %lld token slots",
                       static_cast<long long>(cfg.n_ctx), static_cast<long long>((int64_t{1} << 31) - cfg.block_size));
-  if (cfg.dtype != DType::F16 && cfg.dtype != DType::F32 && cfg.dtype != DType::Q8_0)
-    return make_error(ErrorCode::kUnsupported, "kv cache: type %s is not supported (f16, q8_0, f32)",
-                      dtype_name(cfg.dtype));
+  for (const auto& [flag, t] : {std::pair<const char*, DType>{"-ctk", cfg.type_k}, {"-ctv", cfg.type_v}})
+    if (!is_kv_cache_type(t))
+      return make_error(ErrorCode::kUnsupported, "%s %s: not a KV cache type (%s)", flag, dtype_name(t),
+                        kv_cache_type_names().c_str());
   if (cfg.checkpoints < 0 || cfg.checkpoints > (1 << 20))
     return make_error(ErrorCode::kInvalidArgument, "--ctx-checkpoints: %d checkpoint slots is out of range [0, %d]",
                       cfg.checkpoints, 1 << 20);

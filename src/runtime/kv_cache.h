@@ -33,6 +33,8 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -45,13 +47,20 @@ struct KvCacheConfig {
   int64_t n_ctx = 4096;      // token slots in total, over all sequences (rounded up to whole blocks)
   int32_t block_size = 16;   // token slots per block
   int32_t max_seqs = 1;      // sequence ids 0 .. max_seqs-1
-  DType dtype = DType::F16;  // storage type: F16 or Q8_0 (F32 for tests)
+  DType type_k = DType::F16, type_v = DType::F16;  // K and V storage: cache types (kv_cache_type_from_name)
   int32_t batch_tokens = 512; // tokens per step (the engine splits larger batches)
   int32_t max_outputs = 0;   // output rows per step; 0: max(max_seqs, 8), capped at batch_tokens
   bool prefix_cache = false; // index full blocks by content and keep them after their sequences end (see above)
   uint64_t prefix_seed = 0;  // the first link of the hash chain: the model's identity (a cache holds one model)
   int32_t checkpoints = 0;   // recurrent-state checkpoint slots (see above); needs prefix_cache
 };
+
+// llama.cpp's name of a KV cache type (-ctk / -ctv: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, spelled
+// exactly so) -> its DType; an unknown name is an error naming `flag` and listing the accepted names. Which backend
+// stores which of them is the backend's answer (Backend::supports), checked when the model state is created.
+Result<DType> kv_cache_type_from_name(const char* flag, std::string_view name);
+// The accepted names, "f32, f16, ..., q5_1" (help texts).
+std::string kv_cache_type_names();
 
 class KvCache {
  public:

@@ -17,7 +17,7 @@ void Histogram::add(double v) {
   ++count;
 }
 
-uint64_t model_identity(const Model& m, bool q8) {
+uint64_t model_identity(const Model& m, DType type_k, DType type_v) {
   const HParams& hp = m.hparams();
   uint64_t h = 1469598103934665603ull;
   auto add = [&](uint64_t v) {
@@ -27,7 +27,8 @@ uint64_t model_identity(const Model& m, bool q8) {
   for (char c : hp.arch) add(static_cast<unsigned char>(c));
   for (char c : hp.name) add(static_cast<unsigned char>(c));
   add(hp.n_vocab), add(hp.n_layer), add(hp.n_embd), add(hp.n_head), add(hp.n_head_kv), add(hp.n_ff);
-  add(m.stats().weight_bytes), add(m.stats().n_params), add(q8 ? 1 : 0);
+  add(m.stats().weight_bytes), add(m.stats().n_params);
+  add(static_cast<uint64_t>(type_k)), add(static_cast<uint64_t>(type_v));
   return h;
 }
 
@@ -67,14 +68,15 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
   kc.n_ctx = cfg.n_ctx;
   kc.block_size = cfg.block_size;
   kc.max_seqs = cfg.max_seqs;
-  kc.dtype = cfg.kv_type;
+  kc.type_k = cfg.kv_type_k;
+  kc.type_v = cfg.kv_type_v;
   kc.batch_tokens = static_cast<int32_t>(std::min<int64_t>(cfg.batch_tokens, cfg.n_ctx));
   // Each decoding sequence may verify drafts: 1 + drafts_per_step output rows.
   kc.max_outputs = std::min(cfg.max_outputs > 0 ? cfg.max_outputs : cfg.max_seqs * (1 + I.cfg.spec.drafts_per_step()),
                             kc.batch_tokens);
   kc.prefix_cache = cfg.prefix_cache;
   kc.checkpoints = cfg.prefix_cache ? cfg.ctx_checkpoints * cfg.max_seqs : 0;  // Engine::create: hybrid models only
-  kc.prefix_seed = model_identity(*model, cfg.kv_type == DType::Q8_0);
+  kc.prefix_seed = model_identity(*model, cfg.kv_type_k, cfg.kv_type_v);
   KILN_ASSIGN_OR_RETURN(I.engine, Engine::create(*model, kc));
   I.model = std::move(model);
   I.max_seq_ctx = cfg.max_seq_ctx > 0 ? std::min(cfg.max_seq_ctx, cfg.n_ctx) : cfg.n_ctx;

@@ -159,8 +159,8 @@ struct Scheduler::Impl {
   void publish();
 };
 
-// FNV-1a over the model's identity (architecture, name, shape, weights) and the KV type: the first link of the
-// prefix cache's hash chain.
-uint64_t model_identity(const Model& m, bool q8);
+// FNV-1a over the model's identity (architecture, name, shape, weights) and the K and V cache types: the first link
+// of the prefix cache's hash chain.
+uint64_t model_identity(const Model& m, DType type_k, DType type_v);
 
 }  // namespace kiln

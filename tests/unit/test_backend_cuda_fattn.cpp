@@ -355,17 +355,26 @@ TEST(CudaFattn, HarnessHoldsOnTheCpuReference) {
     c.padded_entry = true, c.pad_tokens = 2, c.seed = 9 + hd, c.q_f16 = false;
     check(c, run_case(cpu, c, false, false), "cpu-ref " + name_of(c));
   }
-  if (cpu.supports(Op::kAttentionWindow, DType::F16)) {
+  if (cpu.supports(Op::kAttentionWindow, DType::F16, DType::F16)) {
     Case c{64, 4, 1, 16, 24, {{70, 150}, {33, 0}}};
     c.padded_entry = true, c.seed = 5, c.q_f16 = false;
     check(c, run_case(cpu, c, true, false), "cpu-ref window " + name_of(c));
   }
 }
 
-// supports(): the window is honoured for every cache type on CUDA now.
+// supports(): the window is honoured for every cache type CUDA stores (K and V of one type: f16, f32, q8_0), and
+// the other cache types and mixed pairs are refused.
 TEST(CudaFattn, SupportsTheWindowForEveryCacheType) {
   NEED_GPU();
-  for (DType t : {DType::F16, DType::F32, DType::Q8_0}) EXPECT_TRUE(gpu.supports(Op::kAttentionWindow, t)) << dtype_name(t);
+  for (DType t : {DType::F16, DType::F32, DType::Q8_0}) {
+    EXPECT_TRUE(gpu.supports(Op::kAttentionWindow, t, t)) << dtype_name(t);
+    EXPECT_TRUE(gpu.supports(Op::kKvStore, t, t) && gpu.supports(Op::kAttention, t, t)) << dtype_name(t);
+  }
+  for (DType t : {DType::BF16, DType::Q4_0, DType::Q4_1, DType::IQ4_NL, DType::Q5_0, DType::Q5_1})
+    EXPECT_FALSE(gpu.supports(Op::kKvStore, t, t) || gpu.supports(Op::kAttention, t, t)) << dtype_name(t);
+  EXPECT_FALSE(gpu.supports(Op::kKvStore, DType::Q8_0, DType::F16));
+  EXPECT_FALSE(gpu.supports(Op::kAttention, DType::F16, DType::Q8_0));
+  EXPECT_EQ(stored_cache_types(gpu), "f32, f16 or q8_0");
 }
 
 }  // namespace

@@ -39,7 +39,8 @@ DevTensor random_tensor(Backend& be, DType t, int64_t ne0, int64_t ne1 = 1, int6
   return dev_upload(be, t, b, ne0, ne1, ne2);
 }
 
-// Runs op `op` with type t as its main operand (see Op) on well-formed shapes; the status.
+// Runs op `op` with type t as its main operand and b as its second (see Op: kv_store / attention take K type t and
+// V type b) on well-formed shapes; the status.
 Status run_with_type(Backend& be, Op op, DType t, DType b = DType::F32) {
   const int64_t d = 256;  // a multiple of every block size
   const int64_t n = 3;
@@ -55,7 +56,7 @@ Status run_with_type(Backend& be, Op op, DType t, DType b = DType::F32) {
     case Op::kKvStore:
     case Op::kAttention: {
       KvLayer l;
-      const DevTensor kc = random_tensor(be, t, d, 8), vc = random_tensor(be, t, d, 8);
+      const DevTensor kc = random_tensor(be, t, d, 8), vc = random_tensor(be, b, d, 8);
       l.k = kc.t, l.v = vc.t, l.n_head_kv = 1, l.head_dim_k = static_cast<int32_t>(d), l.head_dim_v = static_cast<int32_t>(d),
       l.block_size = 4;
       if (op == Op::kKvStore) {
@@ -100,7 +101,7 @@ Status run_with_type(Backend& be, Op op, DType t, DType b = DType::F32) {
 }
 
 TEST_P(BackendContract, SupportsAgreesWithTheOpForEveryType) {
-  const Op ops[] = {Op::kGetRows, Op::kRmsNorm, Op::kMatmul, Op::kRope,    Op::kKvStore, Op::kAttention, Op::kSwiglu,
+  const Op ops[] = {Op::kGetRows, Op::kRmsNorm, Op::kMatmul, Op::kRope,    Op::kSwiglu,
                     Op::kAdd,     Op::kMul,     Op::kScale,  Op::kSoftmax, Op::kArgmax};
   size_t n_supported = 0;
   for (Op op : ops)
@@ -128,10 +129,39 @@ TEST_P(BackendContract, SupportsAgreesWithTheOpForEveryType) {
         EXPECT_EQ(st.code(), ErrorCode::kUnsupported) << "copy " << dtype_name(a) << " -> " << dtype_name(b) << ": "
                                                       << st.to_string();
     }
+  // kv_store / attention: K type a, V type b. Every type for both, every pair of the cache types, and each cache
+  // type beside a type that is none.
+  std::vector<std::pair<DType, DType>> kv;
+  for (DType t : all_types()) kv.emplace_back(t, t);
+  for (DType a : kKvCacheTypes) {
+    for (DType b : kKvCacheTypes)
+      if (a != b) kv.emplace_back(a, b);
+    kv.emplace_back(a, DType::Q4_K), kv.emplace_back(DType::I32, a);
+  }
+  for (Op op : {Op::kKvStore, Op::kAttention})
+    for (const auto& [a, b] : kv) {
+      const bool sup = be().supports(op, a, b);
+      const Status st = run_with_type(be(), op, a, b);
+      const std::string what = std::string(op_name(op)) + " k " + dtype_name(a) + " v " + dtype_name(b);
+      if (sup) {
+        EXPECT_TRUE(is_kv_cache_type(a) && is_kv_cache_type(b)) << what << ": not a cache type of the contract";
+        EXPECT_TRUE(st.is_ok()) << what << ": supports() says yes, the op says " << st.to_string();
+      } else {
+        EXPECT_EQ(st.code(), ErrorCode::kUnsupported) << what << ": supports() says no, the op says " << st.to_string();
+      }
+    }
   // What the engine needs from any backend.
   for (DType t : {DType::F32, DType::F16, DType::Q8_0}) {
-    EXPECT_TRUE(be().supports(Op::kKvStore, t)) << dtype_name(t);
-    EXPECT_TRUE(be().supports(Op::kAttention, t)) << dtype_name(t);
+    EXPECT_TRUE(be().supports(Op::kKvStore, t, t)) << dtype_name(t);
+    EXPECT_TRUE(be().supports(Op::kAttention, t, t)) << dtype_name(t);
+  }
+  // The CPU stores every cache type, K and V independently.
+  if (is_cpu()) {
+    for (DType a : kKvCacheTypes)
+      for (DType b : kKvCacheTypes) {
+        EXPECT_TRUE(be().supports(Op::kKvStore, a, b)) << dtype_name(a) << " " << dtype_name(b);
+        EXPECT_TRUE(be().supports(Op::kAttention, a, b)) << dtype_name(a) << " " << dtype_name(b);
+      }
   }
   EXPECT_TRUE(be().supports(Op::kCopy, DType::F32, DType::F16));
   EXPECT_GT(n_supported, 30u);
@@ -232,10 +262,24 @@ TEST_P(BackendContract, UnsupportedTypesAreUnsupported) {
   const DevTensor wi = random_tensor(b, DType::I32, 64, 4);
   EXPECT_EQ(b.matmul(wi.t, x.t, Tensor{}, y.t).code(), ErrorCode::kUnsupported) << "matmul of an i32 weight";
   KvLayer l;
-  const DevTensor kc = random_tensor(b, DType::Q4_0, 64, 8), vc = random_tensor(b, DType::Q4_0, 64, 8);
-  l.k = kc.t, l.v = vc.t, l.n_head_kv = 1, l.head_dim_k = 64, l.head_dim_v = 64, l.block_size = 4;
-  const DevTensor s = dev_i32(b, {0});
-  EXPECT_EQ(b.kv_store(x.t, x.t, l, s.t).code(), ErrorCode::kUnsupported) << "kv_store into a q4_0 cache";
+  const DevTensor kc = random_tensor(b, DType::Q4_K, 256, 8), vc = random_tensor(b, DType::F16, 256, 8);
+  l.k = kc.t, l.v = vc.t, l.n_head_kv = 1, l.head_dim_k = 256, l.head_dim_v = 256, l.block_size = 4;
+  const DevTensor x256 = dev_f32(b, randn(256, 1), 256), s = dev_i32(b, {0});
+  const Status st = b.kv_store(x256.t, x256.t, l, s.t);
+  EXPECT_EQ(st.code(), ErrorCode::kUnsupported) << "kv_store into a q4_K cache";
+  EXPECT_NE(st.message().find(std::string("kv_store: cache types k q4_K / v f16: backend ") + b.name() + " stores " +
+                              stored_cache_types(b) + " caches"), std::string::npos) << st.message();
+  // Heads that are not whole blocks of their type: 2 heads of 48 values in a q8_0 row of 96 (3 blocks of 32).
+  const DevTensor k48 = random_tensor(b, DType::F16, 96, 8), v48 = random_tensor(b, DType::Q8_0, 96, 8);
+  KvLayer l48;
+  l48.k = k48.t, l48.v = v48.t, l48.n_head_kv = 2, l48.head_dim_k = 48, l48.head_dim_v = 48, l48.block_size = 4;
+  const DevTensor x48 = dev_f32(b, randn(96, 1), 96);
+  if (b.supports(Op::kKvStore, DType::F16, DType::Q8_0)) {
+    const Status hs = b.kv_store(x48.t, x48.t, l48, s.t);
+    EXPECT_EQ(hs.code(), ErrorCode::kUnsupported) << "a 48-value head of q8_0";
+    EXPECT_NE(hs.message().find("head dims 48 (k f16) / 48 (v q8_0) are not whole blocks"), std::string::npos)
+        << hs.message();
+  }
   const DevTensor q = random_tensor(b, DType::Q8_0, 64), o = dev_alloc(b, DType::F32, 64);
   EXPECT_EQ(b.copy(q.t, o.t).code(), ErrorCode::kUnsupported) << "copy q8_0 -> f32";
   const DevTensor h = random_tensor(b, DType::F16, 64), ho = dev_alloc(b, DType::F32, 64);

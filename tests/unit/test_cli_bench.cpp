@@ -35,6 +35,8 @@ TEST(CliBench, JsonHasLlamaBenchFields) {
       EXPECT_TRUE(e.contains(k)) << k;
     EXPECT_EQ(e["test"], tests[i]);
     EXPECT_EQ(e["n_threads"], 1);
+    EXPECT_EQ(e["type_k"], "f16");
+    EXPECT_EQ(e["type_v"], "f16");
     // The real placement: CPU with no offloaded layer, or CUDA with some (auto picks a GPU when there is one).
     EXPECT_TRUE(e["backends"] == "CPU" || e["backends"] == "CUDA") << e["backends"];
     EXPECT_EQ(e["backends"] == "CPU", e["n_gpu_layers"] == 0) << e.dump();
@@ -95,6 +97,26 @@ TEST(CliBench, ParallelSequences) {
                   1e9 * (e["n_prompt"].get<double>() + par[i] * e["n_gen"].get<double>()) / e["samples_ns"][k].get<double>(),
                   1e-6 * e["samples_ts"][k].get<double>());
   }
+}
+
+// -ctk / -ctv: llama-bench's names, K and V independently (on the CPU, which stores every cache type).
+TEST(CliBench, CacheTypes) {
+  CmdResult r = kiln("bench -m '" + model() + "' --device cpu -p 8 -n 2 -r 1 -t 1 -o json -ctk q4_0 -ctv iq4_nl");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 2u);
+  for (auto& e : j) {
+    EXPECT_EQ(e["type_k"], "q4_0") << e.dump();
+    EXPECT_EQ(e["type_v"], "iq4_nl") << e.dump();
+  }
+  CmdResult csv = kiln("bench -m '" + model() + "' --device cpu -p 8 -n 0 -r 1 -t 1 -o csv --kv-type bf16");
+  ASSERT_EQ(csv.rc, 0) << csv.err;
+  EXPECT_NE(csv.out.find("\"bf16\",\"bf16\""), std::string::npos) << csv.out;
+  CmdResult bad = kiln("bench -m '" + model() + "' -ctv q4_k");
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_NE(bad.err.find("-ctv: 'q4_k' is not a KV cache type (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)"),
+            std::string::npos) << bad.err;
+  EXPECT_TRUE(bad.out.empty()) << bad.out;
 }
 
 TEST(CliBench, BadOptions) {

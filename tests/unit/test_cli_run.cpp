@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -191,9 +192,10 @@ TEST(CliRun, FlagsAreCheckedBeforeTheModelLoadsAndNamed) {
       {"-b 0", "-b: must be in [1, 1048576]"},
       {"-b 2000000", "-b: must be in [1, 1048576]"},
       {"-s -2", "-s: '-2' is not a seed"},
-      {"--kv-type q3", "--kv-type: 'q3' is not f16 or q8_0"},
-      {"-ctk q4_0", "-ctk: 'q4_0' is not f16 or q8_0"},
-      {"-ctk f16 -ctv q8_0", "-ctk f16 and -ctv q8_0 differ"},
+      {"--kv-type q3", "--kv-type: 'q3' is not a KV cache type (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)"},
+      {"-ctk q4_k", "-ctk: 'q4_k' is not a KV cache type (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)"},
+      {"-ctv Q8_0", "-ctv: 'Q8_0' is not a KV cache type"},  // llama.cpp's names are lower case
+      {"--kv-type q8_0 -ctv f16", "--kv-type q8_0 and -ctv f16 differ"},
       {"-fa maybe", "unexpected argument 'maybe'"},
       {"--device tpu", "--device: 'tpu'"},
       {"-ngl -5", "-ngl: must be >= 0"},
@@ -219,7 +221,7 @@ TEST(CliRun, FlagsAreCheckedBeforeTheModelLoadsAndNamed) {
   } others[] = {
       {"perplexity -f " KILN_SOURCE_DIR "/README.md -b -1", "-b: must be in [1, 1048576]"},
       {"perplexity -f " KILN_SOURCE_DIR "/README.md -c 100000000000", "-c 100000000000: the context is limited"},
-      {"perplexity -f " KILN_SOURCE_DIR "/README.md -ctk q8_0 -ctv f16", "differ"},
+      {"perplexity -f " KILN_SOURCE_DIR "/README.md -ctk q8", "-ctk: 'q8' is not a KV cache type"},
       {"perplexity -f " KILN_SOURCE_DIR "/README.md --chunks -1", "--chunks: must be >= 0"},
       {"logits --tokens 1,2 -b 0" + out, "-b: must be in [1, 1048576]"},
       {"logits --tokens 1,2 -c 100000000000" + out, "-c 100000000000: the context is limited"},
@@ -228,7 +230,7 @@ TEST(CliRun, FlagsAreCheckedBeforeTheModelLoadsAndNamed) {
       {"logits --tokens 1 -ctk q3" + out, "-ctk: 'q3'"},
       {"bench -b 0", "-b: must be in [1, 1048576]"},
       {"bench -fa 2", "-fa: '2' is not 0, 1, on, off or auto"},
-      {"bench -ctk q8_0 -ctv f16", "differ"},
+      {"bench -ctv q6_k", "-ctv: 'q6_k' is not a KV cache type"},
       {"bench --device tpu", "--device: 'tpu'"},
   };
   for (auto& c : others) {
@@ -290,13 +292,24 @@ TEST(CliRun, LlamaCppFlagsAreAccepted) {
                         " --temp 0 -n 4 --ids --ignore-eos";
   CmdResult base = kiln(m);
   ASSERT_EQ(base.rc, 0) << base.err;
-  for (std::string extra : {"-fa", "-fa on", "-fa off", "--flash-attn auto", "-ctk f16 -ctv f16", "-ctk q8_0 -ctv q8_0",
-                            "--cache-type-k q8_0", "-ngl 99", "-ngl 0", "-s -1"}) {
+  // Cache types: the label of the timings' kv cache line.
+  const std::map<std::string, std::string> cache_label = {
+      {"-ctk f16 -ctv f16", "(f16,"},   {"-ctk q8_0 -ctv q8_0", "(q8_0,"},          {"--cache-type-k q8_0", "(k q8_0, v f16,"},
+      {"-ctk q4_0 -ctv q4_0", "(q4_0,"}, {"-ctk bf16 -ctv iq4_nl", "(k bf16, v iq4_nl,"}, {"--kv-type q5_1", "(q5_1,"},
+      {"-ctv q4_1 --cache-type-k f32", "(k f32, v q4_1,"}};
+  std::vector<std::string> extras = {"-fa", "-fa on", "-fa off", "--flash-attn auto", "-ngl 99", "-ngl 0", "-s -1"};
+  for (const auto& [flags, label] : cache_label) extras.push_back(flags);
+  for (const std::string& extra : extras) {
     SCOPED_TRACE(extra);
     CmdResult r = kiln(m + " " + extra);
     ASSERT_EQ(r.rc, 0) << r.err;
-    if (extra.find("q8_0") == std::string::npos) {
+    const auto label = cache_label.find(extra);
+    if (label == cache_label.end() || extra == "-ctk f16 -ctv f16") {
       EXPECT_EQ(r.out, base.out);  // greedy: the same ids
+    }
+    if (label != cache_label.end()) {
+      EXPECT_NE(r.err.find("kv cache "), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find(label->second), std::string::npos) << r.err;  // the kv cache line of the timings
     }
     if (extra.rfind("-fa", 0) == 0 || extra.rfind("--flash", 0) == 0) {
       const auto first = r.err.find("has no effect: kiln's attention is always flash-style");
@@ -306,18 +319,17 @@ TEST(CliRun, LlamaCppFlagsAreAccepted) {
     if (extra == "-ngl 99") {
       EXPECT_NE(r.err.find("-ngl 99 has no effect: the model runs on the CPU"), std::string::npos) << r.err;
     }
-    if (extra.find("q8_0") != std::string::npos) {
-      EXPECT_NE(r.err.find("(q8_0,"), std::string::npos) << r.err;  // the kv cache line of the timings
-    }
   }
   // -s -1: a random seed each run (printed), as llama.cpp.
   CmdResult a = kiln("run -t 1 -m '" + first_model() + "' -p hi -n 2 -s -1");
   ASSERT_EQ(a.rc, 0) << a.err;
   EXPECT_NE(a.err.find("seed "), std::string::npos);
-  // --kv-type and -ctk must agree.
+  // --kv-type sets K and V: a -ctk that says otherwise is refused, one that agrees is fine.
   CmdResult kv = kiln(m + " --kv-type q8_0 -ctk f16");
   EXPECT_EQ(kv.rc, 1);
-  EXPECT_NE(kv.err.find("--kv-type q8_0 and -ctk/-ctv f16 differ"), std::string::npos) << kv.err;
+  EXPECT_NE(kv.err.find("--kv-type q8_0 and -ctk f16 differ (--kv-type sets K and V alike)"), std::string::npos)
+      << kv.err;
+  EXPECT_EQ(kiln(m + " --kv-type q8_0 -ctk q8_0").rc, 0);
 }
 
 TEST(CliRun, ContextAboveTheTrainingContextWarnsOnce) {

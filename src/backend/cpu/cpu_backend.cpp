@@ -83,7 +83,6 @@ inline float* frow(const Tensor& t, int64_t r) { return reinterpret_cast<float*>
 
 using op_checks::check;
 using op_checks::check_ids;
-using op_checks::is_cache_type;
 using op_checks::is_float_type;
 using op_checks::same_shape;
 
@@ -339,8 +338,7 @@ Status CpuBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p)
 }
 
 Status CpuBackend::kv_store(const Tensor& k, const Tensor& v, const KvLayer& c, const Tensor& slots) {
-  KILN_TRY(op_checks::kv_store_operands(k, v, c, slots));
-  const DType ct = c.k.dtype;
+  KILN_TRY(op_checks::kv_store_operands(*this, k, v, c, slots));
   const int64_t dk = static_cast<int64_t>(c.n_head_kv) * c.head_dim_k, dv = static_cast<int64_t>(c.n_head_kv) * c.head_dim_v;
   const int64_t n = k.n_rows();
   const int32_t* sl = static_cast<const int32_t*>(slots.data);
@@ -352,28 +350,29 @@ Status CpuBackend::kv_store(const Tensor& k, const Tensor& v, const KvLayer& c, 
                         static_cast<long long>(i), sl[i], static_cast<long long>(n_slots));
 #endif
   const VecKernels& vk = reference_ ? vec_kernels_scalar() : vec_kernels();
-  auto store = [&](const float* src, char* dst, int64_t d) {
+  // A whole row of n_head_kv heads at once: the heads are whole blocks (kv_store_operands), so no block straddles
+  // two heads and the row's blocks are each head's.
+  auto store = [&](DType ct, const float* src, char* dst, int64_t d) {
     if (ct == DType::F16)
       vk.f32_to_f16(src, reinterpret_cast<uint16_t*>(dst), d);
     else if (ct == DType::F32)
       std::memcpy(dst, src, d * sizeof(float));
     else
-      (void)quantize_row(ct, src, dst, d);
+      (void)quantize_row(ct, src, dst, d);  // a cache type: quantize_row takes it (test_backend_ops_contract)
   };
   for_rows(n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       if (sl[i] < 0) continue;  // padding: writes nothing
-      store(frow(k, i), row_ptr(c.k, sl[i]), dk);
-      store(frow(v, i), row_ptr(c.v, sl[i]), dv);
+      store(c.k.dtype, frow(k, i), row_ptr(c.k, sl[i]), dk);
+      store(c.v.dtype, frow(v, i), row_ptr(c.v, sl[i]), dv);
     }
   });
   return Status::ok();
 }
 
 Status CpuBackend::attention(const Tensor& q, const KvLayer& c, const AttnBatch& m, float scale, const Tensor& dst) {
-  KILN_TRY(op_checks::attention_operands(q, c, m, dst));
+  KILN_TRY(op_checks::attention_operands(*this, q, c, m, dst));
   const int64_t n_head = q.ne[1], n_tok = q.ne[2];
-  const DType ct = c.k.dtype;
   const int32_t* tt = static_cast<const int32_t*>(m.tok_table.data);
   const int32_t* kl = static_cast<const int32_t*>(m.kv_len.data);
   const int64_t n_tables = m.block_tables.n_rows(), max_blocks = m.block_tables.ne[0];
@@ -406,9 +405,10 @@ Status CpuBackend::attention(const Tensor& q, const KvLayer& c, const AttnBatch&
   a.v = static_cast<const uint8_t*>(c.v.data);
   a.k_slot_bytes = c.k.nb[1];
   a.v_slot_bytes = c.v.nb[1];
-  a.k_head_bytes = c.head_dim_k / dtype_block_size(ct) * dtype_type_size(ct);
-  a.v_head_bytes = c.head_dim_v / dtype_block_size(ct) * dtype_type_size(ct);
-  a.kv_type = ct;
+  a.k_head_bytes = c.head_dim_k / dtype_block_size(c.k.dtype) * dtype_type_size(c.k.dtype);
+  a.v_head_bytes = c.head_dim_v / dtype_block_size(c.v.dtype) * dtype_type_size(c.v.dtype);
+  a.k_type = c.k.dtype;
+  a.v_type = c.v.dtype;
   a.n_tok = static_cast<int32_t>(n_tok);
   a.n_head = static_cast<int32_t>(n_head);
   a.n_head_kv = c.n_head_kv;
@@ -595,7 +595,7 @@ Status CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 }
 
 bool CpuBackend::supports(Op op, DType a, DType b) const {
-  return op_checks::supports_op(op, a, b, matmul_supports, can_dequantize, matmul_supports);
+  return op_checks::supports_op(op, a, b, op_checks::any_cache_pair, matmul_supports, can_dequantize, matmul_supports);
 }
 
 }  // namespace cpu

@@ -21,7 +21,8 @@ inline int64_t slot_of(const AttnArgs& a, const int32_t* table, int64_t pos) {
   return static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
 }
 
-// Row of n elements of the cache type -> f32 (Q8_0 through the reference dequantizer; the caller checked n).
+// Row of n elements of a cache type -> f32 (the quantized types and BF16 through the reference dequantizer; the
+// caller checked that n is whole blocks).
 inline void to_f32(DType t, const uint8_t* src, float* dst, int64_t n) {
   if (t == DType::F16) {
     const uint16_t* h = reinterpret_cast<const uint16_t*>(src);
@@ -49,7 +50,7 @@ void attention_ref(const AttnArgs& a) {
       std::copy_n(qs, a.hd_k, q.data());
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t j = lo; j < len; ++j) {
-        to_f32(a.kv_type, k_row(a, slot_of(a, table, j), g), kr.data(), a.hd_k);
+        to_f32(a.k_type, k_row(a, slot_of(a, table, j), g), kr.data(), a.hd_k);
         float d = 0;
         for (int i = 0; i < a.hd_k; ++i) d += kr[i] * q[i];
         s[j] = d * a.scale;
@@ -62,7 +63,7 @@ void attention_ref(const AttnArgs& a) {
       }
       std::fill(out.begin(), out.end(), 0.0f);
       for (int64_t j = lo; j < len; ++j) {
-        to_f32(a.kv_type, v_row(a, slot_of(a, table, j), g), vr.data(), a.hd_v);
+        to_f32(a.v_type, v_row(a, slot_of(a, table, j), g), vr.data(), a.hd_v);
         for (int i = 0; i < a.hd_v; ++i) out[i] += s[j] * vr[i];
       }
       float* d = a.dst + (static_cast<size_t>(t) * a.n_head + h) * a.hd_v;
@@ -75,10 +76,13 @@ void attention_fast(const AttnArgs& a, ThreadPool& pool, std::vector<std::vector
   const VecKernels& vk = vec_kernels();
   const int n_rep = a.n_head / a.n_head_kv;
   const int bs = a.block_size;
-  const bool f16 = a.kv_type == DType::F16, f32 = a.kv_type == DType::F32;
-  // Per-thread floats: q [n_rep][hd_k], acc [n_rep][hd_v], M/S [n_rep], scores [bs], converted K/V [bs][hd].
+  // Each side read in place (F16, F32) or converted a block at a time into kbuf / vbuf.
+  const bool k16 = a.k_type == DType::F16, k32 = a.k_type == DType::F32, kconv = !k16 && !k32;
+  const bool v16 = a.v_type == DType::F16, v32 = a.v_type == DType::F32, vconv = !v16 && !v32;
+  // Per-thread floats: q [n_rep][hd_k], acc [n_rep][hd_v], M/S [n_rep], scores [bs], converted K [bs][hd_k] and
+  // V [bs][hd_v] (each only when converted).
   const size_t need = static_cast<size_t>(n_rep) * (a.hd_k + a.hd_v + 2) + bs +
-                      (f16 || f32 ? 0 : static_cast<size_t>(bs) * (a.hd_k + a.hd_v));
+                      static_cast<size_t>(bs) * ((kconv ? a.hd_k : 0) + (vconv ? a.hd_v : 0));
   if (scratch.size() < static_cast<size_t>(pool.size())) scratch.resize(pool.size());
   for (auto& s : scratch)
     if (s.size() < need) s.resize(need);
@@ -92,7 +96,7 @@ void attention_fast(const AttnArgs& a, ThreadPool& pool, std::vector<std::vector
     float* S = M + n_rep;
     float* sc = S + n_rep;
     float* kbuf = sc + bs;
-    float* vbuf = kbuf + static_cast<size_t>(bs) * a.hd_k;
+    float* vbuf = kbuf + (kconv ? static_cast<size_t>(bs) * a.hd_k : 0);
     for (int64_t item = ith; item < n_items; item += nth) {
       const int t = static_cast<int>(item / a.n_head_kv);
       const int g = static_cast<int>(item % a.n_head_kv);
@@ -112,11 +116,9 @@ void attention_fast(const AttnArgs& a, ThreadPool& pool, std::vector<std::vector
         const int nj = static_cast<int>(std::min<int64_t>(bs, len - start));
         const int j0 = static_cast<int>(std::max<int64_t>(0, lo - start));
         const int64_t slot0 = static_cast<int64_t>(table[start / bs]) * bs;
-        if (!f16 && !f32) {
-          for (int j = j0; j < nj; ++j) {
-            to_f32(a.kv_type, k_row(a, slot0 + j, g), kbuf + static_cast<size_t>(j) * a.hd_k, a.hd_k);
-            to_f32(a.kv_type, v_row(a, slot0 + j, g), vbuf + static_cast<size_t>(j) * a.hd_v, a.hd_v);
-          }
+        for (int j = j0; j < nj; ++j) {
+          if (kconv) to_f32(a.k_type, k_row(a, slot0 + j, g), kbuf + static_cast<size_t>(j) * a.hd_k, a.hd_k);
+          if (vconv) to_f32(a.v_type, v_row(a, slot0 + j, g), vbuf + static_cast<size_t>(j) * a.hd_v, a.hd_v);
         }
         for (int r = 0; r < n_rep; ++r) {
           const float* qr = q + static_cast<size_t>(r) * a.hd_k;
@@ -124,9 +126,9 @@ void attention_fast(const AttnArgs& a, ThreadPool& pool, std::vector<std::vector
           float mx = -std::numeric_limits<float>::infinity();
           for (int j = j0; j < nj; ++j) {
             float d;
-            if (f16)
+            if (k16)
               d = vk.dot_f16(reinterpret_cast<const uint16_t*>(k_row(a, slot0 + j, g)), qr, a.hd_k);
-            else if (f32)
+            else if (k32)
               d = vk.dot_f32(reinterpret_cast<const float*>(k_row(a, slot0 + j, g)), qr, a.hd_k);
             else
               d = vk.dot_f32(kbuf + static_cast<size_t>(j) * a.hd_k, qr, a.hd_k);
@@ -144,9 +146,9 @@ void attention_fast(const AttnArgs& a, ThreadPool& pool, std::vector<std::vector
           for (int j = j0; j < nj; ++j) {
             const float p = std::exp(sc[j] - M[r]);
             S[r] += p;
-            if (f16)
+            if (v16)
               vk.axpy_f16(ar, reinterpret_cast<const uint16_t*>(v_row(a, slot0 + j, g)), p, a.hd_v);
-            else if (f32)
+            else if (v32)
               vk.axpy_f32(ar, reinterpret_cast<const float*>(v_row(a, slot0 + j, g)), p, a.hd_v);
             else
               vk.axpy_f32(ar, vbuf + static_cast<size_t>(j) * a.hd_v, p, a.hd_v);

@@ -18,7 +18,7 @@ struct AttnArgs {
   const uint8_t* k = nullptr;  // slot s, kv head g at k + s * k_slot_bytes + g * k_head_bytes
   const uint8_t* v = nullptr;
   size_t k_slot_bytes = 0, v_slot_bytes = 0, k_head_bytes = 0, v_head_bytes = 0;
-  DType kv_type = DType::F16;  // F16, F32 or Q8_0
+  DType k_type = DType::F16, v_type = DType::F16;  // cache types (backend.h, kKvCacheTypes), independent
   int32_t n_tok = 0, n_head = 0, n_head_kv = 0, hd_k = 0, hd_v = 0, block_size = 0;
   const int32_t* tables = nullptr;  // row r at tables + r * table_stride
   int64_t table_stride = 0;
@@ -38,7 +38,9 @@ void attention_ref(const AttnArgs& a);
 
 // Fast path: flash-style online softmax over the sequence's blocks, one work item per (token, kv head) covering
 // the n_head / n_head_kv query heads that share it (each K/V row is loaded once per group); items interleaved over
-// the pool's threads. scratch: per-thread buffers, grown on demand.
+// the pool's threads. F16 and F32 rows are read in place (SIMD dot / axpy); the other types are dequantized a cache
+// block at a time (block_size rows of one head) into a per-thread buffer, once per group, then read as f32: the
+// same values attention_ref reads. scratch: per-thread buffers, grown on demand.
 void attention_fast(const AttnArgs& a, ThreadPool& pool, std::vector<std::vector<float>>& scratch);
 
 }  // namespace kiln::cpu

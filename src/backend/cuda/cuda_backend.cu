@@ -30,7 +30,6 @@ size_t fstride(const Tensor& t) { return t.nb[1] / sizeof(float); }
 
 using op_checks::check;
 using op_checks::check_ids;
-using op_checks::is_cache_type;
 using op_checks::is_float_type;
 using op_checks::same_shape;
 
@@ -104,8 +103,15 @@ Status CudaBackend::use() const {
 // The weight readers' selector decides matmul and get_rows (gemm_supports: the same function dispatch uses); the
 // Gated DeltaNet's kernel also refuses key head sizes it is not built for (delta_net_supports, at the op: no model
 // kiln runs has one); the attention kernels (attention.cu, fattn_mma.cu) skip positions before a sliding window.
+// The KV kernels (kvstore.cu, attention.cu, fattn_mma.cu) take one cache type for K and V: f16, f32 or q8_0.
+namespace {
+bool cuda_cache_pair(DType k, DType v) {
+  return k == v && (k == DType::F16 || k == DType::F32 || k == DType::Q8_0);
+}
+}  // namespace
+
 bool CudaBackend::supports(Op op, DType a, DType b) const {
-  return op_checks::supports_op(op, a, b, gemm_supports, gemm_supports);
+  return op_checks::supports_op(op, a, b, cuda_cache_pair, gemm_supports, gemm_supports);
 }
 
 // ---- memory -----------------------------------------------------------------------------------------------------
@@ -595,13 +601,13 @@ Status CudaBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p
 Status CudaBackend::rope_kv_store(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& pos,
                                   const RopeParams& p, const KvLayer& cache, const Tensor& slots) {
   const DType ct = cache.k.dtype;
-  if ((ct != DType::F16 && ct != DType::F32) || !q.valid() || !k.valid() || q.ne[0] != k.ne[0] ||
+  if ((ct != DType::F16 && ct != DType::F32) || cache.v.dtype != ct || !q.valid() || !k.valid() || q.ne[0] != k.ne[0] ||
       q.ne[2] != k.ne[2] || k.nb[1] != k.ne[0] * sizeof(float))
     return Backend::rope_kv_store(q, k, v, pos, p, cache, slots);
   KILN_TRY(op_checks::rope_operands(q, pos, p));
   KILN_TRY(op_checks::rope_operands(k, pos, p));
   const Tensor k2 = k.reshape(k.ne[0] * k.ne[1], k.ne[2]);
-  KILN_TRY(op_checks::kv_store_operands(k2, v, cache, slots));
+  KILN_TRY(op_checks::kv_store_operands(*this, k2, v, cache, slots));
   const float* ff = p.freq_factors.valid() ? static_cast<const float*>(p.freq_factors.data) : nullptr;
   const float ts = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   auto rl = [&](const Tensor& x) {
@@ -619,7 +625,7 @@ Status CudaBackend::rope_kv_store(const Tensor& q, const Tensor& k, const Tensor
 }
 
 Status CudaBackend::kv_store(const Tensor& k, const Tensor& v, const KvLayer& c, const Tensor& slots) {
-  KILN_TRY(op_checks::kv_store_operands(k, v, c, slots));
+  KILN_TRY(op_checks::kv_store_operands(*this, k, v, c, slots));
   const DType ct = c.k.dtype;
   const int64_t dk = static_cast<int64_t>(c.n_head_kv) * c.head_dim_k;
   const int64_t dv = static_cast<int64_t>(c.n_head_kv) * c.head_dim_v;
@@ -632,7 +638,7 @@ Status CudaBackend::kv_store(const Tensor& k, const Tensor& v, const KvLayer& c,
 }
 
 Status CudaBackend::attention(const Tensor& q, const KvLayer& c, const AttnBatch& m, float scale, const Tensor& dst) {
-  KILN_TRY(op_checks::attention_operands(q, c, m, dst));
+  KILN_TRY(op_checks::attention_operands(*this, q, c, m, dst));
   const int64_t n_head = q.ne[1], n_tok = q.ne[2];
   const DType ct = c.k.dtype;
   if (q.nb[1] % sizeof(float) || q.nb[2] % sizeof(float))

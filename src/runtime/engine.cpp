@@ -14,6 +14,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const KvCacheConfig
   caps.max_seqs = cfg.max_seqs;
   caps.block_size = cfg.block_size;
   caps.kv_dtype = cfg.dtype;
+  caps.hidden = cfg.hidden;
   caps.max_outputs = cfg.max_outputs > 0 ? cfg.max_outputs : std::max(cfg.max_seqs, 8);
   caps.max_outputs = std::min(caps.max_outputs, std::max(cfg.batch_tokens, 1));
   // Sizes first, then the storage against the backends' memory (create_state), then the bookkeeping.
@@ -59,7 +60,7 @@ int32_t Engine::bucket_kv(int32_t n) const {
   return static_cast<int32_t>(std::min<int64_t>(b, cap));
 }
 
-Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds) {
+Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds, bool hidden) {
   ModelState& S = *state_;
   StepPlan& P = S.plan();
   const StepCaps& caps = S.caps();
@@ -106,6 +107,10 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
   auto reset_scratch = [&] {
     for (int32_t s : seqs_) seq_index_[s] = -1, count_[s] = 0;
   };
+  if (hidden && !caps.hidden) {
+    reset_scratch();
+    return make_error(ErrorCode::kInvalidArgument, "step: hidden states asked of an engine created without them");
+  }
   if (n_out > caps.max_outputs || static_cast<int64_t>(kinds.size()) < n_out) {
     reset_scratch();
     return make_error(ErrorCode::kInvalidArgument, "step: %lld outputs (at most %d per step, %zu kinds given)",
@@ -176,6 +181,7 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
   P.n_seq = static_cast<int32_t>(seqs_.size());
   P.max_kv_len = bucket_kv(max_len);
   P.max_q_len = max_q;
+  P.hidden = hidden;
   dirty_.clear();
   cache.take_dirty(dirty_);
   const int64_t MB = caps.max_blocks_per_seq();
@@ -189,8 +195,9 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
   return Status::ok();
 }
 
-Result<StepOutputs> Engine::step(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds) {
-  KILN_TRY(plan(tokens, kinds));
+Result<StepOutputs> Engine::step(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds,
+                                 bool hidden) {
+  KILN_TRY(plan(tokens, kinds, hidden));
   Status st = state_->execute();
   if (st.is_ok())
     for (int32_t s : seqs_) st = st.is_ok() ? cache_->commit(s, count_[s]) : st;

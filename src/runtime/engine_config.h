@@ -13,13 +13,18 @@
 //                   hybrid models whatever is asked: their recurrent state cannot be reused)
 //   spec            speculative decoding (SpecConfig below; off for hybrid models: a rejected draft would have
 //                   advanced the recurrent state)
+//   embeddings      embedding requests are served (runtime/embedding.h): steps that run one fetch every token's
+//                   hidden state (a host buffer of batch_tokens x n_embd floats)
+//   pooling         how they are pooled; unset: the model file's pooling type, else none
 // The generation limit of a request is GenRequest::max_new_tokens (-n, "max_tokens" in the API).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "quant/dtype.h"
 #include "runtime/defaults.h"
+#include "runtime/embedding.h"
 #include "util/status.h"
 
 namespace kiln {
@@ -61,6 +66,8 @@ struct EngineConfig {
   DType kv_type = DType::F16;
   bool prefix_cache = true;
   SpecConfig spec;
+  bool embeddings = false;
+  std::optional<Pooling> pooling;
   int sampling_threads = 0;  // threads sampling the output rows of a step; 0: min(max_seqs, cores)
   bool start = true;         // start the engine thread in Scheduler::create (tests may call start() later)
 };

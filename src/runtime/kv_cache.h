@@ -41,6 +41,7 @@ struct KvCacheConfig {
   int32_t max_outputs = 0;   // output rows per step; 0: max(max_seqs, 8), capped at batch_tokens
   bool prefix_cache = false; // index full blocks by content and keep them after their sequences end (see above)
   uint64_t prefix_seed = 0;  // the first link of the hash chain: the model's identity (a cache holds one model)
+  bool hidden = false;       // the engine runs hidden steps (embeddings: model/step.h StepCaps::hidden)
 };
 
 class KvCache {

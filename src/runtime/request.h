@@ -32,6 +32,10 @@ struct GenRequest {
   bool logprobs = false;           // report the log-probability of every generated token
   double timeout_s = 0;            // stop generating after this long (finish "length"); 0: no limit
   SequenceHooksFactory hooks;      // the sequence's logits processors, token mask, draft proposer; null: none
+  // An embedding request (runtime/embedding.h): the prompt runs once, nothing is generated, and the pooled hidden
+  // state comes back in RequestEnd::embedding (of the fields above only `prompt` and
+  // `timeout_s` apply).
+  bool embed = false;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
@@ -73,6 +77,7 @@ struct RequestEnd {
   RequestTimings timings;
   Status error;
   uint64_t seed = 0;  // the sampler's seed (the random one drawn when the request asked for kRandomSeed)
+  std::vector<float> embedding;  // an embedding request that ended well: its pooled result (EmbeddingSetup::n_out)
 };
 
 // The two ends of a request: the engine thread pushes, the submitter reads (and may cancel).
@@ -95,6 +100,8 @@ class RequestHandle {
   Status error() const;
   RequestTimings timings() const;
   uint64_t seed() const;
+  // An embedding request's result (empty until it finished, or when it failed); moved out by the first call.
+  std::vector<float> take_embedding();
   const GenRequest& request() const { return req_; }
   std::chrono::steady_clock::time_point submitted() const { return submitted_; }
 

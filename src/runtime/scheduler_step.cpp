@@ -108,7 +108,9 @@ bool Scheduler::Impl::has_kv(const Active& a) const {
   return cache.seq_len(a.slot) > 0 || !cache.table(a.slot).empty();
 }
 
-bool Scheduler::Impl::decoding(const Active& a) const { return has_kv(a) && a.seq->n_pending() == 1; }
+bool Scheduler::Impl::decoding(const Active& a) const {
+  return !a.pool && has_kv(a) && a.seq->n_pending() == 1;  // an embedding request only ever has prompt left
+}
 
 int64_t Scheduler::Impl::fit(const Active& a, int64_t n, int64_t free_blocks) const {
   const KvCache& cache = engine->cache();
@@ -122,7 +124,8 @@ int64_t Scheduler::Impl::fit(const Active& a, int64_t n, int64_t free_blocks) co
 }
 
 void Scheduler::Impl::attach(Active& a) {
-  if (!cfg.prefix_cache || has_kv(a)) return;
+  // Embedding requests pool every token's state (mean, none, cls): they compute their whole input.
+  if (!cfg.prefix_cache || has_kv(a) || a.pool) return;
   const auto& toks = a.seq->tokens();
   const int64_t got = engine->cache().attach_prefix(a.slot, toks, static_cast<int64_t>(toks.size()) - 1);
   if (!a.started) a.tm.n_cached = got;
@@ -132,6 +135,7 @@ void Scheduler::Impl::attach(Active& a) {
 
 void Scheduler::Impl::preempt(Active& a) {
   engine->cache().truncate(a.slot, 0);  // the tokens stay in the Sequence: all pending again
+  if (a.pool) a.pool->reset();          // its rows come again
   ++a.tm.n_preempted;
   a.preempted_now = true;
   ++info.n_preempted;
@@ -140,6 +144,7 @@ void Scheduler::Impl::preempt(Active& a) {
 void Scheduler::Impl::put(Active& a, size_t n) {
   // The blocks now (the engine's plan finds them reserved); n fits: checked by the caller.
   if (!engine->cache().reserve(a.slot, static_cast<int64_t>(n)).is_ok()) return;
+  a.tok0 = batch.size();
   const size_t got = a.draft.empty() ? a.seq->schedule(batch, n) : a.seq->schedule_drafts(batch, a.draft);
   a.n_sched = got;
   a.scheduled = true;
@@ -210,10 +215,12 @@ std::unique_ptr<Active> Scheduler::Impl::make_active(const std::shared_ptr<Reque
   so.max_new_tokens = rq.max_new_tokens;
   so.ignore_eos = rq.ignore_eos;
   so.sampling = rq.sampling;
+  so.no_outputs = rq.embed;
   a->seq = std::make_unique<Sequence>(slot, model->tokenizer(), static_cast<int32_t>(model->hparams().n_vocab),
                                       max_seq_ctx, so, engine->cache());
-  if (rq.hooks) a->seq->set_hooks(rq.hooks());
-  if (cfg.spec.type == SpecConfig::Type::kNgram && !a->seq->hooks().drafts)
+  if (rq.embed) a->pool = std::make_unique<Pooler>(emb.pooling, emb_info);
+  if (rq.hooks && !rq.embed) a->seq->set_hooks(rq.hooks());
+  if (cfg.spec.type == SpecConfig::Type::kNgram && !rq.embed && !a->seq->hooks().drafts)
     a->seq->hooks().drafts = std::make_unique<NgramDraft>(NgramDraftParams{cfg.spec.ngram_n, cfg.spec.ngram_m});
   a->stops = StopFilter(rq.stop);
   a->tm.n_prompt = static_cast<int64_t>(rq.prompt.size());
@@ -333,7 +340,9 @@ bool Scheduler::Impl::execute(StepOutputs* out) {
     for (size_t r = 0; r <= a->draft.size(); ++r) kinds[n_rows++] = a->kind;
     outs.push_back(a);
   }
-  auto r = engine->step(batch.tokens, std::span<const OutputKind>(kinds.data(), n_rows));
+  bool hidden = false;  // an embedding request runs: every token's hidden state comes back
+  for (Active* a : sched) hidden = hidden || a->pool != nullptr;
+  auto r = engine->step(batch.tokens, std::span<const OutputKind>(kinds.data(), n_rows), hidden);
   if (!r) {
     for (Active* a : sched) {
       a->seq->rollback();
@@ -346,7 +355,7 @@ bool Scheduler::Impl::execute(StepOutputs* out) {
   n_prompt_tok = 0;
   for (Active* a : sched) {
     a->seq->commit();
-    if (cfg.prefix_cache) engine->cache().cache_blocks(a->slot, a->seq->tokens());
+    if (cfg.prefix_cache && !a->pool) engine->cache().cache_blocks(a->slot, a->seq->tokens());
     if (!a->got_first || !a->wants || a->n_sched > 1) n_prompt_tok += static_cast<int64_t>(a->n_sched);
   }
   info.n_tokens = static_cast<int32_t>(batch.size());
@@ -446,9 +455,20 @@ void Scheduler::Impl::update(const StepOutputs& out) {
     if (!a->draft.empty()) drafted += a->draft.size(), confirmed += a->outs.size() - 1;
     deliver(*a, now);
   }
+  for (Active* a : sched)
+    if (a->pool) pool_rows(*a, out);
   remove_finished();
   record(now, n_gen, drafted, confirmed);
   if (observer) observer(info);
+}
+
+// An embedding request's rows of this step (its chunk is committed: the cache holds it), pooled; at the end of its
+// input it finishes with the result.
+void Scheduler::Impl::pool_rows(Active& a, const StepOutputs& out) {
+  const int64_t n = static_cast<int64_t>(a.n_sched);
+  const bool ends = a.seq->n_pending() == 0;
+  a.pool->add(out.hidden_row(static_cast<int32_t>(a.tok0)), n, a.seq->n_cached() - n, ends);
+  if (ends) finish(a, StopReason::kLimit);
 }
 
 // ---- the end of a request ----
@@ -475,6 +495,7 @@ void Scheduler::Impl::finish(Active& a, StopReason r, Status err) {
   end.timings = a.tm;
   end.error = std::move(err);
   end.seed = a.seq->sampler().seed();
+  if (a.pool && end.error.is_ok() && r == StopReason::kLimit) end.embedding = a.pool->result();  // see pool_rows()
   notify.push_back({a.h, std::move(end)});
   engine->cache().truncate(a.slot, 0);
   free_slots.push_back(a.slot);

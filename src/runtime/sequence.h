@@ -30,6 +30,7 @@ struct SequenceOptions {
   int32_t max_new_tokens = -1;  // tokens to generate; -1: until EOG or the context is full
   bool ignore_eos = false;      // keep going past EOG tokens (they are emitted like any other)
   SamplerParams sampling;
+  bool no_outputs = false;      // an embedding request: no token asks for an output row (hidden states instead)
 };
 
 class Sequence {
@@ -57,7 +58,7 @@ class Sequence {
   // window is rebuilt from what remains.
   void truncate(int64_t pos);
   // Adds up to max_n pending tokens to `batch` (positions continue the cache; want_logits on the last pending
-  // token only). Returns how many; at most one chunk may be outstanding.
+  // token only, none with no_outputs). Returns how many; at most one chunk may be outstanding.
   size_t schedule(Batch& batch, size_t max_n);
   bool scheduled_wants_logits() const { return scheduled_logits_; }
   // A decode that verifies drafts (runtime/hooks.h DraftProposer): the one pending token and `drafts` after it, each

@@ -16,6 +16,7 @@
 //   embeddings      embedding requests are served (runtime/embedding.h): steps that run one fetch every token's
 //                   hidden state (a host buffer of batch_tokens x n_embd floats)
 //   pooling         how they are pooled; unset: the model file's pooling type, else none
+//   generation      generation requests are served (false: an embedding model's server refuses them)
 // The generation limit of a request is GenRequest::max_new_tokens (-n, "max_tokens" in the API).
 #pragma once
 
@@ -68,6 +69,7 @@ struct EngineConfig {
   SpecConfig spec;
   bool embeddings = false;
   std::optional<Pooling> pooling;
+  bool generation = true;
   int sampling_threads = 0;  // threads sampling the output rows of a step; 0: min(max_seqs, cores)
   bool start = true;         // start the engine thread in Scheduler::create (tests may call start() later)
 };

@@ -173,6 +173,10 @@ Result<std::shared_ptr<RequestHandle>> Scheduler::submit(GenRequest req) {
     if (req.prompt[i] < 0 || req.prompt[i] >= nv)
       return make_error(ErrorCode::kInvalidArgument, "prompt: token %zu: id %d is outside the vocabulary [0, %d)", i,
                         req.prompt[i], nv);
+  if (!req.embed && !impl_->cfg.generation)
+    return make_error(ErrorCode::kUnsupported, "model: this is an embedding model (its file declares a pooling type): "
+                      "it serves embeddings (POST /v1/embeddings%s), not text generation",
+                      impl_->emb.pooling == Pooling::kRank ? " and /v1/rerank" : "");
   if (req.embed && !impl_->emb.on)
     return make_error(ErrorCode::kUnsupported, "embeddings are off for this engine (EngineConfig::embeddings; kiln "
                       "serve --embedding)");

@@ -52,9 +52,13 @@ inline bool is_cache_type(DType t) { return t == DType::F16 || t == DType::F32 |
 // (the same functions its ops dispatch with). Activations, norms and the hybrid-model ops are f32; kv_store,
 // attention and the sliding window take the cache types; copy converts between float types; moe_ffn takes the
 // expert types moe_weight accepts (nullptr: a backend without moe_ffn).
+// encoder_ops: the backend runs layer_norm, gelu and non-causal attention (the CPU).
 inline bool supports_op(Op op, DType a, DType b, bool (*matmul_weight)(DType), bool (*get_rows_weight)(DType),
-                        bool (*moe_weight)(DType) = nullptr) {
+                        bool (*moe_weight)(DType) = nullptr, bool encoder_ops = false) {
   switch (op) {
+    case Op::kLayerNorm:
+    case Op::kGelu: return encoder_ops && a == DType::F32;
+    case Op::kAttentionNonCausal: return encoder_ops && is_cache_type(a);
     case Op::kMoeFfn: return moe_weight && moe_weight(a);
     case Op::kGetRows: return get_rows_weight(a);
     case Op::kMatmul: return matmul_weight(a);

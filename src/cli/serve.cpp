@@ -149,10 +149,10 @@ int serve_main(int argc, char** argv) {
   auto cfg = engine_config(*loaded->model, eng);
   if (!cfg) return quit(fail("serve", cfg.status()));
   {
-    // An embedding (or reranker) model, by its file's pooling type: embeddings on, generation off.
+    // An embedding (or reranker) model, by its file's pooling type, and an encoder: embeddings on, generation off.
     auto info = read_embedding_info(*loaded->model);
     if (!info) return quit(fail("serve", info.status()));
-    const bool embedding_model = info->pooling_type >= 0;
+    const bool embedding_model = info->pooling_type >= 0 || !loaded->model->hparams().causal;
     cfg->embeddings = embedding || pooling.has_value() || embedding_model;
     cfg->pooling = pooling;
     cfg->generation = !embedding_model;

@@ -48,7 +48,7 @@ Status read_cls_output(const gguf::File& f, const gguf::TensorInfo& w, Embedding
     one.ne[1] = 1;
     KILN_TRY(dequantize_rows(one, {0}, &e->cls_b));
   }
-  e->cls_source = "cls.output.weight";
+  e->cls_source = e->dense_w.empty() ? "cls.output.weight" : "cls.weight, cls.output.weight";
   return Status::ok();
 }
 
@@ -72,12 +72,27 @@ Result<EmbeddingInfo> read_embedding_info(const Model& model) {
     KILN_ASSIGN_OR_RETURN(e.labels, f.get_str_array(lkey));
   }
   KILN_ASSIGN_OR_RETURN(e.rerank_template, f.get_str_or("tokenizer.chat_template.rerank", ""));
-  if (f.find_tensor("cls.weight"))
-    e.cls_unsupported = "the file's classification head has a dense layer before its output (cls.weight: a BERT-style "
-                        "cross-encoder), which kiln does not run";
+  if (const gguf::TensorInfo* d = f.find_tensor("cls.weight")) {
+    if (d->n_dims != 2 || d->ne[0] != e.n_embd || d->ne[1] != e.n_embd)
+      return make_error(ErrorCode::kInvalidFile, "tensor 'cls.weight' has shape %s: expected [%lld, %lld]",
+                        d->shape_string().c_str(), static_cast<long long>(e.n_embd), static_cast<long long>(e.n_embd));
+    std::vector<int64_t> rows;
+    for (int64_t r = 0; r < e.n_embd; ++r) rows.push_back(r);
+    KILN_TRY(dequantize_rows(*d, rows, &e.dense_w));
+    if (const gguf::TensorInfo* b = f.find_tensor("cls.bias")) {
+      if (b->n_dims != 1 || b->ne[0] != e.n_embd)
+        return make_error(ErrorCode::kInvalidFile, "tensor 'cls.bias' has shape %s: expected [%lld]",
+                          b->shape_string().c_str(), static_cast<long long>(e.n_embd));
+      gguf::TensorInfo one = *b;
+      one.ne[1] = 1;
+      KILN_TRY(dequantize_rows(one, {0}, &e.dense_b));
+    }
+    e.n_cls = e.n_embd;  // the dense layer's outputs, unless cls.output.weight follows
+    e.cls_source = "cls.weight";
+  }
   if (const gguf::TensorInfo* w = f.find_tensor("cls.output.weight")) {
     KILN_TRY(read_cls_output(f, *w, &e));
-  } else if (hp.arch == "qwen3") {
+  } else if (hp.arch == "qwen3" && e.dense_w.empty()) {
     // The Qwen3-Reranker recipe: the logits of "yes" and "no" from the output projection (token_embd when tied).
     const Tokenizer& tok = model.tokenizer();
     const int32_t yes = find_token(tok, "yes"), no = find_token(tok, "no");

@@ -3,6 +3,9 @@
 //   cls.output.weight [n_embd, n_cls] and cls.output.bias [n_cls]
 //                                    the classification head of a rank (reranker) model: scores = W h + b over
 //                                    the pooled hidden state h; dequantized here into f32 rows
+//   cls.weight [n_embd, n_embd] and cls.bias [n_embd]
+//                                    a dense layer before it (BERT cross-encoders): h = tanh(W h + b) first; with no
+//                                    cls.output.weight its n_embd outputs are the scores
 //   <arch>.classifier.output_labels  names of the head's outputs
 //   tokenizer.chat_template.rerank   the prompt of a (query, document) pair, with {query} and {document}
 // A qwen3 file without cls.output.weight gets the head of the Qwen3-Reranker recipe: the output projection's rows of
@@ -26,10 +29,10 @@ struct EmbeddingInfo {
   // Classification head (n_cls = 0: none): w [n_cls][n_embd] row-major, b [n_cls] or empty.
   int64_t n_cls = 0;
   std::vector<float> cls_w, cls_b;
+  std::vector<float> dense_w, dense_b;  // cls.weight [n_embd][n_embd], cls.bias [n_embd]; empty: no dense layer
   bool cls_softmax = false;         // scores are softmax(W h + b)
   bool rank_last = false;           // rank pooling reads the last token (qwen3), else the first (llama.cpp's rule)
   std::string cls_source;           // where the head comes from, for messages ("cls.output.weight", ...)
-  std::string cls_unsupported;      // a head kiln does not run (a pre-classifier dense layer): why; "" otherwise
   std::vector<std::string> labels;  // <arch>.classifier.output_labels (may be empty)
   std::string rerank_template;      // tokenizer.chat_template.rerank ("" when absent)
 };

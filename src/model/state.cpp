@@ -363,7 +363,8 @@ Status State::execute() {
   if (P.hidden) {
     // Every row's final-norm hidden state stays in ws[1] for fetch; the output rows are gathered into ws[8].
     hidden_dev_ = ow.ws[1].rows(0, n);
-    KILN_TRY(ob.rms_norm(xo, w_.output_norm, hp_.rms_eps, hidden_dev_));
+    if (w_.output_norm.valid()) KILN_TRY(ob.rms_norm(xo, w_.output_norm, hp_.rms_eps, hidden_dev_));
+    else hidden_dev_ = xo;  // an encoder: the last layer's output is the hidden state
     if (m == 0) return Status::ok();
     hn = ow.ws[8].rows(0, m);
     KILN_TRY(ob.get_rows(hidden_dev_, idx_view(ow, L_.out_rows(), m), hn));
@@ -640,6 +641,10 @@ Status check_state(const HParams& hp, const Placement& place, const StepCaps& ca
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     Backend& be = *place.layers[il];
     const bool rec = hp.is_recurrent(il);
+    if (!hp.causal && (!be.supports(Op::kAttentionNonCausal, kt) || !be.supports(Op::kLayerNorm, DType::F32) ||
+                       !be.supports(Op::kGelu, DType::F32)))
+      return make_error(ErrorCode::kUnsupported, "%s is an encoder (bidirectional attention, layer norms), which "
+                        "backend %s does not run: place it on the CPU (--device cpu)", hp.arch.c_str(), be.name());
     if (hp.window(il) > 0 && !be.supports(Op::kAttentionWindow, kt))
       return make_error(ErrorCode::kUnsupported, "layer %lld of %s uses sliding-window attention, which backend %s "
                         "does not run (with a %s cache)", static_cast<long long>(il), hp.arch.c_str(), be.name(),

@@ -94,6 +94,11 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
       seqs_.push_back(t.seq_id);
       last_seq = t.seq_id;
     }
+    if (hp.max_pos > 0 && t.pos >= hp.max_pos) {
+      for (int32_t s : seqs_) seq_index_[s] = -1, count_[s] = 0;
+      return make_error(ErrorCode::kInvalidArgument, "batch token %lld: position %d is past the model's %lld learned "
+                        "positions", static_cast<long long>(i), t.pos, static_cast<long long>(hp.max_pos));
+    }
     const int64_t expect = cache.seq_len(t.seq_id) + count_[t.seq_id];
     if (t.pos != expect) {
       for (int32_t s : seqs_) seq_index_[s] = -1, count_[s] = 0;
@@ -115,6 +120,22 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
     reset_scratch();
     return make_error(ErrorCode::kInvalidArgument, "step: %lld outputs (at most %d per step, %zu kinds given)",
                       static_cast<long long>(n_out), caps.max_outputs, kinds.size());
+  }
+  // Encoders: bidirectional attention needs a sequence's every token in the step that runs it, and there are no
+  // logits.
+  if (!hp.causal) {
+    for (int32_t id : seqs_)
+      if (cache.seq_len(id) > 0) {
+        const int64_t at = cache.seq_len(id);
+        reset_scratch();
+        return make_error(ErrorCode::kInvalidArgument, "sequence %d continues at position %lld, but %s is an encoder: "
+                          "a sequence runs whole in one step", id, static_cast<long long>(at), hp.arch.c_str());
+      }
+    if (n_out > 0) {
+      reset_scratch();
+      return make_error(ErrorCode::kUnsupported, "step: %s is an encoder: it gives hidden states (embeddings), not "
+                        "logits", hp.arch.c_str());
+    }
   }
   // Hybrid models: a sequence continues only from where its recurrent state is (see engine.h).
   if (recurrent_)
@@ -148,7 +169,7 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
     P.pos[i] = t.pos;
     P.slot[i] = static_cast<int32_t>(cache.table(t.seq_id)[t.pos / bs] * bs + t.pos % bs);
     P.tok_table[i] = t.seq_id;
-    P.kv_len[i] = t.pos + 1;
+    P.kv_len[i] = hp.causal ? t.pos + 1 : static_cast<int32_t>(count_[t.seq_id]);  // encoders: the whole sequence
     max_len = std::max(max_len, P.kv_len[i]);
     if (t.want_logits) {
       P.out_kind[j] = kinds[j];

@@ -44,12 +44,24 @@ std::vector<float> Pooler::result() const {
     return v;
   }
   if (p_ != Pooling::kRank) return pick_;
-  // The head over the chosen vector: scores = W h + b (then softmax for qwen3 heads).
+  // The head over the chosen vector: h = tanh(W_dense h + b_dense) when it has a dense layer, then scores = W h + b
+  // (none: the dense layer's outputs), then softmax for qwen3 heads.
+  std::vector<double> h(pick_.begin(), pick_.end());
+  if (!head_.dense_w.empty() && h.size() == d) {
+    std::vector<double> t(d);
+    for (size_t r = 0; r < d; ++r) {
+      double a = head_.dense_b.empty() ? 0.0 : head_.dense_b[r];
+      for (size_t i = 0; i < d; ++i) a += static_cast<double>(head_.dense_w[r * d + i]) * h[i];
+      t[r] = std::tanh(a);
+    }
+    h = std::move(t);
+  }
   const size_t nc = static_cast<size_t>(head_.n_cls);
   std::vector<double> s(nc, 0.0);
-  for (size_t c = 0; c < nc && pick_.size() == d; ++c) {
+  if (head_.cls_w.empty()) s = h;  // the dense layer alone
+  for (size_t c = 0; c < nc && !head_.cls_w.empty() && h.size() == d; ++c) {
     double a = head_.cls_b.empty() ? 0.0 : head_.cls_b[c];
-    for (size_t i = 0; i < d; ++i) a += static_cast<double>(head_.cls_w[c * d + i]) * pick_[i];
+    for (size_t i = 0; i < d; ++i) a += static_cast<double>(head_.cls_w[c * d + i]) * h[i];
     s[c] = a;
   }
   if (head_.cls_softmax && nc > 0) {

@@ -64,11 +64,9 @@ Status setup_embeddings(const Model& model, const EngineConfig& cfg, EmbeddingIn
   e->n_embd = model.hparams().n_embd;
   e->n_out = e->n_embd;
   if (e->pooling != Pooling::kRank) return Status::ok();
-  if (!info->cls_unsupported.empty())
-    return make_error(ErrorCode::kUnsupported, "--pooling rank: %s", info->cls_unsupported.c_str());
   if (info->n_cls == 0)
     return make_error(ErrorCode::kUnsupported, "--pooling rank: the model has no classification head (no "
-                      "cls.output.weight%s)", model.hparams().arch == "qwen3"
+                      "cls.output.weight or cls.weight%s)", model.hparams().arch == "qwen3"
                           ? ", and its vocabulary lacks the tokens 'yes' and 'no' of the Qwen3-Reranker recipe" : "");
   e->n_out = info->n_cls;
   e->labels = info->labels;
@@ -113,6 +111,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
   KILN_ASSIGN_OR_RETURN(I.engine, Engine::create(*model, kc));
   I.model = std::move(model);
   I.max_seq_ctx = cfg.max_seq_ctx > 0 ? std::min(cfg.max_seq_ctx, cfg.n_ctx) : cfg.n_ctx;
+  if (I.model->hparams().max_pos > 0) I.max_seq_ctx = std::min(I.max_seq_ctx, I.model->hparams().max_pos);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int nt = cfg.sampling_threads > 0 ? cfg.sampling_threads : std::min(cfg.max_seqs, cores);
   I.pool = std::make_unique<ThreadPool>(std::max(1, nt));
@@ -173,6 +172,13 @@ Result<std::shared_ptr<RequestHandle>> Scheduler::submit(GenRequest req) {
     if (req.prompt[i] < 0 || req.prompt[i] >= nv)
       return make_error(ErrorCode::kInvalidArgument, "prompt: token %zu: id %d is outside the vocabulary [0, %d)", i,
                         req.prompt[i], nv);
+  const HParams& hp = impl_->model->hparams();
+  if (!req.embed && !hp.causal)
+    return make_error(ErrorCode::kUnsupported, "model: %s is an encoder: it computes embeddings, not text",
+                      hp.arch.c_str());
+  if (req.embed && !hp.causal && static_cast<int64_t>(req.prompt.size()) > impl_->engine->caps().batch_tokens)
+    return make_error(ErrorCode::kOutOfRange, "input: %zu tokens: %s sees its whole input in one step, of at most %d "
+                      "tokens (-b)", req.prompt.size(), hp.arch.c_str(), impl_->engine->caps().batch_tokens);
   if (!req.embed && !impl_->cfg.generation)
     return make_error(ErrorCode::kUnsupported, "model: this is an embedding model (its file declares a pooling type): "
                       "it serves embeddings (POST /v1/embeddings%s), not text generation",

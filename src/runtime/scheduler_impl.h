@@ -125,6 +125,7 @@ struct Scheduler::Impl {
   int64_t propose_drafts(Active& a);     // fills a.draft: how many
   int64_t chunk_room(Active& a);         // prompt tokens of a that fit tokens_left and the free blocks
   int64_t fit(const Active& a, int64_t n, int64_t free_blocks) const;
+  int64_t whole_or_none(const Active& a, int64_t n) const;  // an encoder runs a sequence whole: n, or 0 to wait
   void attach(Active& a);                // prefix cache
   void put(Active& a, size_t n);
   void preempt(Active& a);

@@ -203,7 +203,12 @@ int64_t Scheduler::Impl::chunk_room(Active& a) {
   if (has_kv(a) && a.seq->n_pending() == 1 && a.got_first) return 0;  // a decode that found no room
   attach(a);
   const int64_t want = std::min<int64_t>(static_cast<int64_t>(a.seq->n_pending()), tokens_left);
-  return fit(a, want, engine->cache().n_blocks_free());
+  const int64_t n = fit(a, want, engine->cache().n_blocks_free());
+  return whole_or_none(a, n);
+}
+
+int64_t Scheduler::Impl::whole_or_none(const Active& a, int64_t n) const {
+  return model->hparams().causal || n >= static_cast<int64_t>(a.seq->n_pending()) ? n : 0;
 }
 
 std::unique_ptr<Active> Scheduler::Impl::make_active(const std::shared_ptr<RequestHandle>& h, int32_t slot) {
@@ -252,7 +257,7 @@ void Scheduler::Impl::admit() {
     for (auto& o : active) keep += has_kv(*o) ? 1 : 0;
     const int64_t room = cache.n_blocks_free() - keep;
     const int64_t want = std::min<int64_t>(static_cast<int64_t>(a->seq->n_pending()), tokens_left);
-    const int64_t n = room > 0 ? fit(*a, want, room) : 0;
+    const int64_t n = room > 0 ? whole_or_none(*a, fit(*a, want, room)) : 0;
     if (n <= 0) {  // admission waits for blocks
       cache.truncate(slot, 0);
       std::lock_guard<std::mutex> lk(stats_mu);

@@ -45,6 +45,7 @@ std::vector<Embedded> embed_all(Scheduler& s, const std::vector<std::vector<int3
     if (!h) out[i].error = h.status();
     hs.push_back(h ? *h : nullptr);
   }
+  s.start();  // a scheduler made with EngineConfig::start off runs from here, with every input queued
   for (size_t i = 0; i < hs.size(); ++i) {
     if (!hs[i]) continue;
     hs[i]->wait_all();
@@ -119,7 +120,9 @@ TEST(Embeddings, ALongInputInChunksMatchesOneBatch) {
 
 TEST(Embeddings, OneInputAloneAndInABatchOfEight) {
   auto s1 = test::make_scheduler(llama_model(), embed_config(Pooling::kMean, 1));
-  auto s8 = test::make_scheduler(llama_model(), embed_config(Pooling::kMean, 8));
+  EngineConfig c8 = embed_config(Pooling::kMean, 8);
+  c8.start = false;
+  auto s8 = test::make_scheduler(llama_model(), c8);
   ASSERT_TRUE(s1 && s8);
   const std::vector<int32_t> all = fixture_prompt();
   std::vector<std::vector<int32_t>> inputs;
@@ -145,19 +148,26 @@ TEST(Embeddings, GenerationSharesTheStepsUnchanged) {
   const test::Generated want = test::generate(*alone, test::greedy_request(ids, 8));
   const auto want_embd = embed_all(*alone, {ids});
   // Both at once: the generation's prompt and the embedding input run in the same hidden steps.
-  auto s = test::make_scheduler(path, embed_config(Pooling::kMean, 2));
+  EngineConfig cfg = embed_config(Pooling::kMean, 2);
+  cfg.start = false;
+  auto s = test::make_scheduler(path, cfg);
+  std::vector<StepInfo> steps;
+  s->set_step_observer([&](const StepInfo& st) { steps.push_back(st); });
   GenRequest e;
   e.embed = true;
   e.prompt = ids;
   auto he = s->submit(e);
   auto hg = s->submit(test::greedy_request(ids, 8));
   ASSERT_TRUE(he && hg);
+  s->start();
   std::vector<int32_t> got;
   for (const TokenEvent& ev : (*hg)->wait_all())
     if (ev.id >= 0) got.push_back(ev.id);
   (*he)->wait_all();
   EXPECT_EQ(got, want.ids);
   EXPECT_LT(test::cosine_distance((*he)->take_embedding(), want_embd[0].v), 1e-6);
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps[0].n_seqs, 2);  // the first step ran both prompts
 }
 
 // softmax over two logits: the probability of the first.

@@ -26,6 +26,9 @@ const char* op_name(Op op) {
     case Op::kConv1dSilu: return "conv1d_silu";
     case Op::kDeltaNet: return "gated_delta_net";
     case Op::kMoeFfn: return "moe_ffn";
+    case Op::kLayerNorm: return "layer_norm";
+    case Op::kGelu: return "gelu";
+    case Op::kAttentionNonCausal: return "attention_non_causal";
   }
   return "?";
 }

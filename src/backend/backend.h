@@ -96,9 +96,12 @@ struct AttnBatch {
 // cache ops: ask with both; the destination for kCopy).
 // The ops after kCopy (Qwen3.5 / Gemma 3, mixture-of-experts models) have defaults that return kUnsupported;
 // kAttentionWindow asks whether attention honours KvLayer::window for K/V cache types a/b; kMoeFfn whether moe_ffn reads
-// expert weights of type `a`.
+// expert weights of type `a`. The encoder ops (bert): kLayerNorm, kGelu, and kAttentionNonCausal, whether attention
+// lets a token read positions past its own (kv_len beyond pos + 1: the bidirectional attention of an encoder) with
+// cache type `a`.
 enum class Op { kGetRows, kRmsNorm, kMatmul, kRope, kKvStore, kAttention, kSwiglu, kAdd, kMul, kScale, kSoftmax,
-                kArgmax, kCopy, kGeglu, kSigmoidMul, kAttentionWindow, kConv1dSilu, kDeltaNet, kMoeFfn };
+                kArgmax, kCopy, kGeglu, kSigmoidMul, kAttentionWindow, kConv1dSilu, kDeltaNet, kMoeFfn, kLayerNorm,
+                kGelu, kAttentionNonCausal };
 
 // How moe_ffn turns router logits into expert weights (llama.cpp's gating functions; only those kiln's
 // architectures use).
@@ -239,6 +242,19 @@ class Backend {
   virtual Status gated_delta_net(const DeltaNetArgs& a, const AttnBatch& meta, const Tensor& dst) {
     (void)a, (void)meta, (void)dst;
     return make_error(ErrorCode::kUnsupported, "gated_delta_net: not implemented by backend %s", name());
+  }
+
+  // ---- encoder ops (bert; defaults: kUnsupported, supports() answers) ----
+  // Layer norm of each row: dst[:, r] = (x[:, r] - mean) / sqrt(var + eps) * w + b, mean and variance over the row
+  // (the variance of the centred values), w and b optional (invalid: 1 and 0). x, dst: F32 [d, n]; w, b: F32 [d].
+  virtual Status layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, const Tensor& dst) {
+    (void)x, (void)w, (void)b, (void)eps, (void)dst;
+    return make_error(ErrorCode::kUnsupported, "layer_norm: not implemented by backend %s", name());
+  }
+  // dst = gelu(x), the tanh GELU of geglu. F32 [d, n].
+  virtual Status gelu(const Tensor& x, const Tensor& dst) {
+    (void)x, (void)dst;
+    return make_error(ErrorCode::kUnsupported, "gelu: not implemented by backend %s", name());
   }
 
   // ---- mixture-of-experts FFN (default: kUnsupported; supports(Op::kMoeFfn, expert type) answers) ----

@@ -14,6 +14,7 @@
 #include "cli/chat_cli.h"
 #include "cli/engine_options.h"
 #include "cli/model_source.h"
+#include "model/embedding.h"
 #include "runtime/scheduler.h"
 #include "server/server.h"
 
@@ -61,6 +62,15 @@ int serve_main(int argc, char** argv) {
   args.flag({"--slots"}, &sc.slots, "serve GET /slots (the state of each sequence slot; off by default)");
   bool no_webui = false;
   args.flag({"--no-webui"}, &no_webui, "no chat page at / (default: served)");
+  bool embedding = false, reranking = false;
+  std::string pooling_arg;
+  args.flag({"--embedding", "--embeddings"}, &embedding,
+            "serve POST /v1/embeddings and /embedding (on by default for a model whose file declares a pooling type, "
+            "which then serves only embeddings)");
+  args.option({"--pooling"}, &pooling_arg, "TYPE",
+              "none|mean|cls|last|rank: how embeddings pool the tokens' final hidden states (implies --embedding; "
+              "default: the file's pooling_type, else none)");
+  args.flag({"--reranking", "--rerank"}, &reranking, "serve POST /v1/rerank (the same as --pooling rank)");
   add_sampling_options(args, &sc.sampling);
   if (Status st = args.parse(argc, argv); !st) return fail("serve", st);
   if (args.help_requested()) {
@@ -72,6 +82,16 @@ int serve_main(int argc, char** argv) {
     return 0;
   }
   if (Status st = check_engine_options(eng); !st) return fail("serve", st);
+  std::optional<Pooling> pooling;
+  if (!pooling_arg.empty()) {
+    auto p = parse_pooling(pooling_arg, "--pooling");
+    if (!p) return fail("serve", p.status());
+    pooling = *p;
+  }
+  if (reranking && pooling && *pooling != Pooling::kRank)
+    return fail("serve", make_error(ErrorCode::kInvalidArgument, "--reranking: conflicts with --pooling %s",
+                                    pooling_arg.c_str()));
+  if (reranking) pooling = Pooling::kRank;
   if (sc.port < 0 || sc.port > 65535)
     return fail("serve", make_error(ErrorCode::kInvalidArgument, "--port: must be in [0, 65535] (got %d)", sc.port));
   if (body_limit < 1024 || body_limit > (int64_t{1} << 30))
@@ -128,6 +148,15 @@ int serve_main(int argc, char** argv) {
     return quit(fail("serve", st));
   auto cfg = engine_config(*loaded->model, eng);
   if (!cfg) return quit(fail("serve", cfg.status()));
+  {
+    // An embedding (or reranker) model, by its file's pooling type, and an encoder: embeddings on, generation off.
+    auto info = read_embedding_info(*loaded->model);
+    if (!info) return quit(fail("serve", info.status()));
+    const bool embedding_model = info->pooling_type >= 0 || !loaded->model->hparams().causal;
+    cfg->embeddings = embedding || pooling.has_value() || embedding_model;
+    cfg->pooling = pooling;
+    cfg->generation = !embedding_model;
+  }
   if (!quiet) cfg->on_prefill = prefill_printer("kiln serve: ", /*per_slot=*/true);  // long prompts' progress
   auto sched = Scheduler::create(std::move(loaded->model), *cfg);
   if (!sched) return quit(fail("serve", sched.status()));
@@ -139,11 +168,16 @@ int serve_main(int argc, char** argv) {
                                               : strprintf("on (%d recurrent-state checkpoints, %.1f MiB)",
                                                           ec.ctx_checkpoints * ec.max_seqs,
                                                           static_cast<double>(ckpt_bytes) / (1 << 20));
+  const char* pname = pooling_name((*sched)->embedding().pooling);
+  const std::string embeddings = !cfg->embeddings ? std::string("embeddings off")
+                                 : cfg->generation ? strprintf("embeddings on (pooling %s)", pname)
+                                                   : strprintf("embedding model (pooling %s; no generation)", pname);
   std::fprintf(stderr,
                "kiln serve: ready: model '%s' (%s), KV %lld tokens shared by %d sequences (at most %lld each), "
-               "budget %d tokens per step, prefix cache %s, http://%s:%d/v1\n",
+               "budget %d tokens per step, prefix cache %s, %s, http://%s:%d/v1\n",
                sc.model_id.c_str(), (*sched)->model_description().c_str(), (long long)cfg->n_ctx, cfg->max_seqs,
-               (long long)(*sched)->max_seq_ctx(), cfg->batch_tokens, cache.c_str(), sc.host.c_str(), srv.port());
+               (long long)(*sched)->max_seq_ctx(), cfg->batch_tokens, cache.c_str(), embeddings.c_str(), sc.host.c_str(),
+               srv.port());
 
   while (g_signals.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::fprintf(stderr, "kiln serve: shutting down: %lld requests in flight\n", (long long)srv.in_flight());

@@ -29,6 +29,11 @@ struct LayerWeights {
   Tensor ffn_down_exps;                           // [n_ff_exp, n_embd, n_expert]
   // gemma3: norms of the attention and FFN outputs before their residual adds
   Tensor post_attn_norm, post_ffn_norm;  // f32 [n_embd]
+  // encoders (bert): the fused q/k/v projection is wqkv below (views of its rows land in wq/wk/wv) with bias bqkv;
+  // biases of attn_output and the FFN, the post-norms (layer norms: weight and bias)
+  Tensor bqkv;                           // f32 [3 n_embd]
+  Tensor bo, b_up, b_down;               // f32 [n_embd], [n_ff], [n_embd]
+  Tensor attn_out_norm, attn_out_norm_b, layer_out_norm, layer_out_norm_b;  // f32 [n_embd]
   // qwen35 Gated DeltaNet layers (model/arch/qwen35.cpp has the shapes)
   Tensor wqkv, wz;                       // mixed q/k/v projection, output gate z
   Tensor ssm_conv1d, ssm_a, ssm_dt_bias, ssm_norm;  // f32
@@ -37,9 +42,12 @@ struct LayerWeights {
 
 struct Weights {
   Tensor tok_embd;     // [n_embd, n_vocab], any dequantizable type
-  Tensor output_norm;  // f32 [n_embd]
-  Tensor output;       // [n_embd, n_vocab]; = tok_embd when tied
+  Tensor output_norm;  // f32 [n_embd]; invalid for encoders (the last layer's output is the hidden state)
+  Tensor output;       // [n_embd, n_vocab]; = tok_embd when tied; invalid for encoders (no logits)
   Tensor rope_freqs;   // optional f32 [n_rot/2] (llama3 frequency factors)
+  // encoders (bert): learned positions [n_embd, max_pos], token types [n_embd, n_token_types] (F32/F16/BF16), the
+  // layer norm of the embeddings
+  Tensor pos_embd, type_embd, tok_norm, tok_norm_b;
   std::vector<LayerWeights> layers;
   // rope_freqs as seen by each backend of the placement (the layers' backends all read it).
   struct OnBackend {
@@ -80,7 +88,7 @@ struct ArchDef {
 };
 
 const ArchDef* find_arch(std::string_view name);
-std::string supported_archs();  // "llama, qwen2, qwen3, gemma3, qwen35, qwen3moe"
+std::string supported_archs();  // "llama, qwen2, qwen3, gemma3, qwen35, qwen3moe, bert, nomic-bert"
 
 // Common hyperparameters: general.* and <arch>.* keys (see hparams.h), then validate_hparams.
 Status read_common_hparams(const gguf::File& file, HParams& hp);

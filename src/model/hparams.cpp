@@ -132,7 +132,9 @@ Status read_common_hparams(const gguf::File& f, HParams& hp) {
                       key(hp, "attention.head_count").c_str(), static_cast<long long>(hp.n_head));
   KILN_ASSIGN_OR_RETURN(hp.head_dim_k, get_int_or(f, key(hp, "attention.key_length"), hp.n_embd / hp.n_head));
   KILN_ASSIGN_OR_RETURN(hp.head_dim_v, get_int_or(f, key(hp, "attention.value_length"), hp.head_dim_k));
-  KILN_ASSIGN_OR_RETURN(hp.rms_eps, f.get_f32(key(hp, "attention.layer_norm_rms_epsilon")));
+  // Encoders give the epsilon of their layer norms instead (read again by their architecture).
+  const std::string rms_key = key(hp, "attention.layer_norm_rms_epsilon"), ln_key = key(hp, "attention.layer_norm_epsilon");
+  KILN_ASSIGN_OR_RETURN(hp.rms_eps, f.get_f32(!f.has(rms_key) && f.has(ln_key) ? ln_key : rms_key));
   KILN_ASSIGN_OR_RETURN(hp.n_rot, get_int_or(f, key(hp, "rope.dimension_count"), hp.head_dim_k));
   KILN_ASSIGN_OR_RETURN(hp.rope_freq_base, f.get_f32_or(key(hp, "rope.freq_base"), 10000.0f));
   KILN_ASSIGN_OR_RETURN(const std::string scaling, f.get_str_or(key(hp, "rope.scaling.type"), "none"));

@@ -50,6 +50,14 @@ struct HParams {
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
   int64_t n_ff_exp = 0;
+  // Encoders (bert, nomic-bert): attention is bidirectional (every token of a sequence sees all of it, so a sequence
+  // runs whole in one step and gives no logits: model/arch/bert.cpp), norms are layer norms with norm_eps
+  // (<arch>.attention.layer_norm_epsilon), learned absolute positions (bert) must stay below max_pos, and
+  // n_token_types rows of token-type embeddings may be added (type 0).
+  bool causal = true;
+  float norm_eps = 1e-12f;
+  int64_t max_pos = 0;  // 0: no learned positions
+  int64_t n_token_types = 0;
   // Workspace an architecture needs beyond the standard buffers (model/state.cpp): the q buffer's width per token
   // (0: n_head * head_dim_k; qwen35: query and gate) and an extra scratch region of ws_extra floats per token
   // (ForwardCtx::s).

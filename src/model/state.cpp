@@ -9,6 +9,7 @@
 //   per backend     workspace of batch_tokens rows: x h q k v attn g u x_keep attn_keep s (f32), the index region
 //                   (I32, the staging layout below) and the block tables [max_blocks_per_seq, max_seqs]
 //   output backend  logits f32 [n_vocab, max_outputs], argmax I32 [max_outputs]
+//   host (pinned)   with caps.hidden: the hidden rows of a hidden step, [batch_tokens][n_embd] f32 (model/step.h)
 //   host (pinned, from the input backend's alloc_host)
 //                   staging: index region + out_kind + table mirror; fetch: argmax [max_outputs] and logits
 //                   [max_outputs][n_vocab]; a bounce buffer of batch_tokens * n_embd f32 for device-to-device
@@ -132,6 +133,8 @@ class State final : public ModelState {
   Status copy_recurrent(Rows& a, int32_t from, Rows& b, int32_t to);
   std::unique_ptr<Buffer> logits_, argmax_;  // on the output backend
   std::unique_ptr<Buffer> staging_, host_out_, bounce_;
+  std::unique_ptr<Buffer> hidden_host_;  // caps.hidden: [batch_tokens][n_embd] f32, pinned
+  Tensor hidden_dev_;                    // the last hidden step's final-norm rows [n_embd, n_bucket] (output backend)
   StepPlan plan_;
   ForwardCtx ctx_;
   Communicator* comm_ = nullptr;  // tensor parallel: this rank's (nullptr: one rank)
@@ -235,6 +238,9 @@ Status State::init() {
   if (bes.size() > 1) {
     KILN_ASSIGN_OR_RETURN(bounce_, ib->alloc_host(static_cast<size_t>(hp_.n_embd * T) * sizeof(float)));
   }
+  if (caps_.hidden) {
+    KILN_ASSIGN_OR_RETURN(hidden_host_, ob->alloc_host(static_cast<size_t>(hp_.n_embd * T) * sizeof(float)));
+  }
 
   int32_t* base = static_cast<int32_t*>(staging_->data());
   plan_.token = base + L_.token();
@@ -291,8 +297,9 @@ void State::set_layer_params(ForwardCtx& c, int64_t il) const {
 //   1. upload: the index region (one write per backend) and the dirty block-table rows
 //   2. x = token_embd[tokens] on the input backend
 //   3. per layer, on its backend (x copied over at a boundary): the architecture's block; the last layer keeps
-//      only the output rows past attention
-//   4. output rows: output_norm, output projection, argmax (output backend)
+//      only the output rows past attention (a hidden step: every row)
+//   4. output rows: output_norm, output projection, argmax (output backend); a hidden step: output_norm of every
+//      row, the output rows gathered from it for the projection
 Status State::execute() {
   StepPlan& P = plan_;
   const int64_t n = P.n_bucket, m = P.n_out_bucket;
@@ -301,6 +308,8 @@ Status State::execute() {
     return make_error(ErrorCode::kInternal, "execute: plan of %lld tokens / %lld outputs / %d sequences exceeds the "
                       "state's capacity (%d / %d / %d)", static_cast<long long>(n), static_cast<long long>(m),
                       P.n_seq, caps_.batch_tokens, caps_.max_outputs, caps_.max_seqs);
+  if (P.hidden && !caps_.hidden)
+    return make_error(ErrorCode::kInternal, "execute: a hidden step on a state created without StepCaps::hidden");
   const int64_t MB = caps_.max_blocks_per_seq();
   // 1. Upload.
   for (Work& w : work_) {
@@ -314,7 +323,7 @@ Status State::execute() {
   // A decode-sized step (<= 64 tokens) on one backend may be a recorded graph (Backend::graph_*), keyed by every
   // host-side count the ops see, packed without loss: n, m, max_q_len <= 64 (7 bits each), n_seq (17 bits),
   // max_kv_len (26 bits).
-  Backend* solo = work_.size() == 1 && n <= 64 && P.max_q_len <= 64 && P.max_kv_len >= 0 &&
+  Backend* solo = !P.hidden && work_.size() == 1 && n <= 64 && P.max_q_len <= 64 && P.max_kv_len >= 0 &&
                           P.max_kv_len < (1 << 26) ? work_[0].be : nullptr;
   const uint64_t gkey = static_cast<uint64_t>(n) | static_cast<uint64_t>(m) << 7 |
                         static_cast<uint64_t>(P.max_q_len) << 14 | static_cast<uint64_t>(P.n_seq) << 21 |
@@ -344,6 +353,7 @@ Status State::execute() {
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     Work& w = work_of(place_.layers[il].get());
     set_layer_ctx(c, w, n, m);
+    if (P.hidden) c.n_out = n;  // every row goes on to the end
     set_layer_params(c, il);
     if (&w != cur) KILN_TRY(copy_between(x, c.x, bounce, bounce_bytes));
     cur = &w;
@@ -352,19 +362,30 @@ Status State::execute() {
   }
 
   // 4. Outputs.
-  if (m == 0) return Status::ok();
-  if (c.n != m)
+  const int64_t rows = P.hidden ? n : m;  // rows of x after the last layer
+  if (rows == 0) return Status::ok();
+  if (c.n != rows)
     return make_error(ErrorCode::kInternal, "execute: %lld rows left for %lld outputs", static_cast<long long>(c.n),
-                      static_cast<long long>(m));
+                      static_cast<long long>(rows));
   Work& ow = work_of(place_.output.get());
   Tensor xo = x;
   if (&ow != cur) {
-    xo = ow.ws[0].rows(0, m);
+    xo = ow.ws[0].rows(0, rows);
     KILN_TRY(copy_between(x, xo, bounce, bounce_bytes));
   }
   Backend& ob = *ow.be;
-  const Tensor hn = ow.ws[1].rows(0, m);
-  KILN_TRY(ob.rms_norm_for_matmul(xo, w_.output_norm, hp_.rms_eps, hn, w_.output.dtype));
+  Tensor hn = ow.ws[1].rows(0, m);
+  if (P.hidden) {
+    // Every row's final-norm hidden state stays in ws[1] for fetch; the output rows are gathered into ws[8].
+    hidden_dev_ = ow.ws[1].rows(0, n);
+    if (w_.output_norm.valid()) KILN_TRY(ob.rms_norm(xo, w_.output_norm, hp_.rms_eps, hidden_dev_));
+    else hidden_dev_ = xo;  // an encoder: the last layer's output is the hidden state
+    if (m == 0) return Status::ok();
+    hn = ow.ws[8].rows(0, m);
+    KILN_TRY(ob.get_rows(hidden_dev_, idx_view(ow, L_.out_rows(), m), hn));
+  } else {
+    KILN_TRY(ob.rms_norm_for_matmul(xo, w_.output_norm, hp_.rms_eps, hn, w_.output.dtype));
+  }
   const Tensor lt = Tensor::make(DType::F32, logits_->data(), &ob, V_, m);
   if (comm_) {
     // Tensor parallel: this rank's vocabulary rows [V/N, m], gathered rank-major into [V/N, m, N]; rank 0 copies
@@ -398,6 +419,12 @@ Result<StepOutputs> State::fetch() {
   StepOutputs out;
   out.n_out = P.n_out;
   out.n_vocab = V_;
+  if (P.hidden) {
+    out.n_embd = hp_.n_embd;
+    out.hidden = static_cast<const float*>(hidden_host_->data());
+    KILN_TRY(ob.read(hidden_dev_, 0, hidden_host_->data(),
+                     static_cast<size_t>(P.n_tok) * static_cast<size_t>(hp_.n_embd) * sizeof(float)));
+  }
   if (P.n_out == 0) {
     // No read to wait on: wait for the uploads explicitly, since the next plan rewrites the pinned staging they read
     // from (backend.h's reuse rule). Host-memory backends ran synchronously already.
@@ -456,6 +483,7 @@ void State::mirror_plan(const StepPlan& src) {
   plan_.n_seq = src.n_seq;
   plan_.max_kv_len = src.max_kv_len;
   plan_.max_q_len = src.max_q_len;
+  plan_.hidden = src.hidden;
 }
 
 // N-1 worker threads, one per rank r >= 1, parked between steps; run(f) calls f(r) for every rank, rank 0 on the
@@ -710,6 +738,10 @@ Status check_state(const HParams& hp, const Placement& place, const StepCaps& ca
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     Backend& be = *place.layers[il];
     const bool rec = hp.is_recurrent(il);
+    if (!hp.causal && (!be.supports(Op::kAttentionNonCausal, kt, vt) || !be.supports(Op::kLayerNorm, DType::F32) ||
+                       !be.supports(Op::kGelu, DType::F32)))
+      return make_error(ErrorCode::kUnsupported, "%s is an encoder (bidirectional attention, layer norms), which "
+                        "backend %s does not run: place it on the CPU (--device cpu)", hp.arch.c_str(), be.name());
     if (hp.window(il) > 0 && !be.supports(Op::kAttentionWindow, kt, vt))
       return make_error(ErrorCode::kUnsupported, "layer %lld of %s uses sliding-window attention, which backend %s "
                         "does not run (with -ctk %s -ctv %s)", static_cast<long long>(il), hp.arch.c_str(), be.name(),

@@ -8,7 +8,12 @@
 //           allocation, no host read, no shape derived from data: the shapes come from the host-side counts of the
 //           plan (n_bucket, n_out_bucket, n_seq, max_kv_len), so one execute per bucket can be captured as a graph.
 //   fetch   (ModelState::fetch): per output row, the argmax id computed on the output backend, or the full logits
-//           row copied into pinned host memory.
+//           row copied into pinned host memory; in a hidden step (StepPlan::hidden) also every token's hidden state.
+//
+// Hidden steps (embeddings, StepCaps::hidden): the last layer keeps every row (no output-row selection), output_norm
+// runs over all n_tok rows, and fetch brings back that final-norm hidden state of every token ([n_tok][n_embd], the
+// input of the output projection); the output rows, if any, are then gathered from it for the projection. Such a
+// step is never a recorded graph.
 //
 // Buckets (when ModelState::wants_buckets(): a device backend is in the placement): n_tok is rounded up to
 // 1, 2, 4, 8, 16, 32, 64 (the decode sizes, capturable), above 64 to a multiple of 64; n_out likewise; max_kv_len to
@@ -40,6 +45,7 @@ struct StepCaps {
   int32_t block_size = 16;    // token slots per block
   DType kv_type_k = DType::F16, kv_type_v = DType::F16;  // K and V storage (backend.h, kKvCacheTypes)
   int32_t n_checkpoints = 0;  // recurrent-state checkpoint slots (hybrid models; ModelState::save_checkpoint)
+  bool hidden = false;        // hidden steps allowed: a host buffer of batch_tokens x n_embd f32 is allocated
   int32_t max_blocks_per_seq() const {
     return static_cast<int32_t>(n_blocks);  // one sequence may hold the whole pool
   }
@@ -59,6 +65,7 @@ struct StepPlan {
   int32_t n_seq = 0;         // sequences in the step (entries of the per-sequence arrays)
   int32_t max_kv_len = 0;    // bound of kv_len (a bucket)
   int32_t max_q_len = 0;     // bound of seq_q_len
+  bool hidden = false;       // fetch every token's final-norm hidden state too (caps().hidden must be set)
 
   int32_t* token = nullptr;      // [batch_tokens]
   int32_t* pos = nullptr;        // [batch_tokens]
@@ -83,6 +90,10 @@ struct StepOutputs {
   const int32_t* argmax = nullptr;  // [n_out] (valid where out_kind is kArgmax; computed for every row)
   const float* logits = nullptr;    // [n_out][n_vocab] pinned host (rows valid where out_kind is kLogits)
   const float* row(int32_t i) const { return logits + static_cast<size_t>(i) * static_cast<size_t>(n_vocab); }
+  // A hidden step: [n_tok][n_embd] the final-norm hidden state of every token of the step, in batch order.
+  int64_t n_embd = 0;
+  const float* hidden = nullptr;
+  const float* hidden_row(int32_t t) const { return hidden + static_cast<size_t>(t) * static_cast<size_t>(n_embd); }
 };
 
 // The per-engine state of a model: KV storage, workspace, staging, output buffers. Made by Model::create_state.

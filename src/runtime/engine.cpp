@@ -18,6 +18,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const KvCacheConfig
   caps.kv_type_k = cfg.type_k;
   caps.kv_type_v = cfg.type_v;
   caps.n_checkpoints = cfg.checkpoints;
+  caps.hidden = cfg.hidden;
   caps.max_outputs = cfg.max_outputs > 0 ? cfg.max_outputs : std::max(cfg.max_seqs, 8);
   caps.max_outputs = std::min(caps.max_outputs, std::max(cfg.batch_tokens, 1));
   // Sizes first, then the storage against the backends' memory (create_state), then the bookkeeping.
@@ -92,7 +93,7 @@ int32_t Engine::bucket_kv(int32_t n) const {
   return static_cast<int32_t>(std::min<int64_t>(b, cap));
 }
 
-Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds) {
+Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds, bool hidden) {
   ModelState& S = *state_;
   StepPlan& P = S.plan();
   const StepCaps& caps = S.caps();
@@ -126,6 +127,11 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
       seqs_.push_back(t.seq_id);
       last_seq = t.seq_id;
     }
+    if (hp.max_pos > 0 && t.pos >= hp.max_pos) {
+      for (int32_t s : seqs_) seq_index_[s] = -1, count_[s] = 0;
+      return make_error(ErrorCode::kInvalidArgument, "batch token %lld: position %d is past the model's %lld learned "
+                        "positions", static_cast<long long>(i), t.pos, static_cast<long long>(hp.max_pos));
+    }
     const int64_t expect = cache.seq_len(t.seq_id) + count_[t.seq_id];
     if (t.pos != expect) {
       for (int32_t s : seqs_) seq_index_[s] = -1, count_[s] = 0;
@@ -139,10 +145,30 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
   auto reset_scratch = [&] {
     for (int32_t s : seqs_) seq_index_[s] = -1, count_[s] = 0;
   };
+  if (hidden && !caps.hidden) {
+    reset_scratch();
+    return make_error(ErrorCode::kInvalidArgument, "step: hidden states asked of an engine created without them");
+  }
   if (n_out > caps.max_outputs || static_cast<int64_t>(kinds.size()) < n_out) {
     reset_scratch();
     return make_error(ErrorCode::kInvalidArgument, "step: %lld outputs (at most %d per step, %zu kinds given)",
                       static_cast<long long>(n_out), caps.max_outputs, kinds.size());
+  }
+  // Encoders: bidirectional attention needs a sequence's every token in the step that runs it, and there are no
+  // logits.
+  if (!hp.causal) {
+    for (int32_t id : seqs_)
+      if (cache.seq_len(id) > 0) {
+        const int64_t at = cache.seq_len(id);
+        reset_scratch();
+        return make_error(ErrorCode::kInvalidArgument, "sequence %d continues at position %lld, but %s is an encoder: "
+                          "a sequence runs whole in one step", id, static_cast<long long>(at), hp.arch.c_str());
+      }
+    if (n_out > 0) {
+      reset_scratch();
+      return make_error(ErrorCode::kUnsupported, "step: %s is an encoder: it gives hidden states (embeddings), not "
+                        "logits", hp.arch.c_str());
+    }
   }
   // Hybrid models: a sequence continues only from where its recurrent state is (see engine.h).
   if (recurrent_)
@@ -176,7 +202,7 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
     P.pos[i] = t.pos;
     P.slot[i] = static_cast<int32_t>(cache.table(t.seq_id)[t.pos / bs] * bs + t.pos % bs);
     P.tok_table[i] = t.seq_id;
-    P.kv_len[i] = t.pos + 1;
+    P.kv_len[i] = hp.causal ? t.pos + 1 : static_cast<int32_t>(count_[t.seq_id]);  // encoders: the whole sequence
     max_len = std::max(max_len, P.kv_len[i]);
     if (t.want_logits) {
       P.out_kind[j] = kinds[j];
@@ -209,6 +235,7 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
   P.n_seq = static_cast<int32_t>(seqs_.size());
   P.max_kv_len = bucket_kv(max_len);
   P.max_q_len = max_q;
+  P.hidden = hidden;
   dirty_.clear();
   cache.take_dirty(dirty_);
   const int64_t MB = caps.max_blocks_per_seq();
@@ -222,8 +249,9 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
   return Status::ok();
 }
 
-Result<StepOutputs> Engine::step(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds) {
-  KILN_TRY(plan(tokens, kinds));
+Result<StepOutputs> Engine::step(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds,
+                                 bool hidden) {
+  KILN_TRY(plan(tokens, kinds, hidden));
   Status st = state_->execute();
   if (st.is_ok())
     for (int32_t s : seqs_) st = st.is_ok() ? cache_->commit(s, count_[s]) : st;

@@ -31,9 +31,10 @@ class Engine {
   const StepCaps& caps() const { return state_->caps(); }
 
   // One step: tokens.size() <= caps().batch_tokens and at most caps().max_outputs want_logits tokens; kinds[i] says
-  // what output i (the i-th want_logits token, in batch order) brings back. The outputs stay valid until the next
-  // step. On error nothing is committed (the reservations are dropped).
-  Result<StepOutputs> step(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds);
+  // what output i (the i-th want_logits token, in batch order) brings back. hidden: a hidden step (model/step.h:
+  // every token's final-norm hidden state comes back too; needs KvCacheConfig::hidden). The outputs stay valid
+  // until the next step. On error nothing is committed (the reservations are dropped).
+  Result<StepOutputs> step(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds, bool hidden = false);
   // Any batch: split into steps within the caps (in order; a sequence's tokens stay in order); for every
   // want_logits token, in batch order, n_vocab logits into `logits` (resized; may be null: the rows still come back
   // to the step's host staging, as every step's outputs do, and are not copied further).
@@ -69,7 +70,7 @@ class Engine {
 
  private:
   Engine(Model& m) : model_(m) {}
-  Status plan(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds);
+  Status plan(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds, bool hidden);
 
   Model& model_;
   std::unique_ptr<KvCache> cache_;

@@ -17,14 +17,20 @@
 //   on_prefill      progress of long prompts (PrefillProgress below), e.g. a line on stderr
 //   spec            speculative decoding (SpecConfig below; off for hybrid models: a rejected draft would have
 //                   advanced the recurrent state)
+//   embeddings      embedding requests are served (runtime/embedding.h): steps that run one fetch every token's
+//                   hidden state (a host buffer of batch_tokens x n_embd floats)
+//   pooling         how they are pooled; unset: the model file's pooling type, else none
+//   generation      generation requests are served (false: an embedding model's server refuses them)
 // The generation limit of a request is GenRequest::max_new_tokens (-n, "max_tokens" in the API).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 #include "quant/dtype.h"
 #include "runtime/defaults.h"
+#include "runtime/embedding.h"
 #include "util/status.h"
 
 namespace kiln {
@@ -82,6 +88,9 @@ struct EngineConfig {
   SpecConfig spec;
   std::function<void(const PrefillProgress&)> on_prefill;  // null: none
   double progress_interval_s = 1.0;
+  bool embeddings = false;
+  std::optional<Pooling> pooling;
+  bool generation = true;
   int sampling_threads = 0;  // threads sampling the output rows of a step; 0: min(max_seqs, cores)
   bool start = true;         // start the engine thread in Scheduler::create (tests may call start() later)
 };

@@ -53,6 +53,7 @@ struct KvCacheConfig {
   bool prefix_cache = false; // index full blocks by content and keep them after their sequences end (see above)
   uint64_t prefix_seed = 0;  // the first link of the hash chain: the model's identity (a cache holds one model)
   int32_t checkpoints = 0;   // recurrent-state checkpoint slots (see above); needs prefix_cache
+  bool hidden = false;       // the engine runs hidden steps (embeddings: model/step.h StepCaps::hidden)
 };
 
 // llama.cpp's name of a KV cache type (-ctk / -ctv: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, spelled

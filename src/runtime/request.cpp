@@ -95,4 +95,9 @@ uint64_t RequestHandle::seed() const {
   return end_.seed;
 }
 
+std::vector<float> RequestHandle::take_embedding() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return std::move(end_.embedding);
+}
+
 }  // namespace kiln

@@ -33,6 +33,10 @@ struct GenRequest {
   double timeout_s = 0;            // stop generating after this long (finish "length"); 0: no limit
   SequenceHooksFactory hooks;      // the sequence's logits processors, token mask, draft proposer; null: none
   std::vector<int32_t> text_tokens;  // control tokens whose text the reply shows (a tool-call format's markers)
+  // An embedding request (runtime/embedding.h): the prompt runs once, nothing is generated, and the pooled hidden
+  // state comes back in RequestEnd::embedding (of the fields above only `prompt` and
+  // `timeout_s` apply).
+  bool embed = false;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
@@ -74,6 +78,7 @@ struct RequestEnd {
   RequestTimings timings;
   Status error;
   uint64_t seed = 0;  // the sampler's seed (the random one drawn when the request asked for kRandomSeed)
+  std::vector<float> embedding;  // an embedding request that ended well: its pooled result (EmbeddingSetup::n_out)
 };
 
 // The two ends of a request: the engine thread pushes, the submitter reads (and may cancel).
@@ -98,6 +103,8 @@ class RequestHandle {
   Status error() const;
   RequestTimings timings() const;
   uint64_t seed() const;
+  // An embedding request's result (empty until it finished, or when it failed); moved out by the first call.
+  std::vector<float> take_embedding();
   const GenRequest& request() const { return req_; }
   std::chrono::steady_clock::time_point submitted() const { return submitted_; }
 

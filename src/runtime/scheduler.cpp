@@ -54,6 +54,41 @@ Status check_config(const EngineConfig& cfg) {
   return Status::ok();
 }
 
+// The prompt format Qwen3-Reranker documents, for a rank model whose file brings none but whose vocabulary has
+// the chat markers it uses.
+constexpr const char* kQwenRerankTemplate =
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
+    "provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n<Instruct>: Given a "
+    "web search query, retrieve relevant passages that answer the query\n<Query>: {query}\n<Document>: "
+    "{document}<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+
+Status setup_embeddings(const Model& model, const EngineConfig& cfg, EmbeddingInfo* info, EmbeddingSetup* e) {
+  KILN_ASSIGN_OR_RETURN(*info, read_embedding_info(model));
+  e->on = true;
+  e->model_pooling = info->pooling_type >= 0;
+  e->pooling = cfg.pooling ? *cfg.pooling : e->model_pooling ? static_cast<Pooling>(info->pooling_type) : Pooling::kNone;
+  e->n_embd = model.hparams().n_embd;
+  e->n_out = e->n_embd;
+  if (e->pooling != Pooling::kRank) return Status::ok();
+  if (info->n_cls == 0)
+    return make_error(ErrorCode::kUnsupported, "--pooling rank: the model has no classification head (no "
+                      "cls.output.weight or cls.weight%s)", model.hparams().arch == "qwen3"
+                          ? ", and its vocabulary lacks the tokens 'yes' and 'no' of the Qwen3-Reranker recipe" : "");
+  e->n_out = info->n_cls;
+  e->labels = info->labels;
+  e->rerank_template = info->rerank_template;
+  const Tokenizer& tok = model.tokenizer();
+  if (e->rerank_template.empty()) {
+    bool start = false, end = false;
+    for (int32_t i = 0; i < tok.n_vocab(); ++i) {
+      start = start || tok.token_text(i) == "<|im_start|>";
+      end = end || tok.token_text(i) == "<|im_end|>";
+    }
+    if (start && end) e->rerank_template = kQwenRerankTemplate;
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> model, const EngineConfig& cfg) {
@@ -77,9 +112,14 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
   kc.prefix_cache = cfg.prefix_cache;
   kc.checkpoints = cfg.prefix_cache ? cfg.ctx_checkpoints * cfg.max_seqs : 0;  // Engine::create: hybrid models only
   kc.prefix_seed = model_identity(*model, cfg.kv_type_k, cfg.kv_type_v);
+  if (cfg.embeddings) {
+    KILN_TRY(setup_embeddings(*model, cfg, &I.emb_info, &I.emb));
+    kc.hidden = true;
+  }
   KILN_ASSIGN_OR_RETURN(I.engine, Engine::create(*model, kc));
   I.model = std::move(model);
   I.max_seq_ctx = cfg.max_seq_ctx > 0 ? std::min(cfg.max_seq_ctx, cfg.n_ctx) : cfg.n_ctx;
+  if (I.model->hparams().max_pos > 0) I.max_seq_ctx = std::min(I.max_seq_ctx, I.model->hparams().max_pos);
   I.cfg.prefix_cache = I.engine->cache().config().prefix_cache;  // off for a hybrid model without checkpoints
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int nt = cfg.sampling_threads > 0 ? cfg.sampling_threads : std::min(cfg.max_seqs, cores);
@@ -121,6 +161,7 @@ int32_t Scheduler::n_vocab() const { return static_cast<int32_t>(impl_->model->h
 int64_t Scheduler::max_seq_ctx() const { return impl_->max_seq_ctx; }
 int64_t Scheduler::n_ctx_train() const { return impl_->model->hparams().n_ctx_train; }
 const EngineConfig& Scheduler::config() const { return impl_->cfg; }
+const EmbeddingSetup& Scheduler::embedding() const { return impl_->emb; }
 const Model& Scheduler::model() const { return *impl_->model; }
 uint64_t Scheduler::kv_bytes() const { return impl_->engine->state().kv_bytes(); }
 uint64_t Scheduler::checkpoint_bytes() const { return impl_->engine->state().checkpoint_bytes(); }
@@ -142,7 +183,24 @@ Result<std::shared_ptr<RequestHandle>> Scheduler::submit(GenRequest req) {
     if (req.prompt[i] < 0 || req.prompt[i] >= nv)
       return make_error(ErrorCode::kInvalidArgument, "prompt: token %zu: id %d is outside the vocabulary [0, %d)", i,
                         req.prompt[i], nv);
-  if (static_cast<int64_t>(req.prompt.size()) >= ctx)
+  const HParams& hp = impl_->model->hparams();
+  if (!req.embed && !hp.causal)
+    return make_error(ErrorCode::kUnsupported, "model: %s is an encoder: it computes embeddings, not text",
+                      hp.arch.c_str());
+  if (req.embed && !hp.causal && static_cast<int64_t>(req.prompt.size()) > impl_->engine->caps().batch_tokens)
+    return make_error(ErrorCode::kOutOfRange, "input: %zu tokens: %s sees its whole input in one step, of at most %d "
+                      "tokens (-b)", req.prompt.size(), hp.arch.c_str(), impl_->engine->caps().batch_tokens);
+  if (!req.embed && !impl_->cfg.generation)
+    return make_error(ErrorCode::kUnsupported, "model: this is an embedding model (its file declares a pooling type): "
+                      "it serves embeddings (POST /v1/embeddings%s), not text generation",
+                      impl_->emb.pooling == Pooling::kRank ? " and /v1/rerank" : "");
+  if (req.embed && !impl_->emb.on)
+    return make_error(ErrorCode::kUnsupported, "embeddings are off for this engine (EngineConfig::embeddings; kiln "
+                      "serve --embedding)");
+  if (req.embed && static_cast<int64_t>(req.prompt.size()) > ctx)
+    return make_error(ErrorCode::kOutOfRange, "input: %zu tokens do not fit the context of %lld tokens per sequence",
+                      req.prompt.size(), (long long)ctx);
+  if (!req.embed && static_cast<int64_t>(req.prompt.size()) >= ctx)
     return make_error(ErrorCode::kOutOfRange,
                       "prompt: %zu tokens do not fit the context of %lld tokens per sequence (at least one token "
                       "must be left to generate)", req.prompt.size(), (long long)ctx);

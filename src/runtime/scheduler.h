@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/embedding.h"
 #include "runtime/engine_config.h"
 #include "runtime/request.h"
 #include "tokenizer/tokenizer.h"
@@ -121,6 +122,8 @@ class Scheduler {
   int64_t max_seq_ctx() const;
   int64_t n_ctx_train() const;
   const EngineConfig& config() const;
+  // What embedding requests get (on = false: they are refused); set from EngineConfig::embeddings / pooling.
+  const EmbeddingSetup& embedding() const;
   std::string model_description() const;  // architecture, parameters, placement
   // The model (the CLI prints its sizes) and the bytes of KV storage.
   const Model& model() const;

@@ -17,6 +17,7 @@
 #include "model/model.h"
 #include "runtime/dry.h"
 #include "runtime/engine.h"
+#include "runtime/pooler.h"
 #include "runtime/scheduler.h"
 #include "runtime/sequence.h"
 #include "runtime/stop_filter.h"
@@ -61,6 +62,9 @@ struct Active {
     TokenEvent ev;
   };
   std::vector<Out> outs;  // what this step emitted: one per sampled row until a draft is rejected or it stops
+  // An embedding request (GenRequest::embed): its pooled hidden states; tok0 = its first token's batch row.
+  std::unique_ptr<Pooler> pool;
+  size_t tok0 = 0;
 };
 
 struct Scheduler::Impl {
@@ -68,6 +72,8 @@ struct Scheduler::Impl {
   int64_t max_seq_ctx = 0;
   std::unique_ptr<Model> model;
   std::unique_ptr<Engine> engine;
+  EmbeddingInfo emb_info;  // embeddings on: the model's pooling key and head (model/embedding.h)
+  EmbeddingSetup emb;      // what embedding requests get (runtime/embedding.h)
   std::unique_ptr<ThreadPool> pool;  // samples the output rows of a step in parallel
   std::thread thread;
 
@@ -137,6 +143,7 @@ struct Scheduler::Impl {
   int64_t chunk_room(Active& a);         // prompt tokens of a that fit tokens_left and the free blocks
   int64_t fit(const Active& a, int64_t n, int64_t free_blocks) const;
   int64_t prompt_chunk(const Active& a) const;  // pending tokens for the next chunk, ending at a checkpoint
+  int64_t whole_or_none(const Active& a, int64_t n) const;  // an encoder runs a sequence whole: n, or 0 to wait
   void attach(Active& a);                // prefix cache
   // Hybrid models: whether a checkpoint is kept at position pos of a's sequence; the next such position after pos.
   bool checkpoint_at(const Active& a, int64_t pos) const;
@@ -148,6 +155,7 @@ struct Scheduler::Impl {
 
   // update() pieces.
   void sample(Active& a, const StepOutputs& out);
+  void pool_rows(Active& a, const StepOutputs& out);  // an embedding request's rows of the step; finishes it at the end
   void deliver(Active& a, Clock::time_point now);
   void record(Clock::time_point now, int64_t n_gen, uint64_t drafted, uint64_t confirmed);
   void progress(Active& a, Clock::time_point t_step, Clock::time_point now);  // EngineConfig::on_prefill

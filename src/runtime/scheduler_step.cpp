@@ -109,7 +109,9 @@ bool Scheduler::Impl::has_kv(const Active& a) const {
   return cache.seq_len(a.slot) > 0 || !cache.table(a.slot).empty();
 }
 
-bool Scheduler::Impl::decoding(const Active& a) const { return has_kv(a) && a.seq->n_pending() == 1; }
+bool Scheduler::Impl::decoding(const Active& a) const {
+  return !a.pool && has_kv(a) && a.seq->n_pending() == 1;  // an embedding request only ever has prompt left
+}
 
 int64_t Scheduler::Impl::fit(const Active& a, int64_t n, int64_t free_blocks) const {
   const KvCache& cache = engine->cache();
@@ -123,7 +125,8 @@ int64_t Scheduler::Impl::fit(const Active& a, int64_t n, int64_t free_blocks) co
 }
 
 void Scheduler::Impl::attach(Active& a) {
-  if (!cfg.prefix_cache || has_kv(a)) return;
+  // Embedding requests pool every token's state (mean, none, cls): they compute their whole input.
+  if (!cfg.prefix_cache || has_kv(a) || a.pool) return;
   const auto& toks = a.seq->tokens();
   const int64_t got = engine->attach_prefix(a.slot, toks, static_cast<int64_t>(toks.size()) - 1);
   if (!a.started) a.tm.n_cached = got;
@@ -152,6 +155,7 @@ int64_t Scheduler::Impl::prompt_chunk(const Active& a) const {
 void Scheduler::Impl::preempt(Active& a) {
   engine->cache().truncate(a.slot, 0);  // the tokens stay in the Sequence: all pending again
   a.prefill_from = -1;                  // its recomputation is a prefill of its own (on_prefill)
+  if (a.pool) a.pool->reset();          // its rows come again
   ++a.tm.n_preempted;
   a.preempted_now = true;
   ++info.n_preempted;
@@ -160,6 +164,7 @@ void Scheduler::Impl::preempt(Active& a) {
 void Scheduler::Impl::put(Active& a, size_t n) {
   // The blocks now (the engine's plan finds them reserved); n fits: checked by the caller.
   if (!engine->cache().reserve(a.slot, static_cast<int64_t>(n)).is_ok()) return;
+  a.tok0 = batch.size();
   const size_t got = a.draft.empty() ? a.seq->schedule(batch, n) : a.seq->schedule_drafts(batch, a.draft);
   a.n_sched = got;
   a.scheduled = true;
@@ -217,7 +222,11 @@ int64_t Scheduler::Impl::chunk_room(Active& a) {
   if (a.scheduled || a.preempted_now || a.seq->n_pending() == 0) return 0;
   if (has_kv(a) && a.seq->n_pending() == 1 && a.got_first) return 0;  // a decode that found no room
   attach(a);
-  return fit(a, prompt_chunk(a), engine->cache().n_blocks_free());
+  return whole_or_none(a, fit(a, prompt_chunk(a), engine->cache().n_blocks_free()));
+}
+
+int64_t Scheduler::Impl::whole_or_none(const Active& a, int64_t n) const {
+  return model->hparams().causal || n >= static_cast<int64_t>(a.seq->n_pending()) ? n : 0;
 }
 
 std::unique_ptr<Active> Scheduler::Impl::make_active(const std::shared_ptr<RequestHandle>& h, int32_t slot) {
@@ -230,10 +239,12 @@ std::unique_ptr<Active> Scheduler::Impl::make_active(const std::shared_ptr<Reque
   so.ignore_eos = rq.ignore_eos;
   so.sampling = rq.sampling;
   so.text_tokens = rq.text_tokens;
+  so.no_outputs = rq.embed;
   a->seq = std::make_unique<Sequence>(slot, model->tokenizer(), static_cast<int32_t>(model->hparams().n_vocab),
                                       max_seq_ctx, so, engine->cache());
-  if (rq.hooks) a->seq->set_hooks(rq.hooks());
-  if (cfg.spec.type == SpecConfig::Type::kNgram && !a->seq->hooks().drafts)
+  if (rq.embed) a->pool = std::make_unique<Pooler>(emb.pooling, emb_info);
+  if (rq.hooks && !rq.embed) a->seq->set_hooks(rq.hooks());
+  if (cfg.spec.type == SpecConfig::Type::kNgram && !rq.embed && !a->seq->hooks().drafts)
     a->seq->hooks().drafts = std::make_unique<NgramDraft>(NgramDraftParams{cfg.spec.ngram_n, cfg.spec.ngram_m});
   a->stops = StopFilter(rq.stop);
   a->tm.n_prompt = static_cast<int64_t>(rq.prompt.size());
@@ -273,7 +284,7 @@ void Scheduler::Impl::admit() {
     int64_t keep = 0;
     for (auto& o : active) keep += has_kv(*o) ? 1 : 0;
     const int64_t room = cache.n_blocks_free() - keep;
-    const int64_t n = room > 0 ? fit(*a, prompt_chunk(*a), room) : 0;
+    const int64_t n = room > 0 ? whole_or_none(*a, fit(*a, prompt_chunk(*a), room)) : 0;
     if (n <= 0) {  // admission waits for blocks
       cache.truncate(slot, 0);
       std::lock_guard<std::mutex> lk(stats_mu);
@@ -361,8 +372,10 @@ bool Scheduler::Impl::execute(StepOutputs* out) {
     for (size_t r = 0; r <= a->draft.size(); ++r) kinds[n_rows++] = a->kind;
     outs.push_back(a);
   }
+  bool hidden = false;  // an embedding request runs: every token's hidden state comes back
+  for (Active* a : sched) hidden = hidden || a->pool != nullptr;
   const Clock::time_point t_step = Clock::now();
-  auto r = engine->step(batch.tokens, std::span<const OutputKind>(kinds.data(), n_rows));
+  auto r = engine->step(batch.tokens, std::span<const OutputKind>(kinds.data(), n_rows), hidden);
   if (!r) {
     for (Active* a : sched) {
       a->seq->rollback();
@@ -376,7 +389,7 @@ bool Scheduler::Impl::execute(StepOutputs* out) {
   const Clock::time_point now = Clock::now();
   for (Active* a : sched) {
     a->seq->commit();
-    if (cfg.prefix_cache) engine->cache().cache_blocks(a->slot, a->seq->tokens());
+    if (cfg.prefix_cache && !a->pool) engine->cache().cache_blocks(a->slot, a->seq->tokens());
     // A failed copy leaves the sequence as it was: only the cache goes without this checkpoint.
     if (checkpoint_at(*a, a->seq->n_cached())) (void)engine->checkpoint(a->slot);
     if (!a->got_first || !a->wants || a->n_sched > 1) {
@@ -504,9 +517,20 @@ void Scheduler::Impl::update(const StepOutputs& out) {
     if (!a->draft.empty()) drafted += a->draft.size(), confirmed += a->outs.size() - 1;
     deliver(*a, now);
   }
+  for (Active* a : sched)
+    if (a->pool) pool_rows(*a, out);
   remove_finished();
   record(now, n_gen, drafted, confirmed);
   if (observer) observer(info);
+}
+
+// An embedding request's rows of this step (its chunk is committed: the cache holds it), pooled; at the end of its
+// input it finishes with the result.
+void Scheduler::Impl::pool_rows(Active& a, const StepOutputs& out) {
+  const int64_t n = static_cast<int64_t>(a.n_sched);
+  const bool ends = a.seq->n_pending() == 0;
+  a.pool->add(out.hidden_row(static_cast<int32_t>(a.tok0)), n, a.seq->n_cached() - n, ends);
+  if (ends) finish(a, StopReason::kLimit);
 }
 
 // ---- the end of a request ----
@@ -533,6 +557,7 @@ void Scheduler::Impl::finish(Active& a, StopReason r, Status err) {
   end.timings = a.tm;
   end.error = std::move(err);
   end.seed = a.seq->sampler().seed();
+  if (a.pool && end.error.is_ok() && r == StopReason::kLimit) end.embedding = a.pool->result();  // see pool_rows()
   notify.push_back({a.h, std::move(end)});
   engine->cache().truncate(a.slot, 0);
   free_slots.push_back(a.slot);

@@ -66,10 +66,10 @@ size_t Sequence::schedule(Batch& batch, size_t max_n) {
   const size_t n = std::min(max_n, tokens_.size() - start);
   for (size_t i = 0; i < n; ++i) {
     const size_t p = start + i;
-    batch.add(tokens_[p], static_cast<int32_t>(p), id_, p + 1 == tokens_.size());
+    batch.add(tokens_[p], static_cast<int32_t>(p), id_, !opts_.no_outputs && p + 1 == tokens_.size());
   }
   n_scheduled_ = static_cast<int64_t>(n);
-  scheduled_logits_ = n > 0 && start + n == tokens_.size();
+  scheduled_logits_ = !opts_.no_outputs && n > 0 && start + n == tokens_.size();
   return n;
 }
 

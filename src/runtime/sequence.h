@@ -31,6 +31,7 @@ struct SequenceOptions {
   bool ignore_eos = false;      // keep going past EOG tokens (they are emitted like any other)
   SamplerParams sampling;
   std::vector<int32_t> text_tokens;  // control tokens rendered as their text (GenRequest::text_tokens)
+  bool no_outputs = false;      // an embedding request: no token asks for an output row (hidden states instead)
 };
 
 class Sequence {
@@ -58,7 +59,7 @@ class Sequence {
   // and DRY windows are rebuilt from what remains.
   void truncate(int64_t pos);
   // Adds up to max_n pending tokens to `batch` (positions continue the cache; want_logits on the last pending
-  // token only). Returns how many; at most one chunk may be outstanding.
+  // token only, none with no_outputs). Returns how many; at most one chunk may be outstanding.
   size_t schedule(Batch& batch, size_t max_n);
   bool scheduled_wants_logits() const { return scheduled_logits_; }
   // A decode that verifies drafts (runtime/hooks.h DraftProposer): the one pending token and `drafts` after it, each

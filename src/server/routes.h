@@ -1,6 +1,7 @@
 // The endpoints beyond OpenAI's chat and completions, each family in its own file: Anthropic's /v1/messages
-// (anthropic.cpp), OpenAI's /v1/responses (responses.cpp), llama-server's /props, /apply-template, /slots,
-// /completion and /infill (llama_routes.cpp), the chat page at / (webui.cpp). They reach the server through RouteHost (server.cpp implements it) and the engine
+// (anthropic.cpp), OpenAI's /v1/responses (responses.cpp), embeddings and reranking (embeddings.cpp), llama-server's
+// /props, /apply-template, /slots, /completion and /infill (llama_routes.cpp), the chat page at / (webui.cpp). They
+// reach the server through RouteHost (server.cpp implements it) and the engine
 // through ChatGeneration (generation.h), so chat, messages and responses share one engine path.
 #pragma once
 
@@ -41,6 +42,7 @@ class RouteHost {
 void add_anthropic_routes(httplib::Server& http, RouteHost& host);
 void add_responses_routes(httplib::Server& http, RouteHost& host);
 void add_llama_routes(httplib::Server& http, RouteHost& host);
+void add_embedding_routes(httplib::Server& http, RouteHost& host);
 void add_webui_route(httplib::Server& http, RouteHost& host);
 
 }  // namespace kiln::server

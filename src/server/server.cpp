@@ -43,6 +43,8 @@ const char* endpoint_of(const std::string& path) {
   static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics",
                                 "/tokenize", "/detokenize", "/v1/messages", "/v1/messages/count_tokens",
                                 "/v1/responses", "/props", "/apply-template", "/slots", "/infill", "/completion",
+                                "/v1/embeddings", "/embedding", "/embeddings", "/v1/rerank", "/rerank", "/reranking",
+                                "/v1/reranking",
                                 "/"};
   for (const char* k : known)
     if (path == k) return k;
@@ -699,9 +701,13 @@ Server::Server(ServerConfig cfg) : impl_(std::make_unique<Impl>()) {
     }
     json m = {{"id", I.cfg.model_id}, {"object", "model"}, {"created", static_cast<int64_t>(std::time(nullptr))},
               {"owned_by", "kiln"}};
-    if (Scheduler* S = I.sched.load())
+    if (Scheduler* S = I.sched.load()) {
       m["meta"] = {{"n_vocab", S->n_vocab()}, {"n_ctx", S->max_seq_ctx()}, {"n_ctx_train", S->n_ctx_train()},
-                   {"parallel", S->config().max_seqs}, {"description", S->model_description()}};
+                   {"parallel", S->config().max_seqs}, {"description", S->model_description()},
+                   {"generation", S->config().generation}};
+      const EmbeddingSetup& es = S->embedding();
+      if (es.on) m["meta"]["embeddings"] = {{"pooling", pooling_name(es.pooling)}, {"n_embd", es.n_out}};
+    }
     r.set_content(dump(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
     I.log(rid, q, 200, nullptr, 0, nullptr);
   };
@@ -720,6 +726,7 @@ Server::Server(ServerConfig cfg) : impl_(std::make_unique<Impl>()) {
   add_anthropic_routes(I.http, I);
   add_responses_routes(I.http, I);
   add_llama_routes(I.http, I);
+  add_embedding_routes(I.http, I);
   add_webui_route(I.http, I);
   add_cors(I.http, I.cfg.cors_origin);
   I.http.Get("/metrics", [&I](const Request& q, Response& r) {

@@ -138,6 +138,8 @@ class TokenizerImpl final : public Tokenizer {
   }
   bool add_bos() const override { return v_.add_bos; }
   bool add_eos() const override { return v_.add_eos; }
+  int32_t sep() const override { return v_.sep; }
+  bool add_sep() const override { return v_.add_sep; }
   bool is_eog(int32_t id) const override { return v_.eog.count(id) > 0; }
   const std::string& model_name() const override { return v_.model; }
   const std::string& pre_name() const override { return v_.pre; }

@@ -49,8 +49,10 @@ class Tokenizer {
   virtual TokenType token_type(int32_t id) const = 0;
   virtual int32_t bos() const = 0;  // -1 when none
   virtual int32_t eos() const = 0;  // -1 when none
+  virtual int32_t sep() const = 0;  // the separator of a text pair ([SEP] of WordPiece vocabularies); -1 when none
   virtual bool add_bos() const = 0;
   virtual bool add_eos() const = 0;
+  virtual bool add_sep() const = 0;  // a text pair puts sep() between its texts (tokenizer.ggml.add_sep_token)
   // End of generation: EOS, EOT, <|im_end|>, <|eot_id|>, <end_of_turn>, ... as the vocabulary declares them.
   virtual bool is_eog(int32_t id) const = 0;
   // Fill-in-the-middle markers (-1: none): a vocabulary with prefix, suffix and middle supports infill.

@@ -1,6 +1,6 @@
 // The official OpenAI client library (npm `openai`) against a running `kiln serve`, unchanged: models, chat
-// (non-streaming and streaming, with usage), legacy completions, and errors surfacing as the SDK's APIError with
-// status and param. Usage: node openai_check.mjs BASE_URL API_KEY MODEL  (NODE_PATH or a node_modules next to it
+// (non-streaming and streaming, with usage), legacy completions, embeddings (the client's default base64 and
+// float, dimensions), and errors surfacing as the SDK's APIError with status and param. Usage: node openai_check.mjs BASE_URL API_KEY MODEL  (NODE_PATH or a node_modules next to it
 // must hold `openai`). Prints one line per check; exit code 1 on the first failure.
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -72,5 +72,26 @@ try {
   check(false, 'a wrong API key is refused');
 } catch (e) {
   check(e instanceof OpenAI.AuthenticationError, 'wrong key: AuthenticationError (401)', e.status);
+}
+// Embeddings (the server runs with --pooling mean): the client asks for base64 by default and decodes it.
+const emb = await client.embeddings.create({ model, input: ['Once upon a time', 'The end'] });
+check(emb.object === 'list' && emb.data.length === 2 && emb.data[1].index === 1, 'embeddings: list of two', emb.data.length);
+const v0 = emb.data[0].embedding;
+check(Array.isArray(v0) && v0.length === 256, 'embeddings: decoded vector of n_embd floats', v0 && v0.length);
+const norm = Math.sqrt(v0.reduce((s, x) => s + x * x, 0));
+check(Math.abs(norm - 1) < 1e-5, 'embeddings: L2-normalized', norm);
+check(emb.usage.prompt_tokens > 0 && emb.usage.total_tokens === emb.usage.prompt_tokens, 'embeddings: usage', emb.usage);
+const embf = await client.embeddings.create({ model, input: 'Once upon a time', encoding_format: 'float' });
+check(embf.data[0].embedding.every((x, i) => Math.abs(x - v0[i]) < 1e-7), 'embeddings: float equals base64', embf.data[0].embedding.slice(0, 3));
+const emb8 = await client.embeddings.create({ model, input: 'Once upon a time', dimensions: 8, encoding_format: 'float' });
+const n8 = Math.sqrt(v0.slice(0, 8).reduce((s, x) => s + x * x, 0));
+check(emb8.data[0].embedding.length === 8 && emb8.data[0].embedding.every((x, i) => Math.abs(x - v0[i] / n8) < 1e-6),
+  'embeddings: dimensions truncates and renormalizes', emb8.data[0].embedding);
+try {
+  await client.embeddings.create({ model, input: 'x', dimensions: 4096 });
+  check(false, 'dimensions above n_embd is refused');
+} catch (e) {
+  check(e instanceof OpenAI.BadRequestError && (e.param === 'dimensions' || e.error?.param === 'dimensions'),
+    'embeddings: BadRequestError naming dimensions', e.error);
 }
 console.log('all openai client checks passed');

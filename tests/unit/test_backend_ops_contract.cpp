@@ -96,13 +96,15 @@ Status run_with_type(Backend& be, Op op, DType t, DType b = DType::F32) {
     case Op::kMul: return be.mul(x.t, y.t, out.t);
     case Op::kScale: return be.scale(x.t, 2.0f, out.t);
     case Op::kSoftmax: return be.softmax(x.t, out.t);
+    case Op::kLayerNorm: return be.layer_norm(x.t, Tensor{}, Tensor{}, 1e-5f, out.t);
+    case Op::kGelu: return be.gelu(x.t, out.t);
     default: return make_error(ErrorCode::kInternal, "test: op %s not covered", op_name(op));
   }
 }
 
 TEST_P(BackendContract, SupportsAgreesWithTheOpForEveryType) {
   const Op ops[] = {Op::kGetRows, Op::kRmsNorm, Op::kMatmul, Op::kRope,    Op::kSwiglu,
-                    Op::kAdd,     Op::kMul,     Op::kScale,  Op::kSoftmax, Op::kArgmax};
+                    Op::kAdd,     Op::kMul,     Op::kScale,  Op::kSoftmax, Op::kArgmax, Op::kLayerNorm, Op::kGelu};
   size_t n_supported = 0;
   for (Op op : ops)
     for (DType t : all_types()) {

@@ -1,5 +1,5 @@
 // The official OpenAI client library (npm `openai`, through node) against kiln serve: tests/server/openai_check.mjs
-// (models, chat, completions, errors) and tests/server/openai_structured.mjs (structured outputs: zodResponseFormat
+// (models, chat, completions, embeddings, errors) and tests/server/openai_structured.mjs (structured outputs: zodResponseFormat
 // with .parse(), a plain json_schema, streaming, a GBNF request, guided_choice; every output validated by zod and
 // ajv). The packages are installed at test time into <build>/npm (ignored by git); without node, npm or the
 // network the tests skip and say why.
@@ -21,7 +21,7 @@ const std::vector<std::string> kNpmPackages = {"openai@7", "zod@3", "ajv@8", "aj
 bool run_script(const std::string& script, const std::string& npm_dir, std::string* log) {
   test::ServeProcess p;
   if (!p.start({"-m", test::data_path("models/fixture-llama-q8_0.gguf"), "-t", "2", "--api-key", "k-123", "-a",
-                "fixture"})) {
+                "fixture", "--pooling", "mean"})) {
     *log = "kiln serve did not start:\n" + p.log();
     return false;
   }

@@ -467,6 +467,63 @@ Status CpuBackend::geglu(const Tensor& gate, const Tensor& up, const Tensor& dst
   return Status::ok();
 }
 
+Status CpuBackend::layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, const Tensor& dst) {
+  KILN_TRY(check("layer_norm", "x", x, DType::F32));
+  KILN_TRY(check("layer_norm", "dst", dst, DType::F32));
+  KILN_TRY(same_shape("layer_norm", "x", x, "dst", dst));
+  const int64_t d = x.ne[0];
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"w", &w}, {"b", &b}}) {
+    if (!t->valid()) continue;
+    KILN_TRY(check("layer_norm", name, *t, DType::F32));
+    if (t->ne[0] != d || t->n_rows() != 1)
+      return make_error(ErrorCode::kInvalidArgument, "layer_norm: %s %s must be [%lld]", name,
+                        t->shape_string().c_str(), static_cast<long long>(d));
+  }
+  if (!(eps >= 0)) return make_error(ErrorCode::kInvalidArgument, "layer_norm: eps %g must be >= 0", eps);
+  const float* wv = w.valid() ? static_cast<const float*>(w.data) : nullptr;
+  const float* bv = b.valid() ? static_cast<const float*>(b.data) : nullptr;
+  for_rows(x.n_rows(), [&](int64_t rb, int64_t re) {
+    for (int64_t r = rb; r < re; ++r) {
+      const float* xr = frow(x, r);
+      float* y = frow(dst, r);
+      // As ggml's norm: the mean and the variance summed in double, the rest in f32.
+      double sum = 0;
+      for (int64_t i = 0; i < d; ++i) sum += xr[i];
+      const float mean = static_cast<float>(sum / static_cast<double>(d));
+      double sq = 0;
+      for (int64_t i = 0; i < d; ++i) {
+        const float c = xr[i] - mean;
+        sq += static_cast<double>(c * c);
+      }
+      const float s = 1.0f / std::sqrt(static_cast<float>(sq / static_cast<double>(d)) + eps);
+      for (int64_t i = 0; i < d; ++i) {
+        const float v = (xr[i] - mean) * s;
+        y[i] = (wv ? v * wv[i] : v) + (bv ? bv[i] : 0.0f);
+      }
+    }
+  });
+  return Status::ok();
+}
+
+Status CpuBackend::gelu(const Tensor& x, const Tensor& dst) {
+  KILN_TRY(check("gelu", "x", x, DType::F32));
+  KILN_TRY(check("gelu", "dst", dst, DType::F32));
+  KILN_TRY(same_shape("gelu", "x", x, "dst", dst));
+  const int64_t d = x.ne[0];
+  constexpr float kSqrt2OverPi = 0.7978845608028654f, kCoef = 0.044715f;  // geglu's tanh GELU
+  for_rows(x.n_rows(), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float* xr = frow(x, r);
+      float* y = frow(dst, r);
+      for (int64_t i = 0; i < d; ++i) {
+        const float v = xr[i];
+        y[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * v * (1.0f + kCoef * v * v)));
+      }
+    }
+  });
+  return Status::ok();
+}
+
 Status CpuBackend::sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& dst) {
   KILN_TRY(check("sigmoid_mul", "x", x, DType::F32));
   KILN_TRY(check("sigmoid_mul", "gate", gate, DType::F32));
@@ -595,7 +652,8 @@ Status CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 }
 
 bool CpuBackend::supports(Op op, DType a, DType b) const {
-  return op_checks::supports_op(op, a, b, op_checks::any_cache_pair, matmul_supports, can_dequantize, matmul_supports);
+  return op_checks::supports_op(op, a, b, op_checks::any_cache_pair, matmul_supports, can_dequantize, matmul_supports,
+                                /*encoder_ops=*/true);
 }
 
 }  // namespace cpu

@@ -42,6 +42,8 @@ class CpuBackend final : public Backend {
   Status argmax(const Tensor& x, const Tensor& dst) override;
   Status copy(const Tensor& src, const Tensor& dst) override;
   Status geglu(const Tensor& gate, const Tensor& up, const Tensor& dst) override;
+  Status layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, const Tensor& dst) override;
+  Status gelu(const Tensor& x, const Tensor& dst) override;
   Status sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& dst) override;
   // ops_ssm.cpp
   Status conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& state, const AttnBatch& meta,

@@ -11,6 +11,8 @@ extern const ArchDef kArchQwen3;
 extern const ArchDef kArchGemma3;
 extern const ArchDef kArchQwen35;
 extern const ArchDef kArchQwen3Moe;
+extern const ArchDef kArchBert;
+extern const ArchDef kArchNomicBert;
 
 namespace {
 const ArchDef* const kArchs[] = {
@@ -20,6 +22,8 @@ const ArchDef* const kArchs[] = {
     &kArchGemma3,
     &kArchQwen35,
     &kArchQwen3Moe,
+    &kArchBert,
+    &kArchNomicBert,
 };
 }  // namespace
 

@@ -1,5 +1,6 @@
-// Test data for the fuzz targets: tests/data through $KILN_TEST_DATA_DIR, else relative to this header, and the
-// vocabularies of tests/data/tokenizer (a load failure aborts: the target cannot run without them).
+// Test data for the fuzz targets: tests/data through $KILN_TEST_DATA_DIR, else beside tests/fuzz (KILN_FUZZ_DIR, set
+// by the build), and the vocabularies of tests/data/tokenizer (a load failure aborts: the target cannot run without
+// them).
 #pragma once
 
 #include <cstdio>
@@ -12,12 +13,9 @@
 
 namespace kiln::fuzz {
 
-// tests/fuzz (the folder of this header: corpora live below it).
-inline std::string fuzz_dir() {
-  std::string here = __FILE__;  // .../tests/fuzz/fuzz_data.h
-  const size_t slash = here.find_last_of('/');
-  return slash == std::string::npos ? std::string(".") : here.substr(0, slash);
-}
+// tests/fuzz (corpora live below it), an absolute path from the build (__FILE__ is relative when a compiler
+// launcher rewrites paths).
+inline std::string fuzz_dir() { return KILN_FUZZ_DIR; }
 
 inline std::string data_dir() {
   if (const char* d = std::getenv("KILN_TEST_DATA_DIR")) return d;

@@ -11,38 +11,15 @@
 
 #include "runtime/sampler.h"
 
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // malloc/free behind a replaced new/delete
-
-// Counts heap allocations while g_count_allocs is set (replaces the global operator new of this test binary).
-static std::atomic<bool> g_count_allocs{false};
-static std::atomic<long> g_allocs{0};
-void* operator new(std::size_t n) {
-  if (g_count_allocs.load(std::memory_order_relaxed)) g_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#include "common/sampler_test_util.h"
 
 namespace kiln {
 namespace {
 
 // Chain stages off, so a test can switch on exactly the one it checks.
-SamplerParams plain(float temp = 1.0f) {
-  SamplerParams p;
-  p.temp = temp;
-  p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.0f;
-  p.seed = 1234;
-  return p;
-}
+SamplerParams plain(float temp = 1.0f) { return test::plain_sampler(temp, 1234); }
 
-std::vector<float> log_probs(const std::vector<double>& probs) {
-  std::vector<float> l;
-  for (double p : probs) l.push_back(static_cast<float>(std::log(p)));
-  return l;
-}
+using test::log_probs;
 
 std::set<int32_t> survivors(Sampler& s, const std::vector<float>& logits) {
   std::vector<Sampler::TokenProb> c;

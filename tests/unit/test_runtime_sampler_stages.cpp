@@ -21,37 +21,15 @@
 #include "runtime/sequence.h"
 #include "tokenizer/tokenizer.h"
 
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // malloc/free behind a replaced new/delete
-
-static std::atomic<bool> g_count_allocs{false};
-static std::atomic<long> g_allocs{0};
-void* operator new(std::size_t n) {
-  if (g_count_allocs.load(std::memory_order_relaxed)) g_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#include "common/sampler_test_util.h"
 
 namespace kiln {
 namespace {
 
 // Every stage off, temperature 1: a test switches on the one it checks.
-SamplerParams plain(float temp = 1.0f) {
-  SamplerParams p;
-  p.temp = temp;
-  p.top_k = 0;
-  p.top_p = 1.0f;
-  p.min_p = 0.0f;
-  p.seed = 77;
-  return p;
-}
+SamplerParams plain(float temp = 1.0f) { return test::plain_sampler(temp, 77); }
 
-std::vector<float> log_probs(const std::vector<double>& probs) {
-  std::vector<float> l;
-  for (double p : probs) l.push_back(static_cast<float>(std::log(p)));
-  return l;
-}
+using test::log_probs;
 
 int32_t pick(Sampler& s, const std::vector<float>& l) { return s.sample(l); }
 

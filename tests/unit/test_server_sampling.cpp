@@ -195,7 +195,7 @@ TEST_F(ServeSampling, NativeCompletionTakesTheFields) {
   ASSERT_EQ(r.status, 200) << r.body;
   std::string text;
   for (const std::string& e : test::sse_events(r.body)) text += json::parse(e)["content"].get<std::string>();
-  EXPECT_EQ(text, j["content"]);
+  EXPECT_EQ(text, j["content"].get<std::string>());
   // The bias acts: without it the text differs.
   nb.erase("logit_bias");
   EXPECT_NE(post("/completion", nb).j()["content"], j["content"]);

@@ -40,19 +40,21 @@ namespace {
 //            0.237 ms at 8 / 16 / 32 / 64 tokens against mmq's 0.175 / 0.179 / 0.244 / 0.343 and the GEMV's 0.189 at 8.
 //            End to end (llama3-8b Q4_K_M, P sequences decoding, 112e990): a step of 4 sequences took 5.2 ms on mmf,
 //            of 8 5.3 ms (mmf's smallest tile is 8 tokens), of 2 on the GEMV 3.45 ms and of 8 on the GEMV 6.2 ms
-//            (b83eced): the GEMV, about linear in the tokens, is the faster to ~5 tokens, so Q4_K's gemv_to is 5.
+//            (b83eced).
 //            Q6_K (q4_k_m's attn_v, ffn_down, output), end to end with Q6_K forced onto mmf against the rule
 //            before (its GEMV to 24 tokens, mmq above), H200, e339605: 8 / 16 / 24 / 32 / 64 sequences 1585 / 2744 /
-//            3271 / 4294 / 5049 t/s against 1478 / 2531 / 2878 / 3790 / 5132: mmf to 32 tokens; from 6 like Q4_K
-//            (mmf's smallest tile is 8 tokens, the GEMV's time about linear in them).
+//            3271 / 4294 / 5049 t/s against 1478 / 2531 / 2878 / 3790 / 5132: mmf to 32 tokens.
+//   gemv_to of Q4_K and Q6_K, end to end (ec41644, both on the GEMV against both on mmf): 3 / 4 / 5 sequences
+//            559 / 745 / 1002 t/s on the GEMV, 601 / 797 / 1003 on mmf; 2 sequences on the GEMV 580 t/s, a step of
+//            3.45 ms, where mmf's step costs its 8-token tile's ~5.0 ms from 3 to 8 tokens: the GEMV to 2 tokens.
 struct Crossover {
   DType type;
   int64_t gemv_to, mmf_to, blas_from;
 };
 constexpr Crossover kCrossover[] = {
     {DType::Q4_0, 14, 0, 65},   {DType::Q4_1, 14, 0, 65},   {DType::Q5_0, 14, 0, 65},   {DType::Q5_1, 14, 0, 65},
-    {DType::Q8_0, 5, 0, 65},    {DType::Q2_K, 32, 0, 33},   {DType::Q3_K, 32, 0, 33},   {DType::Q4_K, 5, 64, 65},
-    {DType::Q5_K, 6, 0, 65},    {DType::Q6_K, 5, 32, 65},   {DType::F16, 2, 0, 3},      {DType::BF16, 2, 0, 3},
+    {DType::Q8_0, 5, 0, 65},    {DType::Q2_K, 32, 0, 33},   {DType::Q3_K, 32, 0, 33},   {DType::Q4_K, 2, 64, 65},
+    {DType::Q5_K, 6, 0, 65},    {DType::Q6_K, 2, 32, 65},   {DType::F16, 2, 0, 3},      {DType::BF16, 2, 0, 3},
     {DType::IQ4_NL, 32, 0, 33}, {DType::IQ4_XS, 32, 0, 33}, {DType::MXFP4, 32, 0, 33},
 };
 static_assert(kGemvMaxTok >= 32, "kCrossover's gemv_to values are at most 32");

@@ -132,6 +132,7 @@ Result<ChatPrompt> ChatPrompt::create(const Tokenizer& tok, const ChatPromptOpti
     p.reply_ = tpl::reply_options_for_template(p.source_);
     p.reasoning_ = writes_reasoning(p.source_, p.reply_);
     p.reply_.extract_reasoning = p.reasoning_;
+    if (p.reasoning_) p.reasoning_close_ = p.probe_reasoning_close();
     return p;
   }
   // No template: a built-in family the vocabulary's special tokens point to.
@@ -204,6 +205,29 @@ Result<std::vector<int32_t>> ChatPrompt::encode(const json& messages, const json
 
 std::vector<int32_t> ChatPrompt::tokenize(const std::string& rendered, bool add_bos) const {
   return encode_prompt(*tok_, rendered, add_bos, /*parse_special=*/path_ != ChatPath::kPlain);
+}
+
+// An assistant turn with reasoning and content rendered: the text between the two is the close as the template
+// writes it, when it is the closing marker and whitespace only.
+std::string ChatPrompt::probe_reasoning_close() const {
+  const std::string& end = reply_.think_end;
+  const std::string fallback = "\n" + end + "\n\n";
+  static constexpr std::string_view kR = "kiln-reasoning-probe", kC = "kiln-content-probe";
+  json msgs = json::array();
+  msgs.push_back({{"role", "user"}, {"content", "q"}});
+  msgs.push_back({{"role", "assistant"}, {"content", std::string(kC)}, {"reasoning_content", std::string(kR)}});
+  auto text = render(msgs, nullptr, false);
+  if (!text) return fallback;
+  const size_t r = text->find(kR);
+  const size_t c = r == std::string::npos ? r : text->find(kC, r);
+  if (c == std::string::npos) return fallback;
+  const std::string between = text->substr(r + kR.size(), c - r - kR.size());
+  const size_t m = between.find(end);
+  if (m == std::string::npos) return fallback;
+  for (size_t i = 0; i < between.size(); ++i)
+    if ((i < m || i >= m + end.size()) && std::string_view(" \n\t\r").find(between[i]) == std::string_view::npos)
+      return fallback;
+  return between;
 }
 
 bool ChatPrompt::prompt_opens_reasoning(const std::string& rendered_prompt) const {

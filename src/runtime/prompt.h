@@ -116,6 +116,10 @@ class ChatPrompt {
   // Whether a reply to `rendered_prompt` starts inside the reasoning block (the generation prompt opened it, as
   // DeepSeek-R1's "<think>\n" does).
   bool prompt_opens_reasoning(const std::string& rendered_prompt) const;
+  // The text that closes a thinking block as the template writes it in an earlier assistant turn: the closing marker
+  // with the whitespace around it (Qwen3: "\n</think>\n\n"); "\n" + marker + "\n\n" when the template does not show
+  // reasoning of earlier turns. "" without reasoning markers. A reasoning budget forces it (runtime/reasoning.h).
+  const std::string& reasoning_close() const { return reasoning_close_; }
   // The template's tool-call format (tool_formats.h); null when it writes none the table knows.
   const tpl::ToolFormat* tool_format() const { return reply_.tool_format; }
   // Whether a reply to `rendered_prompt` continues a tool call the prompt opened (functionary v3.2's ">>>").
@@ -135,6 +139,8 @@ class ChatPrompt {
   std::vector<std::string> stop_strings() const;
 
  private:
+  std::string probe_reasoning_close() const;
+
   const Tokenizer* tok_ = nullptr;
   ChatPath path_ = ChatPath::kBuiltin;
   ChatFormat format_ = ChatFormat::kChatML;
@@ -142,6 +148,7 @@ class ChatPrompt {
   nlohmann::ordered_json kwargs_ = nlohmann::ordered_json::object();
   tpl::ReplyOptions reply_;
   bool reasoning_ = false;
+  std::string reasoning_close_;
 };
 
 // A reply split as it streams (kiln chat, run --chat, the server's SSE chunks): reasoning and content, holding

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "runtime/hooks.h"
+#include "runtime/reasoning.h"
 #include "runtime/sampler.h"
 #include "runtime/stop_reason.h"
 #include "util/status.h"
@@ -33,6 +34,7 @@ struct GenRequest {
   double timeout_s = 0;            // stop generating after this long (finish "length"); 0: no limit
   SequenceHooksFactory hooks;      // the sequence's logits processors, token mask, draft proposer; null: none
   std::vector<int32_t> text_tokens;  // control tokens whose text the reply shows (a tool-call format's markers)
+  ReasoningBudget reasoning;         // the thinking block's budget (runtime/reasoning.h); disabled: not tracked
   // An embedding request (runtime/embedding.h): the prompt runs once, nothing is generated, and the pooled hidden
   // state comes back in RequestEnd::embedding (of the fields above only `prompt` and
   // `timeout_s` apply).
@@ -63,6 +65,7 @@ struct RequestTimings {
   int64_t n_prompt = 0;     // prompt tokens
   int64_t n_cached = 0;     // of which the prefix cache held (not recomputed, on the first admission)
   int64_t n_gen = 0;        // generated tokens (emitted)
+  int64_t n_reasoning = 0;  // of which the thinking block's (ReasoningTracker::n_reasoning)
   double queue_ms = 0;      // submit -> first scheduled
   double prompt_ms = 0;     // first scheduled -> first token
   double gen_ms = 0;        // first token -> finish

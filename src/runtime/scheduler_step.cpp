@@ -239,6 +239,7 @@ std::unique_ptr<Active> Scheduler::Impl::make_active(const std::shared_ptr<Reque
   so.ignore_eos = rq.ignore_eos;
   so.sampling = rq.sampling;
   so.text_tokens = rq.text_tokens;
+  so.reasoning = rq.reasoning;
   so.no_outputs = rq.embed;
   a->seq = std::make_unique<Sequence>(slot, model->tokenizer(), static_cast<int32_t>(model->hparams().n_vocab),
                                       max_seq_ctx, so, engine->cache());
@@ -555,6 +556,7 @@ void Scheduler::Impl::finish(Active& a, StopReason r, Status err) {
   end.stop = r;
   if (r == StopReason::kStopString) end.stop_string = a.stops.matched();
   end.timings = a.tm;
+  end.timings.n_reasoning = a.seq->n_reasoning();
   end.error = std::move(err);
   end.seed = a.seq->sampler().seed();
   if (a.pool && end.error.is_ok() && r == StopReason::kLimit) end.embedding = a.pool->result();  // see pool_rows()

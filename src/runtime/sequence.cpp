@@ -21,7 +21,7 @@ const char* stop_reason_name(StopReason r) {
 Sequence::Sequence(int32_t seq_id, const Tokenizer& tok, int32_t n_vocab, int64_t n_ctx, const SequenceOptions& opts,
                    KvCache& cache)
     : id_(seq_id), tok_(tok), n_vocab_(n_vocab), n_ctx_(n_ctx), opts_(opts), sampler_(opts.sampling, n_vocab),
-      decoder_(tok), cache_(cache) {
+      decoder_(tok), cache_(cache), reasoning_(opts.reasoning) {
   if (!opts.text_tokens.empty()) decoder_.render_as_text(opts.text_tokens);
 }
 
@@ -104,6 +104,7 @@ void Sequence::rollback() {
 void Sequence::begin_turn() {
   n_generated_ = 0;
   stop_ = StopReason::kNone;
+  reasoning_ = ReasoningTracker(opts_.reasoning);
 }
 
 OutputKind Sequence::output_kind() const {
@@ -118,6 +119,8 @@ Sequence::Step Sequence::on_logits(std::span<const float> row) {
     s.stop = stop_;
     return s;
   }
+  // A forced token (the close of a spent reasoning budget) needs no sampling, and no mask: on_token emits it.
+  if (const int32_t f = reasoning_.forced(); f >= 0) return on_token(f);
   if (hooks_.processors.empty() && !hooks_.mask) return on_token(sampler_.sample(row));
   // The chain works on this sequence's own copy; the fetched row stays as the model wrote it (logprobs read it).
   row_.assign(row.begin(), row.end());
@@ -164,6 +167,7 @@ Sequence::Step Sequence::on_token(int32_t t) {
     s.stop = stop_ = StopReason::kLimit;
     return s;
   }
+  if (const int32_t f = reasoning_.forced(); f >= 0) t = f;  // the device's argmax gives way to a forced token
   if (hooks_.mask) hooks_.mask->accept(t);
   if (!opts_.ignore_eos && tok_.is_eog(t)) {
     s.stop = stop_ = StopReason::kEog;
@@ -172,6 +176,7 @@ Sequence::Step Sequence::on_token(int32_t t) {
   s.token = t;
   s.piece = decoder_.push(t);
   ++n_generated_;
+  if (reasoning_.state() != ReasoningTracker::State::kDone) reasoning_.accept(t, tok_.token_to_piece(t, true));
   if (hooks_.mask && hooks_.mask->finished()) {  // e.g. a grammar that accepted and allows nothing more
     s.stop = stop_ = StopReason::kEog;
     return s;

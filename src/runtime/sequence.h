@@ -19,6 +19,7 @@
 #include "model/step.h"
 #include "runtime/hooks.h"
 #include "runtime/kv_cache.h"
+#include "runtime/reasoning.h"
 #include "runtime/sampler.h"
 #include "runtime/stop_reason.h"
 #include "tokenizer/tokenizer.h"
@@ -32,6 +33,7 @@ struct SequenceOptions {
   SamplerParams sampling;
   std::vector<int32_t> text_tokens;  // control tokens rendered as their text (GenRequest::text_tokens)
   bool no_outputs = false;      // an embedding request: no token asks for an output row (hidden states instead)
+  ReasoningBudget reasoning;    // the thinking block's budget: its forced close replaces sampled tokens
 };
 
 class Sequence {
@@ -98,6 +100,7 @@ class Sequence {
   void stop(StopReason r) { stop_ = r; }
   StopReason stop_reason() const { return stop_; }
   int32_t n_generated() const { return n_generated_; }
+  int32_t n_reasoning() const { return reasoning_.n_reasoning(); }  // generated tokens of the thinking block
   Sampler& sampler() { return sampler_; }
   const Sampler& sampler() const { return sampler_; }
 
@@ -111,6 +114,7 @@ class Sequence {
   StreamDecoder decoder_;
   KvCache& cache_;
   SequenceHooks hooks_;
+  ReasoningTracker reasoning_;
   std::vector<float> row_;       // [n_vocab] the processed copy of a logits row (only with hooks)
   std::vector<uint64_t> mask_;   // [ceil(n_vocab / 64)] the token mask's bits (only with a mask)
   std::vector<int32_t> tokens_;

@@ -201,7 +201,8 @@ struct Conversation {
   // ends the chat with its position: the conversation cannot go on.
   Status turn(const std::string& line) {
     messages.push_back({{"role", "user"}, {"content", line}});
-    KILN_ASSIGN_OR_RETURN(std::string rendered, prompt.render(messages));
+    KILN_ASSIGN_OR_RETURN(std::string rendered,
+                          prompt.render(messages, nullptr, true, reasoning_kwargs(args.tpl, prompt)));
     std::vector<int32_t> ids = prompt.tokenize(rendered);
     if (args.verbose_prompt)
       std::fprintf(stderr, "kiln chat: prompt (%s, %zu tokens):\n%s\n", prompt.describe().c_str(), ids.size(),
@@ -213,6 +214,7 @@ struct Conversation {
     req.sampling = args.sampling;
     req.max_new_tokens = max_new_tokens;
     req.ignore_eos = args.ignore_eos;
+    req.reasoning = reply_reasoning(args.tpl, prompt, rendered, static_cast<bool>(hooks));
     // A grammar ends the reply where the grammar ends (a stop string could cut it mid-way: "\n\n" is JSON
     // whitespace).
     if (!hooks) req.stop = prompt.stop_strings();

@@ -1,7 +1,8 @@
 // What `kiln chat` and `kiln run` share: the chat template options, the one request they submit to the engine
 // loop, and streaming its reply to the terminal.
 //   ChatTemplateArgs  --chat-template NAME|plain|JINJA, --chat-template-file FILE, --chat-template-kwargs JSON,
-//                     turned into runtime's ChatPromptOptions (checked before the model loads).
+//                     turned into runtime's ChatPromptOptions (checked before the model loads); --reasoning-budget N
+//                     (runtime/reasoning.h: -1 unlimited, 0 no thinking).
 //   stream_request    submits one request to the Scheduler (runtime/scheduler.h) and hands its token events to a
 //                     callback as they come; the stop strings (a template's, plain text's) are the scheduler's.
 //   ReplyPrinter      content to stdout (plain text: from the first visible character), reasoning to stderr through
@@ -25,12 +26,14 @@
 #include "cli/args.h"
 #include "cli/model_source.h"
 #include "runtime/prompt.h"
+#include "runtime/reasoning.h"
 #include "runtime/scheduler.h"
 
 namespace kiln::cli {
 
 struct ChatTemplateArgs {
   std::string name, file, kwargs;
+  int reasoning_budget = -1;  // tokens of a reply's thinking block before its close is forced; -1: unlimited
 };
 
 inline void add_chat_template_options(ArgParser& args, ChatTemplateArgs* a) {
@@ -41,12 +44,18 @@ inline void add_chat_template_options(ArgParser& args, ChatTemplateArgs* a) {
               "Jinja chat template file, replacing the model's tokenizer.chat_template");
   args.option({"--chat-template-kwargs"}, &a->kwargs, "JSON",
               "extra template variables (a JSON object), e.g. '{\"enable_thinking\": false}'");
+  args.option({"--reasoning-budget"}, &a->reasoning_budget, "N",
+              "tokens a reply may think (<think>...</think>) before the block is closed for it: -1 unlimited "
+              "(default), 0 no thinking (templates with enable_thinking render it false)");
 }
 
 // The options ChatPrompt::create takes, read and checked (the file read, kwargs parsed, the template parsed):
 // errors name the flag and, for a template, its line and column.
 inline Result<ChatPromptOptions> chat_prompt_options(const ChatTemplateArgs& a) {
   ChatPromptOptions o;
+  if (a.reasoning_budget < -1)
+    return make_error(ErrorCode::kInvalidArgument, "--reasoning-budget: must be -1 (unlimited), 0 (no thinking) or a "
+                      "token count (got %d)", a.reasoning_budget);
   if (!a.name.empty() && !a.file.empty())
     return make_error(ErrorCode::kInvalidArgument, "pass only one of --chat-template and --chat-template-file");
   const char* flag = "--chat-template";
@@ -76,6 +85,18 @@ inline Result<ChatPromptOptions> chat_prompt_options(const ChatTemplateArgs& a) 
     return st.with_context(!a.kwargs.empty() && st.message().find("kwargs") != std::string::npos
                                ? "--chat-template-kwargs" : flag);
   return o;
+}
+
+// One reply's reasoning budget (run, chat): none with an output grammar (it writes no thinking block).
+inline ReasoningBudget reply_reasoning(const ChatTemplateArgs& a, const ChatPrompt& chat, const std::string& rendered,
+                                       bool constrained) {
+  return constrained ? ReasoningBudget{} : reasoning_budget_for(chat, a.reasoning_budget, rendered);
+}
+// Budget 0 renders templates with an enable_thinking variable with it false (unless --chat-template-kwargs sets it).
+inline nlohmann::ordered_json reasoning_kwargs(const ChatTemplateArgs& a, const ChatPrompt& chat) {
+  nlohmann::ordered_json kw = nullptr;
+  if (a.kwargs.find("enable_thinking") == std::string::npos) reasoning_budget_kwargs(chat, a.reasoning_budget, &kw);
+  return kw;
 }
 
 // Reasoning text on stderr: dimmed on a terminal, else one "[reasoning] ..." paragraph per reply.

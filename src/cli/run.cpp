@@ -98,7 +98,8 @@ Status check_run_args(const ArgParser& args, RunArgs& r) {
   r.have_p = args.seen("-p"), r.have_f = args.seen("-f"), r.have_tokens = args.seen("--tokens");
   if (r.have_p + r.have_f + r.have_tokens > 1)
     return make_error(ErrorCode::kInvalidArgument, "pass only one of -p, -f and --tokens");
-  for (const char* f : {"-sys", "--chat-template", "--chat-template-file", "--chat-template-kwargs"})
+  for (const char* f : {"-sys", "--chat-template", "--chat-template-file", "--chat-template-kwargs",
+                        "--reasoning-budget"})
     if (args.seen(f)) r.chat = true;  // the chat options imply --chat
   if (r.chat && r.have_tokens)
     return make_error(ErrorCode::kInvalidArgument, "--chat renders text: pass -p TEXT or -f FILE, not --tokens");
@@ -148,7 +149,7 @@ Result<Prompt> build_prompt(const RunArgs& r, const Tokenizer& tok, const std::s
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     if (!r.system_prompt.empty()) messages.push_back({{"role", "system"}, {"content", r.system_prompt}});
     messages.push_back({{"role", "user"}, {"content", r.prompt}});
-    KILN_ASSIGN_OR_RETURN(p.rendered, p.chat->render(messages));
+    KILN_ASSIGN_OR_RETURN(p.rendered, p.chat->render(messages, nullptr, true, reasoning_kwargs(r.tpl, *p.chat)));
     p.ids = p.chat->tokenize(p.rendered, /*add_bos=*/!r.no_bos);
   } else {
     p.ids = encode_prompt(tok, r.prompt, /*add_bos=*/!r.no_bos);
@@ -222,6 +223,7 @@ int run_main(int argc, char** argv) {
   req.sampling = r.sampling;
   req.max_new_tokens = r.max_new_tokens;
   req.ignore_eos = r.ignore_eos;
+  if (prompt->chat) req.reasoning = reply_reasoning(r.tpl, *prompt->chat, prompt->rendered, r.constraint.parsed != nullptr);
   // --chat: the template's stop strings (plain text) end the reply, as a server request's "stop" does; a grammar
   // ends it where the grammar ends (a stop string could cut it mid-way: "\n\n" is JSON whitespace).
   if (prompt->chat && !r.constraint.parsed) req.stop = prompt->chat->stop_strings();

@@ -8,6 +8,7 @@
 //   tool_choice.disable_parallel_tool_use     -> parallel_tool_calls: false
 //   max_tokens, stop_sequences, temperature, top_p, top_k, kiln's sampling extras -> the same chat fields
 // Images, documents, server tools and unknown fields are refused with a 400 naming them.
+#include <cstdint>
 #include <string>
 
 #include "server/dialects.h"
@@ -203,17 +204,20 @@ std::optional<ApiError> convert_tool_choice(const ojson& tc, ojson* chat, Messag
   return std::nullopt;
 }
 
-std::optional<ApiError> convert_thinking(const ojson& t, const ojson& body, MessagesOptions* o) {
+// thinking: {type: enabled, budget_tokens: N} is the reply's reasoning budget N; {type: disabled} is budget 0 (the
+// block closed at once, or not rendered open: runtime/reasoning.h) and no thinking blocks.
+std::optional<ApiError> convert_thinking(const ojson& t, const ojson& body, ojson* chat, MessagesOptions* o) {
   if (!t.is_object()) return type_error("thinking", "an object", t);
   if (auto e = check_fields(t, {"type", "budget_tokens"}, "thinking")) return e;
   if (!t.contains("type") || !t["type"].is_string()) return missing_field("thinking.type");
   const std::string type = t["type"].get<std::string>();
   if (type == "disabled") {
     o->show_thinking = false;
+    (*chat)["reasoning_budget_tokens"] = 0;
     return std::nullopt;
   }
   if (type != "enabled") return field_error("thinking.type", "'thinking.type' must be \"enabled\" or \"disabled\"");
-  // The budget is checked as Anthropic checks it; the reasoning is the model's own (not cut at the budget).
+  // The budget is checked as Anthropic checks it (at least 1, below max_tokens).
   if (!t.contains("budget_tokens")) return missing_field("thinking.budget_tokens");
   const ojson& b = t["budget_tokens"];
   if (!b.is_number_integer()) return type_error("thinking.budget_tokens", "an integer", b);
@@ -221,6 +225,9 @@ std::optional<ApiError> convert_thinking(const ojson& t, const ojson& body, Mess
   if (body.contains("max_tokens") && body["max_tokens"].is_number_integer() &&
       b.get<int64_t>() >= body["max_tokens"].get<int64_t>())
     return field_error("thinking.budget_tokens", "'thinking.budget_tokens' must be less than 'max_tokens'");
+  if (b.get<int64_t>() > INT32_MAX)
+    return field_error("thinking.budget_tokens", "'thinking.budget_tokens' must be at most 2147483647");
+  (*chat)["reasoning_budget_tokens"] = b;
   return std::nullopt;
 }
 
@@ -284,7 +291,7 @@ std::optional<ApiError> messages_to_chat(const ojson& b, bool counting, ojson* c
   if (b.contains("tool_choice") && !b["tool_choice"].is_null())
     if (auto e = convert_tool_choice(b["tool_choice"], chat, o)) return e;
   if (b.contains("thinking") && !b["thinking"].is_null())
-    if (auto e = convert_thinking(b["thinking"], b, o)) return e;
+    if (auto e = convert_thinking(b["thinking"], b, chat, o)) return e;
   return std::nullopt;
 }
 

@@ -24,6 +24,7 @@ struct ResponsesOptions {
   bool stream = false;
   bool parallel_tool_calls = true;    // false: only the first function_call item
   ojson echo = ojson::object();       // instructions, tools, tool_choice, temperature, ... as the client sent them
+  std::string effort;                 // reasoning.effort ("": none given), checked against reasoning_effort's levels
 };
 std::optional<ApiError> responses_to_chat(const ojson& body, ojson* chat, ResponsesOptions* opts);
 

@@ -5,6 +5,7 @@
 
 #include "grammar/grammar.h"
 #include "runtime/prompt.h"
+#include "runtime/reasoning.h"
 #include "runtime/tool_grammar.h"
 #include "server/fields.h"
 #include "server/sampling_fields.h"
@@ -94,6 +95,11 @@ std::optional<ApiError> check_known(const json& b, bool chat) {
   if (present(b, "suffix") && !b["suffix"].get<std::string>().empty())
     return unsupported("suffix", "'suffix' is not supported");
   // vLLM's constraint field kiln does not have (llama-server's samplers: sampling_fields.h).
+  if (!chat)
+    for (const char* k : {"reasoning_effort", "reasoning_budget_tokens", "thinking_budget_tokens"})
+      if (present(b, k))
+        return unsupported(k, std::string("'") + k + "' is a chat completions parameter (a thinking block is the "
+                                                      "chat template's)");
   if (present(b, "structured_outputs"))
     return unsupported("structured_outputs", "'structured_outputs' is not supported: use response_format, json_schema, "
                        "grammar or the guided_* fields");
@@ -467,6 +473,34 @@ std::optional<ApiError> tool_choice_grammar(const ChatPrompt& chat, const ToolRe
   return std::nullopt;
 }
 
+// The reply's reasoning budget (runtime/reasoning.h): reasoning_budget_tokens or thinking_budget_tokens (an int
+// >= -1; both only when equal), else reasoning_effort's level, else the server's --reasoning-budget.
+std::optional<ApiError> parse_reasoning_budget(const json& b, const ParseContext& ctx, int32_t* out) {
+  *out = ctx.reasoning_budget;
+  if (present(b, "reasoning_effort")) {
+    const std::string effort = b["reasoning_effort"].get<std::string>();
+    const std::optional<int32_t> n = reasoning_effort_budget(effort);
+    if (!n)
+      return bad("reasoning_effort", "'reasoning_effort' must be \"none\", \"minimal\", \"low\", \"medium\", "
+                                     "\"high\" or \"xhigh\", not '" + effort + "'");
+    *out = *n;
+  }
+  std::optional<int64_t> given;
+  for (const char* k : {"reasoning_budget_tokens", "thinking_budget_tokens"}) {
+    int64_t i = 0;
+    if (auto e = get_int(b, k, -1, INT32_MAX, &i)) {
+      if (e->code == "invalid_value") e->message += " (-1: unlimited, 0: no thinking)";
+      return e;
+    }
+    if (!present(b, k)) continue;
+    if (given && *given != i)
+      return bad(k, "'thinking_budget_tokens' and 'reasoning_budget_tokens' differ; send one");
+    given = i;
+  }
+  if (given) *out = static_cast<int32_t>(*given);
+  return std::nullopt;
+}
+
 // Assistant prefill (as llama-server): a last assistant message without tool calls, after at least one other message,
 // is the start of the reply. It leaves the conversation and its text follows the rendered generation prompt; the
 // reply continues it (and holds only the continuation).
@@ -582,6 +616,9 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
     if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = b["reasoning_effort"].get<std::string>();
   }
   if (!ctx.chat) return bad("messages", "the server has no chat template ready");
+  int32_t budget = -1;
+  if (auto e = parse_reasoning_budget(b, ctx, &budget)) return e;
+  reasoning_budget_kwargs(*ctx.chat, budget, &kwargs);
   const std::string prefill = take_prefill(msgs);
   auto text = ctx.chat->render(msgs, tools, true, kwargs);
   if (!text) return bad("messages", "the chat template failed: " + text.status().message(), "template_error");
@@ -607,6 +644,8 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
   const bool tool_grammar = out->grammar && out->grammar->tool_calls;
   if (rc.want_tools && (!out->grammar || tool_grammar)) out->gen.text_tokens = ctx.chat->tool_marker_tokens();
   out->split = (!out->grammar || tool_grammar) && (rc.want_tools || ctx.chat->has_reasoning());
+  // An output grammar writes no thinking block (a tool call's grammar allows one before the call).
+  if (!out->grammar || tool_grammar) out->gen.reasoning = reasoning_budget_for(*ctx.chat, budget, *text);
   return std::nullopt;
 }
 
@@ -737,13 +776,16 @@ const char* finish_name(FinishReason r) {
 }
 
 json usage_json(const std::vector<ChoiceState>& choices, const std::vector<int64_t>& prompt_tokens) {
-  int64_t p = 0, c = 0, cached = 0;
+  int64_t p = 0, c = 0, cached = 0, reasoning = 0;
   for (int64_t n : prompt_tokens) p += n;
-  for (auto& ch : choices) c += ch.timings.n_gen, cached += ch.timings.n_cached;
-  return json{{"prompt_tokens", p},
-              {"completion_tokens", c},
-              {"total_tokens", p + c},
-              {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  for (auto& ch : choices) c += ch.timings.n_gen, cached += ch.timings.n_cached, reasoning += ch.timings.n_reasoning;
+  json u = {{"prompt_tokens", p},
+            {"completion_tokens", c},
+            {"total_tokens", p + c},
+            {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  // OpenAI's shape, where a reply had a thinking block (its tokens, both markers included).
+  if (reasoning > 0) u["completion_tokens_details"] = {{"reasoning_tokens", reasoning}};
+  return u;
 }
 
 json timings_json(const std::vector<ChoiceState>& choices) {

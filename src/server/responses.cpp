@@ -26,7 +26,7 @@ json usage_of(const ChatGeneration& g) {
   return json{{"input_tokens", g.prompt_tokens()},
               {"input_tokens_details", {{"cached_tokens", t.n_cached}}},
               {"output_tokens", t.n_gen},
-              {"output_tokens_details", {{"reasoning_tokens", 0}}},
+              {"output_tokens_details", {{"reasoning_tokens", t.n_reasoning}}},
               {"total_tokens", g.prompt_tokens() + t.n_gen}};
 }
 

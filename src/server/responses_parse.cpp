@@ -11,6 +11,7 @@
 // text formats are refused with a 400 naming the field.
 #include <string>
 
+#include "runtime/reasoning.h"
 #include "server/dialects.h"
 
 namespace kiln::server {
@@ -224,13 +225,17 @@ std::optional<ApiError> check_settings(const ojson& b, ResponsesOptions* o) {
     if (t.contains("format") && !(t["format"].is_object() && t["format"].value("type", "") == "text"))
       return field_error("text.format", "only 'text.format' {\"type\": \"text\"} is supported", "unsupported_parameter");
   }
-  if (b.contains("reasoning") && !b["reasoning"].is_null()) {  // effort and summary: the model reasons as it does
+  if (b.contains("reasoning") && !b["reasoning"].is_null()) {  // effort: the reasoning budget; summary: as it does
     const ojson& r = b["reasoning"];
     if (!r.is_object()) return type_error("reasoning", "an object", r);
     if (auto e = check_fields(r, {"effort", "summary", "generate_summary"}, "reasoning")) return e;
     std::string s;
-    for (const char* k : {"effort", "summary", "generate_summary"})
+    for (const char* k : {"summary", "generate_summary"})
       if (auto e = opt_string(r, k, std::string("reasoning.") + k, &s)) return e;
+    if (auto e = opt_string(r, "effort", "reasoning.effort", &o->effort)) return e;
+    if (!o->effort.empty() && !reasoning_effort_budget(o->effort))
+      return field_error("reasoning.effort", "'reasoning.effort' must be \"none\", \"minimal\", \"low\", \"medium\", "
+                                             "\"high\" or \"xhigh\", not '" + o->effort + "'");
   }
   if (b.contains("metadata") && !b["metadata"].is_null() && !b["metadata"].is_object())
     return type_error("metadata", "an object", b["metadata"]);
@@ -290,6 +295,7 @@ std::optional<ApiError> responses_to_chat(const ojson& b, ojson* chat, Responses
   if (b.contains("tool_choice") && !b["tool_choice"].is_null())
     if (auto e = convert_tool_choice(b["tool_choice"], chat)) return e;
   if (!o->parallel_tool_calls) (*chat)["parallel_tool_calls"] = false;  // a forced call's grammar writes one
+  if (!o->effort.empty()) (*chat)["reasoning_effort"] = o->effort;  // the budget of its level (runtime/reasoning.h)
   return std::nullopt;
 }
 

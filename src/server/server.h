@@ -34,6 +34,7 @@ struct ServerConfig {
   bool log_requests = true;              // one line per request on stderr
   int parallel = 4;                      // for the thread count
   SamplerParams sampling;                // defaults of the sampling fields
+  int32_t reasoning_budget = -1;         // --reasoning-budget: a request's default (runtime/reasoning.h)
 };
 
 class Server {

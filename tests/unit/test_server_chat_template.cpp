@@ -236,5 +236,180 @@ TEST(ServeTemplateFlags, FallbackNoticeAndBadTemplates) {
   EXPECT_NE(r.err.find("tokenizer.chat_template: line 1, column "), std::string::npos) << r.err;
 }
 
+
+// Reasoning budgets (runtime/reasoning.h) with a template that opens <think> in the generation prompt: each field
+// that names a budget cuts the reasoning at it (the greedy reply's first N tokens, then the forced "\n</think>\n\n"
+// and content), usage counts the block; bad values are 400s naming the field; --reasoning-budget sets the default.
+class ReasoningBudgetServe : public ::testing::Test {
+ protected:
+  static std::string template_file() {
+    const std::string file = test::model_dir() + "/think-budget.jinja";
+    std::ofstream(file) << "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant><think>\n";
+    return file;
+  }
+  static void SetUpTestSuite() {
+    proc_ = new test::ServeProcess;
+    ASSERT_TRUE(proc_->start({"-m", test::data_path("models/fixture-llama-f16.gguf"), "-t", "2",
+                              "--chat-template-file", template_file()}))
+        << proc_->log();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(proc_->stop(SIGTERM), 0) << proc_->log();
+    delete proc_;
+  }
+  static json chat(int max_tokens) {
+    return {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", max_tokens}, {"temperature", 0},
+            {"ignore_eos", true}};
+  }
+  static HttpResponse post(const std::string& path, const json& body, int port = 0) {
+    return test::http(port ? port : proc_->port, "POST", path, body.dump());
+  }
+  static int64_t reasoning_tokens(const json& u) {
+    return u.contains("completion_tokens_details") ? u["completion_tokens_details"]["reasoning_tokens"].get<int64_t>()
+                                                   : -1;
+  }
+  // The tokens of the forced close.
+  static int64_t close_tokens() {
+    HttpResponse r = post("/tokenize", {{"content", "\n</think>\n\n"}});
+    EXPECT_EQ(r.status, 200) << r.body;
+    return static_cast<int64_t>(r.j()["tokens"].size());
+  }
+  // The reasoning of the unbudgeted greedy reply of n tokens (all reasoning: the block is never closed).
+  static std::string reasoning_of(int n) {
+    HttpResponse r = post("/v1/chat/completions", chat(n));
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(reasoning_tokens(r.j()["usage"]), n) << r.body;
+    return r.j()["choices"][0]["message"]["reasoning_content"];
+  }
+  static test::ServeProcess* proc_;
+};
+test::ServeProcess* ReasoningBudgetServe::proc_ = nullptr;
+
+TEST_F(ReasoningBudgetServe, BadValuesNameTheField) {
+  struct Case {
+    const char* name;
+    json fields;
+    const char* path;
+    const char* param;
+  };
+  const Case cases[] = {
+      {"budget not an int", {{"reasoning_budget_tokens", "5"}}, "/v1/chat/completions", "reasoning_budget_tokens"},
+      {"budget below -1", {{"reasoning_budget_tokens", -2}}, "/v1/chat/completions", "reasoning_budget_tokens"},
+      {"thinking budget float", {{"thinking_budget_tokens", 1.5}}, "/v1/chat/completions", "thinking_budget_tokens"},
+      {"budgets differ", {{"reasoning_budget_tokens", 4}, {"thinking_budget_tokens", 5}}, "/v1/chat/completions",
+       "thinking_budget_tokens"},
+      {"effort unknown", {{"reasoning_effort", "max"}}, "/v1/chat/completions", "reasoning_effort"},
+      {"effort not a string", {{"reasoning_effort", 3}}, "/v1/chat/completions", "reasoning_effort"},
+      {"completions budget", {{"reasoning_budget_tokens", 3}}, "/v1/completions", "reasoning_budget_tokens"},
+      {"responses effort", {{"reasoning", {{"effort", "maximum"}}}}, "/v1/responses", "reasoning.effort"},
+      {"messages budget", {{"thinking", {{"type", "enabled"}, {"budget_tokens", 0}}}}, "/v1/messages",
+       "thinking.budget_tokens"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    json body = chat(5);
+    if (std::string(c.path) == "/v1/completions") body = {{"prompt", "hi"}, {"max_tokens", 5}};
+    if (std::string(c.path) == "/v1/responses") body = {{"input", "hi"}, {"max_output_tokens", 5}};
+    for (auto& [k, v] : c.fields.items()) body[k] = v;
+    HttpResponse r = post(c.path, body);
+    EXPECT_EQ(r.status, 400) << r.body;
+    const json e = r.j()["error"];
+    if (std::string(c.path) == "/v1/messages") EXPECT_NE(e["message"].get<std::string>().find(c.param), std::string::npos) << r.body;
+    else EXPECT_EQ(e["param"], c.param) << r.body;
+  }
+}
+
+TEST_F(ReasoningBudgetServe, EveryFieldCutsTheReasoning) {
+  const int64_t k = close_tokens();
+  ASSERT_GE(k, 3);
+  const std::string r4 = reasoning_of(4);
+  ASSERT_FALSE(r4.empty());
+  auto check_chat = [&](json fields, int budget, const std::string& want) {
+    SCOPED_TRACE(fields.dump());
+    json body = chat(budget + static_cast<int>(k) + 6);
+    for (auto& [f, v] : fields.items()) body[f] = v;
+    HttpResponse r = post("/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json m = r.j()["choices"][0]["message"];
+    EXPECT_EQ(m.value("reasoning_content", std::string()), want) << r.body;
+    EXPECT_FALSE(m["content"].get<std::string>().empty()) << r.body;  // the reply went on after the close
+    EXPECT_EQ(reasoning_tokens(r.j()["usage"]), budget + k) << r.body;
+    // Streamed: the same cut, usage on the last chunk.
+    body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
+    r = post("/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    std::string streamed;
+    int64_t usage = -2;
+    for (const std::string& e : test::sse_events(r.body)) {
+      if (e == "[DONE]") continue;
+      const json j = json::parse(e);
+      if (j.contains("usage") && j["usage"].is_object()) usage = reasoning_tokens(j["usage"]);
+      if (j["choices"].empty() || !j["choices"][0].contains("delta")) continue;
+      const json& d = j["choices"][0]["delta"];
+      if (d.contains("reasoning_content")) streamed += d["reasoning_content"].get<std::string>();
+    }
+    EXPECT_NE(streamed.find(want), std::string::npos) << r.body;
+    EXPECT_EQ(usage, budget + k);
+  };
+  check_chat({{"reasoning_budget_tokens", 4}}, 4, r4);
+  check_chat({{"thinking_budget_tokens", 4}}, 4, r4);
+  check_chat({{"reasoning_budget_tokens", 4}, {"thinking_budget_tokens", 4}}, 4, r4);
+  check_chat({{"reasoning_effort", "none"}}, 0, "");
+  check_chat({{"reasoning_effort", "minimal"}, {"reasoning_budget_tokens", 4}}, 4, r4);  // the count wins
+  // A large budget (and -1) leaves the 6-token reply all reasoning.
+  for (json f : {json{{"reasoning_effort", "low"}}, json{{"reasoning_budget_tokens", -1}}}) {
+    json body = chat(6);
+    for (auto& [n, v] : f.items()) body[n] = v;
+    HttpResponse r = post("/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.j()["choices"][0]["message"]["reasoning_content"], reasoning_of(6)) << r.body;
+  }
+  // Anthropic: thinking.budget_tokens cuts the thinking block; disabled closes it at once (no thinking block).
+  json msg = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 4 + k + 6}, {"temperature", 0},
+              {"ignore_eos", true}, {"thinking", {{"type", "enabled"}, {"budget_tokens", 4}}}};
+  HttpResponse r = post("/v1/messages", msg);
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_GE(r.j()["content"].size(), 2u) << r.body;
+  EXPECT_EQ(r.j()["content"][0]["type"], "thinking");
+  EXPECT_EQ(r.j()["content"][0]["thinking"], r4) << r.body;
+  EXPECT_EQ(r.j()["content"][1]["type"], "text");
+  msg["thinking"] = {{"type", "disabled"}};
+  r = post("/v1/messages", msg);
+  ASSERT_EQ(r.status, 200) << r.body;
+  ASSERT_EQ(r.j()["content"].size(), 1u) << r.body;
+  EXPECT_EQ(r.j()["content"][0]["type"], "text");
+  // Responses: reasoning.effort none: no reasoning item; the close counted in output_tokens_details.
+  json resp = {{"input", "hi"}, {"max_output_tokens", k + 6}, {"temperature", 0}, {"ignore_eos", true},
+               {"reasoning", {{"effort", "none"}}}};
+  r = post("/v1/responses", resp);
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (const json& it : r.j()["output"]) EXPECT_NE(it["type"], "reasoning") << r.body;
+  EXPECT_EQ(r.j()["usage"]["output_tokens_details"]["reasoning_tokens"], k) << r.body;
+}
+
+// kiln serve --reasoning-budget N: the default of every request (a request's own field wins); bad values refused.
+TEST_F(ReasoningBudgetServe, ServerFlagSetsTheDefault) {
+  const std::string r3 = reasoning_of(3);
+  const int64_t k = close_tokens();
+  test::ServeProcess p;
+  ASSERT_TRUE(p.start({"-m", test::data_path("models/fixture-llama-f16.gguf"), "-t", "2", "--chat-template-file",
+                       template_file(), "--reasoning-budget", "3"}))
+      << p.log();
+  HttpResponse r = post("/v1/chat/completions", chat(3 + k + 4), p.port);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["choices"][0]["message"]["reasoning_content"], r3) << r.body;
+  EXPECT_EQ(reasoning_tokens(r.j()["usage"]), 3 + k);
+  json body = chat(6);
+  body["reasoning_budget_tokens"] = -1;
+  r = post("/v1/chat/completions", body, p.port);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["choices"][0]["message"]["reasoning_content"], reasoning_of(6)) << r.body;
+  EXPECT_EQ(p.stop(SIGTERM), 0) << p.log();
+  const test::CmdResult bad = test::run_kiln("serve --reasoning-budget -2 --port 0");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.err.find("--reasoning-budget"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace kiln

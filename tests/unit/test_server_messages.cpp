@@ -308,7 +308,7 @@ TEST_F(MessagesTools, ToolResultRoundTripRendersThroughTheTemplate) {
   EXPECT_EQ(r.j()["error"]["param"], "messages[2].content[0].tool_use_id") << r.body;
 }
 
-// A template that opens the reasoning block: the reply is all reasoning, a thinking block (none when disabled).
+// A template that opens the reasoning block: the reply is all reasoning, a thinking block (disabled: closed at once).
 TEST(MessagesThinking, ReasoningIsAThinkingBlock) {
   const std::string file = test::model_dir() + "/think-msg.jinja";
   std::ofstream(file) << "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant><think>\n";
@@ -331,10 +331,13 @@ TEST(MessagesThinking, ReasoningIsAThinkingBlock) {
   EXPECT_NE(s["content"][0]["thinking"].get<std::string>().find(thinking), std::string::npos) << r.body;
   EXPECT_NE(r.body.find("signature_delta"), std::string::npos);
   body["stream"] = false;
+  // Disabled: budget 0, the block the prompt opened is closed at once; the reply is text, no thinking block.
   body["thinking"] = {{"type", "disabled"}};
+  body["max_tokens"] = 12;
   r = test::http(p.port, "POST", "/v1/messages", body.dump());
   ASSERT_EQ(r.status, 200) << r.body;
-  EXPECT_TRUE(r.j()["content"].empty()) << r.body;
+  ASSERT_EQ(r.j()["content"].size(), 1u) << r.body;
+  EXPECT_EQ(r.j()["content"][0]["type"], "text") << r.body;
   EXPECT_EQ(p.stop(SIGTERM), 0) << p.log();
 }
 

@@ -135,7 +135,8 @@ std::optional<std::string> TriggerScanner::match_at_start() {
   }
   return std::nullopt;
 }
-const Tokenizer& tok, const std::vector<int32_t>& text_tokens) {
+
+grammar::Vocabulary grammar_vocabulary(const Tokenizer& tok, const std::vector<int32_t>& text_tokens) {
   grammar::Vocabulary v;
   const int32_t n = tok.n_vocab();
   v.tokens.reserve(static_cast<size_t>(n));

@@ -125,6 +125,12 @@ TEST(GrammarMask, BitsMatchTheMatcherAndStopAtTheVocabulary) {
 
 // ---- lazy grammars ----
 
+GrammarTriggers trig(std::vector<std::string> words) {
+  GrammarTriggers t;
+  t.words = std::move(words);
+  return t;
+}
+
 std::vector<std::string> feed_all(TriggerScanner& s, const std::vector<std::string>& pieces) {
   std::vector<std::string> out;
   for (const std::string& p : pieces) {
@@ -135,18 +141,18 @@ std::vector<std::string> feed_all(TriggerScanner& s, const std::vector<std::stri
 }
 
 TEST(TriggerScanner, FindsAWordSplitOverPieces) {
-  TriggerScanner s(GrammarTriggers{{"<tool_call>"}});
+  TriggerScanner s(trig({"<tool_call>"}));
   // The text before the word is left out; what follows it in the same piece is kept.
   EXPECT_EQ(feed_all(s, {"Sure, <to", "o", "l_c", "all>\n{\"na", "me\""}),
             (std::vector<std::string>{"-", "-", "-", "[<tool_call>\n{\"na]", "-"}));
   EXPECT_TRUE(s.fired());
   // A near miss keeps looking; a word wholly inside one piece, and one that starts at a piece's last byte.
-  TriggerScanner t(GrammarTriggers{{"<tool_call>"}});
+  TriggerScanner t(trig({"<tool_call>"}));
   EXPECT_EQ(feed_all(t, {"<tool_cal", "l <tool_call>x"}), (std::vector<std::string>{"-", "[<tool_call>x]"}));
-  TriggerScanner u(GrammarTriggers{{"[TOOL_CALLS]"}});
+  TriggerScanner u(trig({"[TOOL_CALLS]"}));
   EXPECT_EQ(feed_all(u, {"a [T", "OOL_CALLS][{"}), (std::vector<std::string>{"-", "[[TOOL_CALLS][{]"}));
   // Of several words the earliest in the text.
-  TriggerScanner v(GrammarTriggers{{"<b>", "<a>"}});
+  TriggerScanner v(trig({"<b>", "<a>"}));
   EXPECT_EQ(feed_all(v, {"x<a", "><b>"}), (std::vector<std::string>{"-", "[<a><b>]"}));
   TriggerScanner none(GrammarTriggers{});
   EXPECT_TRUE(none.done());
@@ -188,7 +194,7 @@ std::vector<int32_t> mask_ids(TokenMaskProvider& m, int32_t n) {
 TEST(LazyGrammar, FreeUntilTheTriggerThenTheGrammar) {
   auto cg = grammar::test::compile(R"(root ::= "<tool_call>{" ("ab")+ "}")", lazy_vocab());
   ASSERT_TRUE(cg);
-  SequenceHooks h = lazy_grammar_hooks(cg, GrammarTriggers{{"<tool_call>"}})();
+  SequenceHooks h = lazy_grammar_hooks(cg, trig({"<tool_call>"}))();
   ASSERT_TRUE(h.mask);
   // Free: nothing restricted, text the grammar would refuse goes through.
   for (int32_t t : {0, 5, 4, 0}) {
@@ -208,7 +214,7 @@ TEST(LazyGrammar, FreeUntilTheTriggerThenTheGrammar) {
   h.mask->accept(4);
   EXPECT_TRUE(h.mask->finished());
   // The trigger's token carries text the grammar refuses ("x"): the output stays free to its end.
-  SequenceHooks r = lazy_grammar_hooks(cg, GrammarTriggers{{"<tool_call>"}})();
+  SequenceHooks r = lazy_grammar_hooks(cg, trig({"<tool_call>"}))();
   r.mask->accept(6);
   EXPECT_FALSE(r.mask->restricts());
   r.mask->accept(1);
@@ -262,7 +268,7 @@ TEST(LazyGrammar, ATriggeredCallParsesInTheEngineLoop) {
     r.sampling.seed = seed;
     r.max_new_tokens = force ? 400 : 24;
     r.hooks = [cg, f, force, forced] {
-      SequenceHooks h = lazy_grammar_hooks(cg, GrammarTriggers{{f->trigger}})();
+      SequenceHooks h = lazy_grammar_hooks(cg, trig({f->trigger}))();
       if (force) h.processors.push_back(std::make_unique<ForceTokens>(forced));
       return h;
     };

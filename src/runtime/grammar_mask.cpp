@@ -106,7 +106,9 @@ std::optional<std::string> TriggerScanner::match_at_start() {
   auto skip_space = [&] {
     while (i < tail_.size() && is_space(tail_[i])) ++i;
   };
-  auto prefix_of = [](std::string_view rest, const std::string& w) { return rest.size() < w.size() && w.starts_with(rest); };
+  auto prefix_of = [](std::string_view rest, const std::string& w) {
+    return rest.size() < w.size() && w.starts_with(rest);
+  };
   skip_space();
   std::string_view rest = std::string_view(tail_).substr(i);
   if (!t_.lead.empty()) {

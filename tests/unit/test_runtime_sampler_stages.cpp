@@ -1,7 +1,7 @@
-// The sampler stages beyond top-k/top-p/min-p (logit bias, DRY, typical, XTC, mirostat) on hand-made logits, each outcome
-// worked out from the definition in runtime/sampler.h and runtime/dry.h; their place in the chain; seeding; the
-// greedy path and when a greedy sequence may take the device argmax; DRY's sequence breakers for a real vocabulary; no
-// allocation per call.
+// The sampler stages beyond top-k/top-p/min-p (logit bias, DRY, typical, XTC, mirostat) on hand-made logits, each
+// outcome worked out from the definition in runtime/sampler.h and runtime/dry.h; their place in the chain; seeding;
+// the greedy path and when a greedy sequence may take the device argmax; DRY's sequence breakers for a real
+// vocabulary; no allocation per call.
 #include <gtest/gtest.h>
 
 #include <atomic>

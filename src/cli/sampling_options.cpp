@@ -64,6 +64,11 @@ void add_sampling_options(ArgParser& args, SamplerParams* p) {
       "STRING", "a DRY sequence breaker (repeatable; replaces the defaults '\\n', ':', '\"', '*'; none: no breakers)");
   args.option({"--xtc-probability"}, &p->xtc_probability, "P", "XTC: chance of removing the top tokens; 0: off (default 0)");
   args.option({"--xtc-threshold"}, &p->xtc_threshold, "P", "XTC: minimum probability of a top token; > 0.5: off (default 0.1)");
+  args.option({"--mirostat"}, &p->mirostat, "N",
+              "mirostat sampling: 0 off, 1 mirostat, 2 mirostat 2.0; replaces top-k, top-p, min-p, typical, XTC, the "
+              "penalties and DRY (default 0)");
+  args.option({"--mirostat-lr"}, &p->mirostat_eta, "ETA", "mirostat learning rate eta (default 0.1)");
+  args.option({"--mirostat-ent"}, &p->mirostat_tau, "TAU", "mirostat target entropy tau (default 5.0)");
   args.option(
       {"-l", "--logit-bias"},
       [p](const std::string& name, const std::string& v) -> Status {
@@ -117,6 +122,11 @@ Status check_sampling_options(const SamplerParams& p) {
     return bad("--xtc-probability", "in [0, 1] (0: off)", p.xtc_probability);
   if (!(p.xtc_threshold >= 0.0f && p.xtc_threshold <= 1.0f))
     return bad("--xtc-threshold", "in [0, 1] (> 0.5: off)", p.xtc_threshold);
+  if (p.mirostat < 0 || p.mirostat > 2) return bad("--mirostat", "0 (off), 1 or 2", p.mirostat);
+  if (!(p.mirostat_eta >= 0.0f) || !std::isfinite(p.mirostat_eta))
+    return bad("--mirostat-lr", "a finite number >= 0", p.mirostat_eta);
+  if (!(p.mirostat_tau >= 0.0f) || !std::isfinite(p.mirostat_tau))
+    return bad("--mirostat-ent", "a finite number >= 0", p.mirostat_tau);
   return Status::ok();
 }
 

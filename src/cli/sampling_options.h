@@ -1,7 +1,8 @@
 // The sampling flags of kiln run, kiln chat and kiln serve (llama.cpp's names and defaults; for serve, the defaults
 // of the requests' sampling fields): --temp --top-k --top-p --min-p --typical --repeat-penalty --repeat-last-n
 // --presence-penalty --frequency-penalty --dry-multiplier --dry-base --dry-allowed-length --dry-penalty-last-n
-// --dry-sequence-breaker --xtc-probability --xtc-threshold -l/--logit-bias -s/--seed.
+// --dry-sequence-breaker --xtc-probability --xtc-threshold --mirostat --mirostat-lr --mirostat-ent -l/--logit-bias
+// -s/--seed.
 #pragma once
 
 #include <cstdint>

@@ -13,6 +13,11 @@ class GrammarMask final : public TokenMaskProvider {
  public:
   explicit GrammarMask(std::shared_ptr<const grammar::CompiledGrammar> g) : matcher_(std::move(g)) {}
 
+  // Advances over text that was not sampled under this mask (a lazy grammar's trigger); false: refused, the state
+  // is unchanged.
+  bool accept_text(std::string_view bytes) { return matcher_.accept_bytes(bytes).is_ok(); }
+  const grammar::VocabIndex& vocab() const { return matcher_.compiled().vocab(); }
+
   bool restricts() const override { return true; }
 
   bool allowed(std::span<uint64_t> mask) override {
@@ -40,7 +45,98 @@ class GrammarMask final : public TokenMaskProvider {
   bool failed_ = false;
 };
 
+// Free until the scanner fires, then the grammar's mask (runtime/hooks.h for the calls).
+class LazyGrammarMask final : public TokenMaskProvider {
+ public:
+  LazyGrammarMask(std::shared_ptr<const grammar::CompiledGrammar> g, GrammarTriggers t)
+      : inner_(std::move(g)), scanner_(std::move(t)) {}
+
+  bool restricts() const override { return engaged_; }
+  bool allowed(std::span<uint64_t> mask) override { return engaged_ && inner_.allowed(mask); }
+
+  void accept(int32_t token) override {
+    if (engaged_) return inner_.accept(token);
+    if (scanner_.done() || token < 0 || token >= inner_.vocab().size()) return;
+    if (std::optional<std::string> text = scanner_.feed(inner_.vocab().token(token)))
+      engaged_ = inner_.accept_text(*text);
+  }
+
+  bool finished() const override { return engaged_ && inner_.finished(); }
+
+ private:
+  GrammarMask inner_;
+  TriggerScanner scanner_;
+  bool engaged_ = false;
+};
+
+bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
 }  // namespace
+
+TriggerScanner::TriggerScanner(GrammarTriggers t) : t_(std::move(t)) {
+  std::erase_if(t_.words, [](const std::string& w) { return w.empty(); });
+  for (const std::string& w : t_.words) keep_ = std::max(keep_, w.size() - 1);
+  dead_ = t_.words.empty();
+}
+
+std::optional<std::string> TriggerScanner::feed(std::string_view bytes) {
+  if (done()) return std::nullopt;
+  tail_.append(bytes);
+  if (t_.at_start) return match_at_start();
+  // The earliest word start wins (the longer word at one start).
+  size_t best = std::string::npos, best_len = 0;
+  for (const std::string& w : t_.words) {
+    const size_t at = tail_.find(w);
+    if (at != std::string::npos && (at < best || (at == best && w.size() > best_len))) best = at, best_len = w.size();
+  }
+  if (best != std::string::npos) {
+    fired_ = true;
+    std::string out = tail_.substr(best);
+    tail_.clear();
+    return out;
+  }
+  if (tail_.size() > keep_) tail_.erase(0, tail_.size() - keep_);
+  return std::nullopt;
+}
+
+// The output so far: whitespace, optionally the lead and more whitespace, then a word (fires), a proper prefix of
+// the lead or of a word (waits), or anything else (never fires).
+std::optional<std::string> TriggerScanner::match_at_start() {
+  size_t i = 0;
+  auto skip_space = [&] {
+    while (i < tail_.size() && is_space(tail_[i])) ++i;
+  };
+  auto prefix_of = [](std::string_view rest, const std::string& w) {
+    return rest.size() < w.size() && w.starts_with(rest);
+  };
+  skip_space();
+  std::string_view rest = std::string_view(tail_).substr(i);
+  if (!t_.lead.empty()) {
+    if (prefix_of(rest, t_.lead)) return std::nullopt;
+    if (rest.starts_with(t_.lead)) {
+      i += t_.lead.size();
+      skip_space();
+      rest = std::string_view(tail_).substr(i);
+    }
+  }
+  bool waits = rest.empty();
+  for (const std::string& w : t_.words) {
+    if (rest.starts_with(w)) {
+      fired_ = true;
+      std::string out(rest);
+      tail_.clear();
+      return out;
+    }
+    waits = waits || prefix_of(rest, w);
+  }
+  if (!waits) {
+    dead_ = true;
+    tail_.clear();
+  } else {
+    tail_.erase(0, i);  // the lead is optional: what follows it is matched the same without it
+  }
+  return std::nullopt;
+}
 
 grammar::Vocabulary grammar_vocabulary(const Tokenizer& tok, const std::vector<int32_t>& text_tokens) {
   grammar::Vocabulary v;
@@ -58,6 +154,14 @@ SequenceHooksFactory grammar_hooks(std::shared_ptr<const grammar::CompiledGramma
   return [g = std::move(g)] {
     SequenceHooks h;
     h.mask = std::make_unique<GrammarMask>(g);
+    return h;
+  };
+}
+
+SequenceHooksFactory lazy_grammar_hooks(std::shared_ptr<const grammar::CompiledGrammar> g, GrammarTriggers triggers) {
+  return [g = std::move(g), triggers = std::move(triggers)] {
+    SequenceHooks h;
+    h.mask = std::make_unique<LazyGrammarMask>(g, triggers);
     return h;
   };
 }

@@ -13,6 +13,10 @@
 // vocabulary index is built once, on first use. Thread-safe: request threads compile while the engine thread runs
 // matchers over grammars compiled before; concurrent requests for one text wait for a single compile.
 //
+// Lazy grammars (llama.cpp's grammar_lazy; tool_choice "auto"): the output is free until a trigger text appears in
+// it (TriggerScanner, across token boundaries); the grammar then constrains the rest, fed first with the output from
+// the trigger's first byte on, so the constrained part continues the trigger.
+//
 // This header names no model or backend type (the server includes it).
 #pragma once
 
@@ -23,7 +27,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -41,6 +47,42 @@ grammar::Vocabulary grammar_vocabulary(const Tokenizer& tok, const std::vector<i
 
 // The hooks of a sequence whose output `g` constrains (a fresh Matcher per sequence).
 SequenceHooksFactory grammar_hooks(std::shared_ptr<const grammar::CompiledGrammar> g);
+
+// What engages a lazy grammar.
+struct GrammarTriggers {
+  std::vector<std::string> words;  // any of these texts, anywhere in the output (non-empty texts)
+  // at_start: a word counts only at the start of the output, after whitespace and optionally `lead` (Llama 3's
+  // bare JSON call, which may follow <|python_tag|>).
+  bool at_start = false;
+  std::string lead;
+};
+
+// Finds the first trigger word in output text fed piece by piece (a word may be split over several pieces). Keeps
+// the last (longest word - 1) bytes only; at_start keeps the output while it may still open with a word.
+class TriggerScanner {
+ public:
+  explicit TriggerScanner(GrammarTriggers t);
+  // Feeds the next bytes of the output. When a word appears: the output from its first byte to the end of `bytes`
+  // (the text the grammar is fed), and the scanner is done (later feeds return nullopt). Before: nullopt.
+  std::optional<std::string> feed(std::string_view bytes);
+  bool fired() const { return fired_; }
+  // No word can appear any more (at_start: the output opened with something else; or it fired).
+  bool done() const { return fired_ || dead_; }
+
+ private:
+  std::optional<std::string> match_at_start();
+
+  GrammarTriggers t_;
+  size_t keep_ = 0;   // the longest word's length - 1
+  std::string tail_;  // the output's last bytes that may start a word (at_start: the whole output so far)
+  bool fired_ = false, dead_ = false;
+};
+
+// The hooks of a sequence whose output is free until one of `triggers` appears, then constrained by `g` (a fresh
+// scanner and Matcher per sequence). Free, the mask restricts nothing (a greedy sequence keeps the device argmax).
+// The trigger text with what followed it in the same token is fed to the grammar; when the grammar refuses that
+// text the output stays free to its end (as without the grammar: the reply parser reads what it can).
+SequenceHooksFactory lazy_grammar_hooks(std::shared_ptr<const grammar::CompiledGrammar> g, GrammarTriggers triggers);
 
 class GrammarCache {
  public:

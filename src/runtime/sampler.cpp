@@ -49,11 +49,13 @@ Sampler::Sampler(const SamplerParams& p, int32_t n_vocab)
     : p_(p), n_vocab_(std::max<int32_t>(n_vocab, 0)), seed_(pick_seed(p.seed)), rng_(static_cast<uint32_t>(seed_)),
       xtc_rng_(static_cast<uint32_t>(seed_)) {
   const bool pen = p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f;
-  window_ = wider(pen ? p_.penalty_last_n : 0, p_.dry_enabled() ? p_.dry_penalty_last_n : 0);
+  // Mirostat's chain has no penalties and no DRY: no history to keep.
+  window_ = mirostat_on() ? 0 : wider(pen ? p_.penalty_last_n : 0, p_.dry_enabled() ? p_.dry_penalty_last_n : 0);
+  mu_ = 2.0f * p_.mirostat_tau;
   counts_.assign(static_cast<size_t>(n_vocab_), 0);
   cands_.resize(static_cast<size_t>(n_vocab_));
   if (window_ > 0) history_.reserve(2 * static_cast<size_t>(window_));
-  if (p_.dry_enabled()) {
+  if (p_.dry_enabled() && !mirostat_on()) {
     dry_len_.assign(static_cast<size_t>(n_vocab_), 0);
     const size_t w = p_.dry_penalty_last_n > 0 ? static_cast<size_t>(p_.dry_penalty_last_n) : 0;
     dry_z_.reserve(w);
@@ -99,6 +101,14 @@ Status Sampler::validate() const {
                       DryBreakers::kMaxBreakers, p_.dry_sequence_breakers.size());
   for (const std::string& b : p_.dry_sequence_breakers)
     if (b.empty()) return make_error(ErrorCode::kInvalidArgument, "dry_sequence_breakers: an empty string");
+  if (p_.mirostat < 0 || p_.mirostat > 2)
+    return make_error(ErrorCode::kInvalidArgument, "mirostat: must be 0 (off), 1 or 2 (got %d)", p_.mirostat);
+  if (!(p_.mirostat_tau >= 0.0f) || !std::isfinite(p_.mirostat_tau))
+    return make_error(ErrorCode::kInvalidArgument, "mirostat_tau: must be a finite number >= 0 (got %g)",
+                      p_.mirostat_tau);
+  if (!(p_.mirostat_eta >= 0.0f) || !std::isfinite(p_.mirostat_eta))
+    return make_error(ErrorCode::kInvalidArgument, "mirostat_eta: must be a finite number >= 0 (got %g)",
+                      p_.mirostat_eta);
   for (const LogitBias& b : p_.logit_bias) {
     if (b.token < 0 || b.token >= n_vocab_)
       return make_error(ErrorCode::kInvalidArgument, "logit_bias: token id %d is outside the vocabulary [0, %d)",
@@ -121,6 +131,7 @@ void Sampler::accept(int32_t token) {
 
 void Sampler::reset() {
   history_.clear();
+  mu_ = 2.0f * p_.mirostat_tau;
   rng_.seed(static_cast<uint32_t>(seed_));
   xtc_rng_.seed(static_cast<uint32_t>(seed_));
 }
@@ -137,7 +148,7 @@ bool Sampler::penalties_active() const {
 }
 
 bool Sampler::dry_active() const {
-  return p_.dry_enabled() && static_cast<int64_t>(history_.size()) > p_.dry_allowed_length;
+  return !mirostat_on() && p_.dry_enabled() && static_cast<int64_t>(history_.size()) > p_.dry_allowed_length;
 }
 
 void Sampler::apply_logit_bias() {
@@ -266,6 +277,62 @@ size_t Sampler::min_p_cut(size_t n) {
   return m;
 }
 
+size_t Sampler::mirostat_cut(size_t n, double* sum) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < n; ++i) mx = std::max(mx, cands_[i].logit /= p_.temp);
+  if (!std::isfinite(mx)) {  // every logit -inf: uniform over all (as the default chain)
+    for (size_t i = 0; i < n; ++i) cands_[i].p = 1.0f;
+    *sum = static_cast<double>(n);
+    return n;
+  }
+  size_t keep = 1;
+  if (p_.mirostat == 1) {
+    // The Zipf exponent from the top m probabilities; p_i / p_(i+1) = exp(logit_i - logit_(i+1)). Tokens of
+    // probability 0 (-inf) give no ratio and are left out of the fit.
+    constexpr size_t kM = 100;
+    const size_t head = std::min(kM, n);
+    std::partial_sort(cands_.begin(), cands_.begin() + head, cands_.begin() + n, ByLogitDesc());
+    size_t live = 0;
+    while (live < head && std::isfinite(cands_[live].logit)) ++live;
+    double tb = 0, tt = 0;
+    for (size_t i = 0; i + 1 < live; ++i) {
+      const double t = std::log(static_cast<double>(i + 2) / static_cast<double>(i + 1));
+      tb += t * (static_cast<double>(cands_[i].logit) - static_cast<double>(cands_[i + 1].logit));
+      tt += t * t;
+    }
+    if (live >= 2) {
+      const double s = tb / tt, e = s - 1.0;
+      const double k = std::pow(e * std::exp2(static_cast<double>(mu_)) /
+                                    (1.0 - std::pow(static_cast<double>(n_vocab_), -e)), 1.0 / s);
+      // NaN (s = 1, or no spread) and k < 1 keep the top token, as llama.cpp's max(int(k), 1).
+      if (k >= static_cast<double>(n)) keep = n;
+      else if (k >= 1.0) keep = static_cast<size_t>(k);
+    }
+    if (keep > head) std::partial_sort(cands_.begin(), cands_.begin() + keep, cands_.begin() + n, ByLogitDesc());
+  } else {
+    // v2: the tokens whose surprise -log2 p is at most mu, a prefix of the sorted order (ties alike).
+    double s = 0;
+    for (size_t i = 0; i < n; ++i) s += std::exp(static_cast<double>(cands_[i].logit) - mx);
+    size_t m = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const double q = std::exp(static_cast<double>(cands_[i].logit) - mx) / s;
+      if (!(-std::log2(q) > static_cast<double>(mu_))) cands_[m++] = cands_[i];
+    }
+    if (m == 0) {  // not even the top token: keep it
+      for (size_t i = 0; i < n; ++i)
+        if (ByLogitDesc()(cands_[i], cands_[0])) cands_[0] = cands_[i];
+      m = 1;
+    }
+    std::sort(cands_.begin(), cands_.begin() + m, ByLogitDesc());
+    keep = m;
+  }
+  // Softmax over the kept tokens (cands_[0] holds the highest logit).
+  double s = 0;
+  for (size_t i = 0; i < keep; ++i) s += (cands_[i].p = std::exp(cands_[i].logit - cands_[0].logit));
+  *sum = s;
+  return keep;
+}
+
 size_t Sampler::prepare(std::span<const float> logits, double* sum) {
   const size_t nv = std::min(logits.size(), static_cast<size_t>(n_vocab_));
   *sum = 0;
@@ -298,7 +365,8 @@ size_t Sampler::prepare(std::span<const float> logits, double* sum) {
   };
   // Greedy: top-k, top-p and min-p all keep the top token, so without typical and XTC it is the argmax of the
   // modified logits.
-  if (greedy() && !typical_on() && !xtc_on()) return pick_best(n);
+  if (greedy() && (mirostat_on() || (!typical_on() && !xtc_on()))) return pick_best(n);
+  if (mirostat_on()) return mirostat_cut(n, sum);
 
   bool sorted = false;
   if (p_.top_k > 0) {
@@ -332,21 +400,30 @@ size_t Sampler::prepare(std::span<const float> logits, double* sum) {
   return n;
 }
 
-int32_t Sampler::sample(std::span<const float> logits) {
-  double sum = 0;
-  const size_t n = prepare(logits, &sum);
-  if (n == 0) return -1;
-  if (n == 1) return cands_[0].id;
+size_t Sampler::draw(size_t n, double sum) {
+  if (n == 1) return 0;
   const double r = uniform() * sum;
   double cum = 0;
   for (size_t i = 0; i < n; ++i) {
     cum += cands_[i].p;
-    if (r < cum) return cands_[i].id;
+    if (r < cum) return i;
   }
   // r within rounding of sum: the last candidate with non-zero mass.
   for (size_t i = n; i-- > 0;)
-    if (cands_[i].p > 0) return cands_[i].id;
-  return cands_[0].id;
+    if (cands_[i].p > 0) return i;
+  return 0;
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  double sum = 0;
+  const size_t n = prepare(logits, &sum);
+  if (n == 0) return -1;
+  const size_t i = draw(n, sum);
+  if (mirostat_on()) {
+    const double surprise = -std::log2(static_cast<double>(cands_[i].p) / sum);
+    mu_ -= p_.mirostat_eta * (static_cast<float>(surprise) - p_.mirostat_tau);
+  }
+  return cands_[i].id;
 }
 
 void Sampler::candidates(std::span<const float> logits, std::vector<TokenProb>* out) {

@@ -23,6 +23,16 @@
 //   temp:      divide the surviving logits by temp, softmax, draw one with the RNG.
 // Truncation happens at temperature 1 (temperature comes after it), as in llama.cpp's default chain.
 //
+// Mirostat (mirostat 1 or 2; llama.cpp's llama_sampler_mirostat / _v2, Basu et al. 2020) replaces the chain after
+// the logit bias, as in llama.cpp's common sampler: logit bias -> temperature -> mirostat -> draw. Penalties, DRY,
+// top-k, typical, top-p, min-p and XTC do not run. State: mu, the surprise budget in bits, starts at 2 * tau and
+// after each draw moves by mu -= eta * (-log2 p(drawn) - tau), p over the candidates the token was drawn from.
+//   v1: softmax over the vocabulary, sorted; from the top m = 100 probabilities (those > 0) the Zipf exponent
+//       s = sum t_i b_i / sum t_i^2 with t_i = ln((i + 2) / (i + 1)), b_i = ln(p_i / p_(i+1)); e = s - 1;
+//       k = (e * 2^mu / (1 - n_vocab^-e))^(1 / s); keep the top max(k, 1) tokens.
+//   v2: softmax; keep the tokens with surprise -log2 p <= mu (at least the most probable one).
+// temp <= 0 with mirostat is greedy too (llama.cpp's temperature keeps only the top token).
+//
 // Cost: sample() allocates nothing once the history has reached its window (its buffers are sized to n_vocab at
 // construction); O(n_vocab) plus a partial sort of top_k candidates (or an adaptive sort when top_k is off); DRY
 // adds O(window), typical and XTC a sort of the survivors.
@@ -70,6 +80,9 @@ struct SamplerParams {
   std::vector<std::string> dry_sequence_breakers = {"\n", ":", "\"", "*"};
   std::shared_ptr<const DryBreakers> dry_breakers;  // null: no breakers
   std::vector<LogitBias> logit_bias;
+  int32_t mirostat = 0;           // 0: off, 1: mirostat, 2: mirostat 2.0 (replaces the truncations, see above)
+  float mirostat_tau = 5.0f;      // target surprise in bits (llama.cpp's --mirostat-ent)
+  float mirostat_eta = 0.1f;      // learning rate of mu (llama.cpp's --mirostat-lr)
 
   bool dry_enabled() const { return dry_multiplier != 0.0f && dry_base >= 1.0f && dry_penalty_last_n != 0; }
 };
@@ -94,9 +107,11 @@ class Sampler {
   // How many of the latest accepted tokens the chain reads (penalties, DRY): -1 all, 0 none. A rewound sequence
   // re-accepts that many.
   int64_t history_window() const;
-  // Forgets the accepted tokens and restarts the RNGs from the seed.
+  // Forgets the accepted tokens, restarts the RNGs from the seed and mirostat's mu from 2 * tau.
   void reset();
-  // Forgets the accepted tokens only (the RNG keeps its state): for rewinding a sequence.
+  // Mirostat's surprise budget (bits), updated by each sample(); 2 * tau until the first.
+  float mirostat_mu() const { return mu_; }
+  // Forgets the accepted tokens only (the RNG and mu keep their state): for rewinding a sequence.
   void clear_history() { history_.clear(); }
   uint64_t seed() const { return seed_; }
   const SamplerParams& params() const { return p_; }
@@ -105,6 +120,7 @@ class Sampler {
   // logits, which the backend can compute (OutputKind::kArgmax) so the logits row never leaves the device. Same
   // NaN rule and ties as argmax() below.
   bool argmax_only() const {
+    if (mirostat_on()) return greedy() && p_.logit_bias.empty();
     return greedy() && !penalties_active() && p_.logit_bias.empty() && !dry_active() && !typical_on() && !xtc_on();
   }
 
@@ -115,6 +131,7 @@ class Sampler {
     float p;
     float score;  // typical: |-log p - H|
   };
+  bool mirostat_on() const { return p_.mirostat != 0; }
   bool penalties_active() const;
   bool dry_active() const;
   bool typical_on() const { return p_.typical_p < 1.0f; }
@@ -129,7 +146,9 @@ class Sampler {
   size_t top_p_cut(size_t n, bool sorted);
   size_t min_p_cut(size_t n);
   size_t xtc_cut(size_t n, bool sorted);  // leaves cands_ sorted by logit when it draws
+  size_t mirostat_cut(size_t n, double* sum);  // temperature and mirostat's truncation; p and *sum as prepare()
   double uniform();                       // [0, 1) with 53 random bits (the draw)
+  size_t draw(size_t n, double sum);      // the index of the drawn candidate of cands_[0..n)
 
   SamplerParams p_;
   int32_t n_vocab_;
@@ -137,6 +156,7 @@ class Sampler {
   std::mt19937 rng_;
   std::mt19937 xtc_rng_;                  // XTC's own draws (as llama.cpp: the draw's sequence does not depend on it)
   int64_t window_ = 0;                    // history_window()
+  float mu_ = 0.0f;                       // mirostat's surprise budget (bits)
   std::vector<int32_t> history_;          // accepted tokens; the windows are its tail
   std::vector<int32_t> counts_;           // [n_vocab] scratch, all zero between calls
   std::vector<Cand> cands_;               // [n_vocab] scratch

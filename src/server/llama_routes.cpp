@@ -36,7 +36,9 @@ void props(RouteHost& host, const Request& req, Response& res) {
                  {"xtc_probability", sp.xtc_probability}, {"xtc_threshold", sp.xtc_threshold},
                  {"dry_multiplier", sp.dry_multiplier}, {"dry_base", sp.dry_base},
                  {"dry_allowed_length", sp.dry_allowed_length}, {"dry_penalty_last_n", sp.dry_penalty_last_n},
-                 {"dry_sequence_breakers", sp.dry_sequence_breakers}, {"n_predict", cfg.default_max_new_tokens}};
+                 {"dry_sequence_breakers", sp.dry_sequence_breakers}, {"mirostat", sp.mirostat},
+                 {"mirostat_tau", sp.mirostat_tau}, {"mirostat_eta", sp.mirostat_eta},
+                 {"n_predict", cfg.default_max_new_tokens}};
   json bias = json::array();
   for (const LogitBias& b : sp.logit_bias)  // llama-server's shape; a banned token's bias is false
     bias.push_back({{"token", b.token}, {"bias", std::isinf(b.bias) ? json(false) : json(b.bias)}});
@@ -207,7 +209,8 @@ void native_completion(RouteHost& host, const Request& req, Response& res, bool 
                                      "top_p", "min_p", "seed", "stop", "ignore_eos", "repeat_penalty", "repeat_last_n",
                                      "presence_penalty", "frequency_penalty", "typical_p", "xtc_probability",
                                      "xtc_threshold", "dry_multiplier", "dry_base", "dry_allowed_length",
-                                     "dry_penalty_last_n", "dry_sequence_breakers", "logit_bias"}, ""))
+                                     "dry_penalty_last_n", "dry_sequence_breakers", "logit_bias", "mirostat",
+                                     "mirostat_tau", "mirostat_eta"}, ""))
       return send_dialect_error(d, res, *e, sr.get());
     json c = body;
     if (fim) {

@@ -393,9 +393,10 @@ struct ToolRequest {
 };
 
 // tools / tool_choice / parallel_tool_calls: "none" hides the tools; "auto" offers them and the reply may call
-// them; "required" offers them and the reply is one or more calls (a grammar, tool_choice_grammar); a named function
-// offers only that one and the reply calls it. parallel_tool_calls false: at most one call (enforced by the
-// grammar when one is forced; with "auto" only the first call is returned). A constrained output cannot be a tool
+// them (free until a call opens, then the call's grammar: lazy_tool_grammar); "required" offers them and the reply is
+// one or more calls (a grammar, tool_choice_grammar); a named function offers only that one and the reply calls it.
+// parallel_tool_calls false: at most one call (enforced by the grammar; where "auto" has none, only the first call
+// is returned). A constrained output cannot be a tool
 // call: "required" and a named function are refused beside a constraint; with "auto" the model sees the tools and
 // answers as constrained.
 std::optional<ApiError> parse_tools(const json& b, const ojson* ordered, const ParsedRequest* out, ToolRequest* tr) {
@@ -499,6 +500,22 @@ std::optional<ApiError> parse_reasoning_budget(const json& b, const ParseContext
   }
   if (given) *out = static_cast<int32_t>(*given);
   return std::nullopt;
+}
+
+// tool_choice "auto" (llama.cpp's lazy grammar): the reply is free until the format's trigger appears, then it is
+// calls of the offered functions as "required" would write them; a prompt that opened a call (a prefill ending in
+// the format's opener) is that call's continuation from the start. Nothing is refused: a format without a trigger
+// (ToolFormat::trigger: an ambiguous opening) or a schema keyword the format cannot enforce leave the reply free.
+void lazy_tool_grammar(const ChatPrompt& chat, const ToolRequest& tr, ParsedRequest* out) {
+  const tpl::ToolFormat* f = chat.tool_format();
+  const bool opened = out->reply.opened_tool_call;
+  if (!f || (f->trigger.empty() && !opened) || !tr.offered.is_array()) return;
+  ToolGrammarRequest rq;
+  for (const auto& t : tr.offered) rq.names.push_back(t["function"]["name"].get<std::string>());
+  rq.parallel = tr.parallel;
+  rq.opened_tool_call = opened;
+  auto g = tool_call_gbnf(*f, tr.offered, rq);
+  if (g) out->grammar = OutputGrammar{"tools", std::move(g).value(), true, opened ? nullptr : f, true};
 }
 
 // Assistant prefill (as llama-server): a last assistant message without tool calls, after at least one other message,
@@ -640,6 +657,8 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
       return bad("tool_choice", "'tool_choice' " + tr.what + " cannot continue an assistant prefill (the last "
                                 "message is the assistant's)");
     if (auto e = tool_choice_grammar(*ctx.chat, tr, out)) return e;
+  } else if (rc.want_tools && !out->grammar) {
+    lazy_tool_grammar(*ctx.chat, tr, out);
   }
   const bool tool_grammar = out->grammar && out->grammar->tool_calls;
   if (rc.want_tools && (!out->grammar || tool_grammar)) out->gen.text_tokens = ctx.chat->tool_marker_tokens();

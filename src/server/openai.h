@@ -51,6 +51,9 @@ struct OutputGrammar {
   std::string param;
   std::string gbnf;
   bool tool_calls = false;  // the grammar of a forced tool call (tool_choice): the reply is still split
+  // tool_choice "auto": the grammar is lazy, the reply free until this format's trigger (ToolFormat::trigger)
+  const tpl::ToolFormat* lazy = nullptr;
+  bool optional = false;  // tool_choice "auto": a grammar that fails to compile leaves the reply free (no 400)
 };
 
 struct ParsedRequest {

@@ -111,7 +111,8 @@ std::optional<ApiError> parse_sampler_fields(const json& b, const Tokenizer& tok
   };
   for (const Num& f : {Num{"typical_p", 0, 1, &sp->typical_p}, Num{"xtc_probability", 0, 1, &sp->xtc_probability},
                        Num{"xtc_threshold", 0, 1, &sp->xtc_threshold}, Num{"dry_multiplier", 0, 1e6, &sp->dry_multiplier},
-                       Num{"dry_base", 1, 1e6, &sp->dry_base}}) {
+                       Num{"dry_base", 1, 1e6, &sp->dry_base}, Num{"mirostat_tau", 0, 1e6, &sp->mirostat_tau},
+                       Num{"mirostat_eta", 0, 1e6, &sp->mirostat_eta}}) {
     double d = 0;
     if (auto e = get_number(b, f.name, f.lo, f.hi, false, &d)) return e;
     if (present(b, f.name)) *f.out = static_cast<float>(d);
@@ -121,21 +122,17 @@ std::optional<ApiError> parse_sampler_fields(const json& b, const Tokenizer& tok
   if (present(b, "dry_allowed_length")) sp->dry_allowed_length = static_cast<int32_t>(i);
   if (auto e = get_int(b, "dry_penalty_last_n", -1, INT32_MAX, &i)) return e;
   if (present(b, "dry_penalty_last_n")) sp->dry_penalty_last_n = static_cast<int32_t>(i);
+  if (auto e = get_int(b, "mirostat", 0, 2, &i)) return e;
+  if (present(b, "mirostat")) sp->mirostat = static_cast<int32_t>(i);
   if (present(b, "dry_sequence_breakers"))
     if (auto e = parse_breakers(b["dry_sequence_breakers"], &sp->dry_sequence_breakers)) return e;
   if (present(b, kBias))
     if (auto e = parse_logit_bias(b[kBias], tok, &sp->logit_bias)) return e;
-  // Samplers kiln does not have: refused when their value would change the answer, never ignored.
-  struct Off {
-    const char* name;
-    double off;
-  };
-  for (const Off& o : {Off{"tfs_z", 1.0}, Off{"mirostat", 0.0}}) {
-    if (!present(b, o.name)) continue;
-    if (!b[o.name].is_number()) return type_error(o.name, "a number", b[o.name]);
-    if (b[o.name].get<double>() != o.off)
-      return field_error(o.name, std::string("'") + o.name + "' is not supported (only its neutral value, " +
-                                     (o.off == 0 ? "0" : "1") + ")", "unsupported_parameter");
+  // tfs_z (tail-free sampling, which llama.cpp removed): refused unless neutral, never ignored.
+  if (present(b, "tfs_z")) {
+    if (!b["tfs_z"].is_number()) return type_error("tfs_z", "a number", b["tfs_z"]);
+    if (b["tfs_z"].get<double>() != 1.0)
+      return field_error("tfs_z", "'tfs_z' is not supported (only its neutral value, 1)", "unsupported_parameter");
   }
   return std::nullopt;
 }

@@ -1,9 +1,9 @@
 // The sampler fields of a chat or completions request beyond OpenAI's temperature/top_p/penalties/seed, named as
 // llama-server names them: typical_p, xtc_probability, xtc_threshold, dry_multiplier, dry_base, dry_allowed_length,
-// dry_penalty_last_n, dry_sequence_breakers, and logit_bias (OpenAI's {"token id": bias} with bias in [-100, 100],
-// llama-server's [[token id, bias], ["text", bias], ...], false for a banned token; a text key or entry biases each
-// of its tokens). Each field given replaces the server's default (kiln serve's sampling flags); a value out of range
-// is a 400 naming the field. tfs_z and mirostat are refused unless neutral (kiln has no such sampler).
+// dry_penalty_last_n, dry_sequence_breakers, mirostat (0, 1, 2), mirostat_tau, mirostat_eta, and logit_bias
+// (OpenAI's {"token id": bias} with bias in [-100, 100], llama-server's [[token id, bias], ["text", bias], ...],
+// false for a banned token; a text key or entry biases each of its tokens). Each field given replaces the server's default (kiln serve's sampling flags); a value out of range
+// is a 400 naming the field. tfs_z is refused unless neutral (kiln has no such sampler).
 #pragma once
 
 #include <optional>

@@ -431,12 +431,16 @@ std::optional<ApiError> Server::Impl::parse_request(const Request& req, const js
 }
 
 // The request's output constraint compiled for the model (cached by its GBNF text: the first request with a new
-// schema pays the compile, on this HTTP thread) and set as every choice's token mask.
+// schema pays the compile, on this HTTP thread) and set as every choice's token mask (lazy for tool_choice "auto").
 std::optional<ApiError> Server::Impl::compile_grammar(ParsedRequest* pr) {
   if (!pr->grammar) return std::nullopt;
   auto g = grammars->get(pr->grammar->gbnf, pr->gen.text_tokens);
+  if (!g && pr->grammar->optional) return std::nullopt;
   if (!g) return grammar_error(pr->grammar->param, g.status());
-  pr->gen.hooks = grammar_hooks(std::move(g).value());
+  if (const tpl::ToolFormat* f = pr->grammar->lazy)
+    pr->gen.hooks = lazy_grammar_hooks(std::move(g).value(), GrammarTriggers{{f->trigger}, f->at_start, f->lead});
+  else
+    pr->gen.hooks = grammar_hooks(std::move(g).value());
   return std::nullopt;
 }
 

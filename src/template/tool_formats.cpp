@@ -32,6 +32,7 @@ struct Spec {
   bool at_start = false;
   const char* lead = "";
   const char* content_marker = "";
+  const char* trigger = nullptr;  // null: the opener's first run of non-whitespace; "": none (ambiguous)
 };
 
 const Spec kSpecs[] = {
@@ -110,7 +111,8 @@ const Spec kSpecs[] = {
      .call = " to=${NAME}<|message|><atem:function_calls>\n<atem:invoke name=\"${NAME}\">\n${PARAMS}"
              "</atem:invoke>\n</atem:function_calls>",
      .param = "<atem:parameter name=\"${KEY}\">${VALUE}</atem:parameter>\n",
-     .parallel = false},
+     .parallel = false,
+     .trigger = ""},  // " to=": prose writes it
     {.name = "minicpm5",
      .families = "MiniCPM 5",
      .markers = {{"<function name=\"", "<param name=\""}},
@@ -151,7 +153,8 @@ const Spec kSpecs[] = {
      .families = "functionary v3.2",
      .markers = {{">>>", "<|start_header_id|>"}},
      .call = ">>>${NAME}\n${ARGS}",
-     .content_marker = ">>>all\n"},
+     .content_marker = ">>>all\n",
+     .trigger = ""},  // ">>>" opens plain content too (">>>all")
     {.name = "functionary-v3.1",
      .families = "functionary v3.1 (Llama 3.1)",
      .markers = {{"<function=", "<|start_header_id|>"}},
@@ -195,7 +198,8 @@ const Spec kSpecs[] = {
      .section = "Action:\n```json\n[\n    ${CALLS}\n]\n```",
      .call = "${JSON}",
      .call_sep = ",\n    ",
-     .json = {.name_key = "tool_name", .args_key = "parameters"}},
+     .json = {.name_key = "tool_name", .args_key = "parameters"},
+     .trigger = ""},  // "Action:": prose writes it
     {.name = "granite-3",
      .families = "Granite 3.x",
      .markers = {{"<|tool_call|>"}},
@@ -229,7 +233,8 @@ const Spec kSpecs[] = {
      .families = "GigaChat 3",
      .markers = {{"function call", "<|role_sep|>"}},
      .call = "function call<|role_sep|>\n${JSON}",
-     .parallel = false},
+     .parallel = false,
+     .trigger = ""},  // "function call": prose writes it
     {.name = "firefunction-v2",
      .families = "FireFunction v2",
      .markers = {{"functools["}},
@@ -249,7 +254,8 @@ const Spec kSpecs[] = {
      .json = {.args_key = "parameters"},
      .parallel = false,
      .at_start = true,
-     .lead = "<|python_tag|>"},
+     .lead = "<|python_tag|>",
+     .trigger = "{\"name\""},
 };
 
 // "${NAME}" etc. -> slots; everything else literal text.
@@ -306,6 +312,13 @@ std::vector<ToolFormat> build() {
     f.at_start = s.at_start;
     f.lead = s.lead;
     f.content_marker = s.content_marker;
+    if (s.trigger) {
+      f.trigger = s.trigger;
+    } else {
+      const std::string& o = f.opener();
+      const size_t b = o.find_first_not_of(" \n\t\r");
+      if (b != std::string::npos) f.trigger = o.substr(b, o.find_first_of(" \n\t\r", b) - b);
+    }
     out.push_back(std::move(f));
   }
   return out;

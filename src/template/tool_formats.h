@@ -83,6 +83,11 @@ struct ToolFormat {
   bool at_start = false;  // a call only at the start of the reply (Llama 3's bare JSON), optionally after `lead`
   std::string lead;       // at_start: a marker that may come first ("<|python_tag|>")
   std::string content_marker;  // text that opens plain content and is not part of it (functionary's ">>>all\n")
+  // tool_choice "auto": the text that opens a call in otherwise free output, where the call's grammar takes over
+  // (a lazy grammar, runtime/grammar_mask.h); a prefix of what the grammar writes. By default the opener's first
+  // run of non-whitespace; at_start formats: only at the start of the reply (after `lead`). "" where the opening is
+  // ambiguous (plain words that prose writes too): "auto" then leaves the reply free.
+  std::string trigger;
 
   // The text that starts the first call of a reply: the section's (or the call's) first literal.
   const std::string& opener() const;

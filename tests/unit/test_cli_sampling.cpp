@@ -1,4 +1,4 @@
-// The sampling flags of llama.cpp beyond temperature/top-k/top-p/min-p (--typical, --dry-*, --xtc-*,
+// The sampling flags of llama.cpp beyond temperature/top-k/top-p/min-p (--typical, --dry-*, --xtc-*, --mirostat*,
 // -l/--logit-bias) through the kiln binary: out-of-range values are errors naming the flag, before the model loads
 // (a --logit-bias token outside the vocabulary right after); the flags act on the output (a bias of +100 forces its
 // token, -inf bans it; a seeded run with every stage on repeats itself and differs from one without them).
@@ -56,8 +56,11 @@ TEST(CliSampling, FlagsAreCheckedBeforeTheModelLoadsAndNamed) {
       {"-l 15+inf", "-l: '15+inf' is not TOKEN_ID(+/-)BIAS"},
       {"-l 15+nan", "-l: '15+nan' is not TOKEN_ID(+/-)BIAS"},
       {"-l 15+-2", "-l: '15+-2' is not TOKEN_ID(+/-)BIAS"},
+      {"--mirostat 3", "--mirostat: must be 0 (off), 1 or 2"},
+      {"--mirostat-lr -0.1", "--mirostat-lr: must be a finite number >= 0"},
+      {"--mirostat-ent nan", "--mirostat-ent: must be a finite number >= 0"},
   };
-  const char* internal[] = {"typical_p", "dry_multiplier", "dry_base", "xtc_probability", "logit_bias"};
+  const char* internal[] = {"typical_p", "dry_multiplier", "dry_base", "xtc_probability", "logit_bias", "mirostat_"};
   const std::string missing = "-m /nonexistent/model.gguf ";
   for (const char* cmd : {"run -p hi", "chat", "serve --port 0"}) {
     for (auto& c : cases) {
@@ -72,7 +75,8 @@ TEST(CliSampling, FlagsAreCheckedBeforeTheModelLoadsAndNamed) {
   // The help lists them.
   CmdResult h = test::run_kiln("run -h");
   for (const char* f : {"--typical", "--dry-multiplier", "--dry-base", "--dry-allowed-length", "--dry-penalty-last-n",
-                        "--dry-sequence-breaker", "--xtc-probability", "--xtc-threshold", "--logit-bias"})
+                        "--dry-sequence-breaker", "--xtc-probability", "--xtc-threshold", "--logit-bias", "--mirostat",
+                        "--mirostat-lr", "--mirostat-ent"})
     EXPECT_NE(h.out.find(f), std::string::npos) << f;
 }
 
@@ -113,6 +117,13 @@ TEST(CliSampling, SeededStagesRepeatAndAct) {
   // XTC at probability 1 and threshold 0 removes every token but the least likely: greedy differs from plain greedy.
   const std::string wide = "--temp 0 --top-k 0 --top-p 1 --min-p 0";
   EXPECT_NE(run_ids(wide + " --xtc-probability 1 --xtc-threshold 0"), run_ids(wide));
+  // Mirostat: seeded runs repeat; a surprise budget of 0 (mirostat 2, tau 0) keeps only the top token: greedy.
+  for (const char* m : {"--mirostat 1", "--mirostat 2 --mirostat-ent 3 --mirostat-lr 0.2"}) {
+    const std::vector<int> r = run_ids(base + " " + m);
+    ASSERT_EQ(r.size(), 8u) << m;
+    EXPECT_EQ(r, run_ids(base + " " + m)) << m;
+  }
+  EXPECT_EQ(run_ids(base + " --mirostat 2 --mirostat-ent 0"), run_ids("--temp 0"));
 }
 
 }  // namespace

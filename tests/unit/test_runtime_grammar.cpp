@@ -2,7 +2,9 @@
 // every output is in the grammar's language, greedy or sampled; a grammar that is complete and cannot go on ends
 // the request at once ("stop", no step for an EOG token, also with ignore_eos); a token limit cuts it ("length");
 // the mask over a model vocabulary larger than the tokenizer's; the compiled-grammar cache (hits, failures kept,
-// LRU eviction by count and bytes, one compile for concurrent requests of one text).
+// LRU eviction by count and bytes, one compile for concurrent requests of one text); lazy grammars (tool_choice
+// "auto"): the trigger scanner across pieces, the mask free before the trigger and the grammar's after it, and a
+// call forced to open in the fixture model's output finished under the Hermes grammar into a parseable call.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -12,6 +14,9 @@
 #include "common/test_util.h"
 #include "gguf/gguf.h"
 #include "runtime/grammar_mask.h"
+#include "runtime/tool_grammar.h"
+#include "template/template.h"
+#include "template/tool_formats.h"
 #include "unit/grammar_test_util.h"
 
 namespace kiln {
@@ -116,6 +121,180 @@ TEST(GrammarMask, BitsMatchTheMatcherAndStopAtTheVocabulary) {
   h2.mask->accept('b');
   ASSERT_TRUE(h2.mask->allowed(mask));
   EXPECT_TRUE(allowed().empty());
+}
+
+// ---- lazy grammars ----
+
+GrammarTriggers trig(std::vector<std::string> words) {
+  GrammarTriggers t;
+  t.words = std::move(words);
+  return t;
+}
+
+std::vector<std::string> feed_all(TriggerScanner& s, const std::vector<std::string>& pieces) {
+  std::vector<std::string> out;
+  for (const std::string& p : pieces) {
+    auto r = s.feed(p);
+    out.push_back(r ? "[" + *r + "]" : "-");
+  }
+  return out;
+}
+
+TEST(TriggerScanner, FindsAWordSplitOverPieces) {
+  TriggerScanner s(trig({"<tool_call>"}));
+  // The text before the word is left out; what follows it in the same piece is kept.
+  EXPECT_EQ(feed_all(s, {"Sure, <to", "o", "l_c", "all>\n{\"na", "me\""}),
+            (std::vector<std::string>{"-", "-", "-", "[<tool_call>\n{\"na]", "-"}));
+  EXPECT_TRUE(s.fired());
+  // A near miss keeps looking; a word wholly inside one piece, and one that starts at a piece's last byte.
+  TriggerScanner t(trig({"<tool_call>"}));
+  EXPECT_EQ(feed_all(t, {"<tool_cal", "l <tool_call>x"}), (std::vector<std::string>{"-", "[<tool_call>x]"}));
+  TriggerScanner u(trig({"[TOOL_CALLS]"}));
+  EXPECT_EQ(feed_all(u, {"a [T", "OOL_CALLS][{"}), (std::vector<std::string>{"-", "[[TOOL_CALLS][{]"}));
+  // Of several words the earliest in the text.
+  TriggerScanner v(trig({"<b>", "<a>"}));
+  EXPECT_EQ(feed_all(v, {"x<a", "><b>"}), (std::vector<std::string>{"-", "[<a><b>]"}));
+  TriggerScanner none(GrammarTriggers{});
+  EXPECT_TRUE(none.done());
+  EXPECT_FALSE(none.feed("<tool_call>"));
+}
+
+TEST(TriggerScanner, AtStartOnlyAfterWhitespaceAndTheLead) {
+  const GrammarTriggers t{{"{\"name\""}, true, "<|python_tag|>"};
+  TriggerScanner a(t);
+  EXPECT_EQ(feed_all(a, {" \n", "{\"", "name\": \"f\""}), (std::vector<std::string>{"-", "-", "[{\"name\": \"f\"]"}));
+  TriggerScanner b(t);
+  EXPECT_EQ(feed_all(b, {"<|python", "_tag|>", "{\"name\""}), (std::vector<std::string>{"-", "-", "[{\"name\"]"}));
+  TriggerScanner c(t);
+  EXPECT_EQ(feed_all(c, {"Hi ", "{\"name\""}), (std::vector<std::string>{"-", "-"}));
+  EXPECT_TRUE(c.done());
+  EXPECT_FALSE(c.fired());
+  TriggerScanner d(t);
+  EXPECT_EQ(feed_all(d, {"{\"nam", "e_x\""}), (std::vector<std::string>{"-", "-"}));
+  EXPECT_TRUE(d.done());
+}
+
+// A small vocabulary whose tokens split the trigger "<tool_call>", one that carries text past it, and EOG.
+std::shared_ptr<const grammar::VocabIndex> lazy_vocab() {
+  grammar::Vocabulary v;
+  v.tokens = {"Hi ", "<tool", "_call>{", "ab", "}", "x", "<tool_call>{x", ""};
+  v.eog_ids = {7};
+  return grammar::VocabIndex::build(std::move(v));
+}
+
+std::vector<int32_t> mask_ids(TokenMaskProvider& m, int32_t n) {
+  std::vector<uint64_t> mask(1, ~uint64_t{0});
+  if (!m.allowed(mask)) return {-1};  // untouched: every token
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < n; ++i)
+    if ((mask[0] >> i) & 1) ids.push_back(i);
+  return ids;
+}
+
+TEST(LazyGrammar, FreeUntilTheTriggerThenTheGrammar) {
+  auto cg = grammar::test::compile(R"(root ::= "<tool_call>{" ("ab")+ "}")", lazy_vocab());
+  ASSERT_TRUE(cg);
+  SequenceHooks h = lazy_grammar_hooks(cg, trig({"<tool_call>"}))();
+  ASSERT_TRUE(h.mask);
+  // Free: nothing restricted, text the grammar would refuse goes through.
+  for (int32_t t : {0, 5, 4, 0}) {
+    EXPECT_FALSE(h.mask->restricts());
+    EXPECT_EQ(mask_ids(*h.mask, 8), std::vector<int32_t>{-1});
+    h.mask->accept(t);
+    EXPECT_FALSE(h.mask->finished());
+  }
+  // "<tool" + "_call>{": the trigger across two tokens; "<tool_call>{" is fed, the grammar wants "ab" next.
+  h.mask->accept(1);
+  EXPECT_FALSE(h.mask->restricts());
+  h.mask->accept(2);
+  EXPECT_TRUE(h.mask->restricts());
+  EXPECT_EQ(mask_ids(*h.mask, 8), std::vector<int32_t>{3});  // a malformed call ("x", "}", another "<tool") refused
+  h.mask->accept(3);
+  EXPECT_EQ(mask_ids(*h.mask, 8), (std::vector<int32_t>{3, 4}));
+  h.mask->accept(4);
+  EXPECT_TRUE(h.mask->finished());
+  // The trigger's token carries text the grammar refuses ("x"): the output stays free to its end.
+  SequenceHooks r = lazy_grammar_hooks(cg, trig({"<tool_call>"}))();
+  r.mask->accept(6);
+  EXPECT_FALSE(r.mask->restricts());
+  r.mask->accept(1);
+  r.mask->accept(2);
+  EXPECT_FALSE(r.mask->restricts());
+  EXPECT_FALSE(r.mask->finished());
+}
+
+// Forces the first tokens of the output (every other logit -inf), then leaves the row alone.
+class ForceTokens final : public LogitsProcessor {
+ public:
+  explicit ForceTokens(std::vector<int32_t> ids) : ids_(std::move(ids)) {}
+  void process(std::span<float> logits) override {
+    if (i_ >= ids_.size()) return;
+    for (size_t k = 0; k < logits.size(); ++k)
+      if (static_cast<int32_t>(k) != ids_[i_]) logits[k] = -INFINITY;
+    ++i_;
+  }
+
+ private:
+  std::vector<int32_t> ids_;
+  size_t i_ = 0;
+};
+
+// The fixture model (random weights) through the engine loop: prose, then a Hermes call opened by force; the lazy
+// grammar takes over at "<tool_call>" and the model finishes a call that parses, of an offered function, with
+// arguments its schema accepts. Without the trigger the output is the unconstrained one.
+TEST(LazyGrammar, ATriggeredCallParsesInTheEngineLoop) {
+  auto s = test::make_scheduler(fixture(), test::one_sequence(2048));
+  ASSERT_TRUE(s);
+  const tpl::ToolFormat* f = tpl::tool_format_by_name("hermes");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->trigger, "<tool_call>");
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "properties": {
+      "city": {"enum": ["Paris", "Lima"]}, "days": {"type": "integer", "minimum": 1, "maximum": 9}},
+      "required": ["city", "days"], "additionalProperties": false}}}])");
+  ToolGrammarRequest rq;
+  rq.names = {"get_weather"};
+  rq.parallel = false;
+  auto gbnf = tool_call_gbnf(*f, tools, rq);
+  ASSERT_TRUE(gbnf) << gbnf.status().to_string();
+  GrammarCache cache(s->tokenizer());
+  auto cg = compile_for(*gbnf, cache);
+  ASSERT_TRUE(cg);
+  const std::vector<int32_t> forced = s->tokenizer().encode("Let me check. <tool_call>", false, false);
+  auto request = [&](bool force, uint64_t seed) {
+    GenRequest r;
+    r.prompt = s->tokenizer().encode("Weather in Paris?", true, false);
+    r.sampling.temp = 1.0f;
+    r.sampling.seed = seed;
+    r.max_new_tokens = force ? 400 : 24;
+    r.hooks = [cg, f, force, forced] {
+      SequenceHooks h = lazy_grammar_hooks(cg, trig({f->trigger}))();
+      if (force) h.processors.push_back(std::make_unique<ForceTokens>(forced));
+      return h;
+    };
+    return r;
+  };
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    SCOPED_TRACE(seed);
+    const test::Generated g = test::generate(*s, request(true, seed));
+    ASSERT_TRUE(g.error.is_ok()) << g.error.to_string();
+    EXPECT_EQ(g.reason, FinishReason::kStop) << g.text;  // the grammar completed the call
+    ASSERT_EQ(g.text.rfind("Let me check. <tool_call>", 0), 0u) << g.text;
+    std::string content = g.text;
+    std::vector<tpl::ToolCall> calls;
+    tpl::parse_tool_calls(*f, &content, &calls, tools);
+    ASSERT_EQ(calls.size(), 1u) << g.text;
+    EXPECT_EQ(calls[0].name, "get_weather");
+    const nlohmann::json args = nlohmann::json::parse(calls[0].arguments);
+    EXPECT_TRUE(args["city"] == "Paris" || args["city"] == "Lima") << calls[0].arguments;
+    EXPECT_TRUE(args["days"].is_number_integer() && args["days"] >= 1 && args["days"] <= 9) << calls[0].arguments;
+    EXPECT_EQ(content, "Let me check.");
+    // Not forced: the same text as with no hooks at all (random weights never write the trigger here).
+    GenRequest plain = request(false, seed);
+    plain.hooks = nullptr;
+    const test::Generated free_run = test::generate(*s, request(false, seed));
+    EXPECT_EQ(free_run.text, test::generate(*s, plain).text);
+  }
 }
 
 std::unique_ptr<Tokenizer> fixture_tokenizer() {

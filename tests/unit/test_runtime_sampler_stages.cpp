@@ -1,7 +1,7 @@
-// The sampler stages beyond top-k/top-p/min-p (logit bias, DRY, typical, XTC) on hand-made logits, each outcome
-// worked out from the definition in runtime/sampler.h and runtime/dry.h; their place in the chain; seeding; the
-// greedy path and when a greedy sequence may take the device argmax; DRY's sequence breakers for a real vocabulary; no
-// allocation per call.
+// The sampler stages beyond top-k/top-p/min-p (logit bias, DRY, typical, XTC, mirostat) on hand-made logits, each
+// outcome worked out from the definition in runtime/sampler.h and runtime/dry.h; their place in the chain; seeding;
+// the greedy path and when a greedy sequence may take the device argmax; DRY's sequence breakers for a real
+// vocabulary; no allocation per call.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -63,6 +63,9 @@ TEST(SamplerStages, DefaultsAreLlamaCpps) {
   EXPECT_EQ(p.dry_sequence_breakers, (std::vector<std::string>{"\n", ":", "\"", "*"}));
   EXPECT_TRUE(p.logit_bias.empty());
   EXPECT_FALSE(p.dry_enabled());
+  EXPECT_EQ(p.mirostat, 0);
+  EXPECT_FLOAT_EQ(p.mirostat_tau, 5.0f);
+  EXPECT_FLOAT_EQ(p.mirostat_eta, 0.1f);
 }
 
 // ---- logit bias ----
@@ -397,6 +400,9 @@ TEST(SamplerChain, ValidateNamesTheParameter) {
   bad([](SamplerParams& p) { p.dry_allowed_length = -1; }, "dry_allowed_length");
   bad([](SamplerParams& p) { p.dry_penalty_last_n = -2; }, "dry_penalty_last_n");
   bad([](SamplerParams& p) { p.dry_sequence_breakers = {"a", ""}; }, "dry_sequence_breakers");
+  bad([](SamplerParams& p) { p.mirostat = 3; }, "mirostat");
+  bad([](SamplerParams& p) { p.mirostat_tau = -1; }, "mirostat_tau");
+  bad([](SamplerParams& p) { p.mirostat_eta = NAN; }, "mirostat_eta");
   bad([](SamplerParams& p) { p.logit_bias = {{10, 1.0f}}; }, "logit_bias");
   bad([](SamplerParams& p) { p.logit_bias = {{1, NAN}}; }, "logit_bias");
   bad([](SamplerParams& p) { p.logit_bias = {{1, std::numeric_limits<float>::infinity()}}; }, "logit_bias");
@@ -447,6 +453,141 @@ TEST(SamplerChain, OnlyAPlainGreedySequenceTakesTheDeviceArgmax) {
   SamplerParams r = g;
   r.repeat_penalty = 1.1f;
   EXPECT_EQ(kind(r), OutputKind::kLogits);
+  // Mirostat's chain has no penalties: greedy mirostat takes the argmax (unless a bias moves the logits).
+  r.mirostat = 2;
+  EXPECT_EQ(kind(r), OutputKind::kArgmax);
+  r.logit_bias = {{5, 1.0f}};
+  EXPECT_EQ(kind(r), OutputKind::kLogits);
+}
+
+// ---- mirostat ----
+// Probabilities 8/15, 4/15, 2/15, 1/15: surprises -log2 p = 0.907, 1.907, 2.907, 3.907 bits. Mirostat 1's Zipf fit
+// over the 3 ratios (each ln 2): t_i = ln 2, ln 1.5, ln 4/3, s = ln 2 * ln 4 / sum t_i^2 = 1.32062; e = 0.32062;
+// with n_vocab 4: k(mu) = (e * 2^mu / (1 - 4^-e))^(1 / s): k(2) = 2.623, k(4) = 7.49.
+
+const std::vector<float> kZipf = log_probs({8.0 / 15, 4.0 / 15, 2.0 / 15, 1.0 / 15});
+
+SamplerParams mirostat(int version, float tau, float eta = 0.1f, float temp = 1.0f) {
+  SamplerParams p = plain(temp);
+  p.mirostat = version;
+  p.mirostat_tau = tau;
+  p.mirostat_eta = eta;
+  return p;
+}
+
+TEST(SamplerMirostat, V1KeepsTheTopKOfTheZipfFit) {
+  Sampler a(mirostat(1, 1.0f), 4);  // mu = 2: k = 2.62, the top 2
+  EXPECT_FLOAT_EQ(a.mirostat_mu(), 2.0f);
+  auto c = cands(a, kZipf);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].id, 0);
+  EXPECT_NEAR(c[0].p, 2.0 / 3, 1e-6);
+  EXPECT_NEAR(c[1].p, 1.0 / 3, 1e-6);
+  Sampler b(mirostat(1, 2.0f), 4);  // mu = 4: k = 7.5 >= n_vocab, every token
+  c = cands(b, kZipf);
+  ASSERT_EQ(c.size(), 4u);
+  EXPECT_NEAR(prob_of(c, 3), 1.0 / 15, 1e-6);
+  // n_vocab enters k: with 1000 tokens (the rest at -inf, left out of the fit) 1 - n^-e grows, k(2) = 1.32: one token.
+  std::vector<float> wide(1000, -std::numeric_limits<float>::infinity());
+  std::copy(kZipf.begin(), kZipf.end(), wide.begin());
+  Sampler w(mirostat(1, 1.0f), 1000);
+  EXPECT_EQ(ids(cands(w, wide)), (std::set<int32_t>{0}));
+}
+
+TEST(SamplerMirostat, V2KeepsTheTokensWithinTheSurpriseBudget) {
+  Sampler two(mirostat(2, 1.25f), 4), three(mirostat(2, 1.5f), 4);  // mu = 2.5, 3
+  EXPECT_EQ(ids(cands(two, kZipf)), (std::set<int32_t>{0, 1}));
+  EXPECT_EQ(ids(cands(three, kZipf)), (std::set<int32_t>{0, 1, 2}));
+  // mu = 0.5 < 0.907: not even the top token qualifies; it is kept alone.
+  Sampler z(mirostat(2, 0.25f), 4);
+  auto c = cands(z, kZipf);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].id, 0);
+  EXPECT_FLOAT_EQ(c[0].p, 1.0f);
+  // Temperature comes first: at 0.5 the probabilities are 64, 16, 4, 1 / 85 and mu = 2.5 keeps 0.8 and 0.2.
+  Sampler t(mirostat(2, 1.25f, 0.1f, 0.5f), 4);
+  c = cands(t, kZipf);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_NEAR(c[0].p, 0.8, 1e-6);
+  EXPECT_NEAR(c[1].p, 0.2, 1e-6);
+}
+
+// mu -= eta * (-log2 p(drawn) - tau), p among the kept candidates.
+TEST(SamplerMirostat, MuMovesByTheObservedSurprise) {
+  for (int version : {1, 2}) {
+    SCOPED_TRACE(version);
+    const float tau = version == 1 ? 1.0f : 1.25f;  // both keep {2/3, 1/3} at mu = 2 * tau
+    Sampler s(mirostat(version, tau, 0.1f), 4);
+    const int32_t t = s.sample(kZipf);
+    ASSERT_TRUE(t == 0 || t == 1) << t;
+    const double p = t == 0 ? 2.0 / 3 : 1.0 / 3;
+    EXPECT_NEAR(s.mirostat_mu(), 2 * tau - 0.1 * (-std::log2(p) - tau), 1e-5);
+    // Further draws follow the rule with the candidates of the mu they start from.
+    for (int i = 0; i < 20; ++i) {
+      const float mu = s.mirostat_mu();
+      auto c = cands(s, kZipf);
+      const int32_t u = s.sample(kZipf);
+      const float q = prob_of(c, u);
+      ASSERT_GT(q, 0.0f) << "drawn outside the candidates";
+      EXPECT_NEAR(s.mirostat_mu(), mu - 0.1 * (-std::log2(q) - tau), 1e-5);
+    }
+  }
+  // Greedy mirostat: the argmax, whose surprise is 0.
+  Sampler g(mirostat(2, 3.0f, 0.5f, 0.0f), 4);
+  EXPECT_EQ(g.sample(kZipf), 0);
+  EXPECT_FLOAT_EQ(g.mirostat_mu(), 6.0f + 0.5f * 3.0f);
+}
+
+TEST(SamplerMirostat, ReplacesTheTruncationsAndThePenalties) {
+  SamplerParams p = mirostat(2, 1.25f);
+  p.top_k = 1;
+  p.top_p = 0.1f;
+  p.min_p = 0.9f;
+  p.typical_p = 0.1f;
+  p.xtc_probability = 1.0f;
+  p.repeat_penalty = 5.0f;
+  p.presence_penalty = 3.0f;
+  p.dry_multiplier = 2.0f;
+  Sampler s(p, 4);
+  EXPECT_EQ(s.history_window(), 0);
+  for (int32_t t : {0, 0, 1, 0, 1}) s.accept(t);
+  auto c = cands(s, kZipf);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_NEAR(c[0].p, 2.0 / 3, 1e-6);
+  // The logit bias still comes first: +ln 8 on token 3 makes the probabilities 8, 4, 2, 8 / 22, surprises 1.46,
+  // 2.46, 3.46, 1.46 bits: mu = 2.5 keeps tokens 0, 3 and 1.
+  p.logit_bias = {{3, std::log(8.0f)}};
+  Sampler b(p, 4);
+  c = cands(b, kZipf);
+  EXPECT_EQ(ids(c), (std::set<int32_t>{0, 1, 3}));
+  EXPECT_NEAR(prob_of(c, 3), 8.0 / 20, 1e-6);
+}
+
+TEST(SamplerMirostat, SeededRunsRepeatAndResetRestartsMu) {
+  std::vector<float> flat(64);
+  for (size_t i = 0; i < flat.size(); ++i) flat[i] = -0.05f * static_cast<float>(i);
+  for (int version : {1, 2}) {
+    SCOPED_TRACE(version);
+    auto run = [&](Sampler& s) {
+      std::vector<int32_t> out;
+      for (int i = 0; i < 40; ++i) out.push_back(s.sample(flat));
+      return out;
+    };
+    SamplerParams p = mirostat(version, 4.0f, 0.2f);
+    p.seed = 1234;
+    Sampler a(p, 64), b(p, 64);
+    const std::vector<int32_t> ra = run(a);
+    EXPECT_EQ(ra, run(b));
+    EXPECT_EQ(a.mirostat_mu(), b.mirostat_mu());
+    EXPECT_NE(a.mirostat_mu(), 8.0f);
+    EXPECT_GT(std::set<int32_t>(ra.begin(), ra.end()).size(), 3u);
+    a.reset();
+    EXPECT_FLOAT_EQ(a.mirostat_mu(), 8.0f);
+    EXPECT_EQ(run(a), ra);
+    p.seed = 99;
+    Sampler c(p, 64);
+    EXPECT_NE(run(c), ra);
+  }
 }
 
 // ---- DRY's breakers for a vocabulary ----

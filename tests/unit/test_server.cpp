@@ -281,7 +281,7 @@ TEST_F(Serve, MalformedRequestsGet4xxWhileAStreamFinishes) {
       {"known field of the wrong type", "/v1/chat/completions", chat({{"user", 12}}), 400, "user"},
       {"logit_bias wrong type", "/v1/chat/completions", chat({{"logit_bias", "x"}}), 400, "logit_bias"},
       {"typical_p > 1", "/v1/chat/completions", chat({{"typical_p", 1.5}}), 400, "typical_p"},
-      {"mirostat (no such sampler)", "/v1/completions", json{{"prompt", "x"}, {"mirostat", 2}}.dump(), 400, "mirostat"},
+      {"mirostat out of range", "/v1/completions", json{{"prompt", "x"}, {"mirostat", 3}}.dump(), 400, "mirostat"},
       {"dry_multiplier < 0", "/v1/chat/completions", chat({{"dry_multiplier", -0.8}}), 400, "dry_multiplier"},
       {"xtc_probability wrong type", "/v1/chat/completions", chat({{"xtc_probability", "x"}}), 400, "xtc_probability"},
       {"structured_outputs", "/v1/chat/completions", chat({{"structured_outputs", json::object()}}), 400,

@@ -173,6 +173,16 @@ TEST_F(ServeSampling, FieldsEqualTheFlagsAndAct) {
   HttpResponse x = post("/v1/completions", wide);
   ASSERT_EQ(x.status, 200) << x.body;
   EXPECT_NE(x.j()["choices"][0]["text"], g.j()["choices"][0]["text"]);
+  // Mirostat: the fields give the flags' text (mu lives with the request's sequence and starts at 2 * tau).
+  for (int v : {1, 2}) {
+    json m = {{"prompt", p.ids}, {"max_tokens", 16}, {"temperature", 0.9}, {"seed", 5}, {"ignore_eos", true},
+              {"mirostat", v}, {"mirostat_tau", 3}, {"mirostat_eta", 0.2}};
+    HttpResponse mr = post("/v1/completions", m);
+    ASSERT_EQ(mr.status, 200) << mr.body;
+    EXPECT_EQ(mr.j()["choices"][0]["text"].get<std::string>(),
+              cli_text(p.list, plain_flags + " --mirostat " + std::to_string(v) + " --mirostat-ent 3 --mirostat-lr 0.2"))
+        << v;
+  }
 }
 
 // llama-server's native POST /completion: the /v1/completions text in {"content", "stop", ...}, the sampler fields
@@ -201,7 +211,7 @@ TEST_F(ServeSampling, NativeCompletionTakesTheFields) {
   EXPECT_NE(post("/completion", nb).j()["content"], j["content"]);
   const std::vector<std::pair<json, const char*>> bad = {
       {{{"prompt", "x"}, {"typical_p", 2}}, "typical_p"},
-      {{{"prompt", "x"}, {"mirostat", 1}}, "mirostat"},
+      {{{"prompt", "x"}, {"mirostat", 3}}, "mirostat"},
       {{{"prompt", "x"}, {"n_predict", 0}}, "n_predict"},
       {{{"prompt", {"a", "b"}}}, "prompt"},
       {{{"prompt", "x"}, {"input_prefix", "y"}}, "input_prefix"},
@@ -241,7 +251,12 @@ TEST_F(ServeSampling, OutOfRangeValuesNameTheField) {
       {{{"logit_bias", json::array({json::array({1})})}}, "logit_bias"},
       {{{"logit_bias", json::array({5})}}, "logit_bias"},
       {{{"tfs_z", 0.9}}, "tfs_z"},
-      {{{"mirostat", 2}}, "mirostat"},
+      {{{"mirostat", 3}}, "mirostat"},
+      {{{"mirostat", -1}}, "mirostat"},
+      {{{"mirostat", 1.5}}, "mirostat"},
+      {{{"mirostat_tau", -1}}, "mirostat_tau"},
+      {{{"mirostat_tau", "x"}}, "mirostat_tau"},
+      {{{"mirostat_eta", -0.1}}, "mirostat_eta"},
   };
   for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
     for (const Case& c : cases) {
@@ -273,6 +288,9 @@ TEST_F(ServeSampling, PropsReportTheDefaults) {
   EXPECT_EQ(p["dry_sequence_breakers"], json({"\n", ":", "\"", "*"}));
   EXPECT_FLOAT_EQ(p["xtc_threshold"].get<float>(), 0.1f);
   EXPECT_EQ(p["logit_bias"], json::array());
+  EXPECT_EQ(p["mirostat"], 0);
+  EXPECT_FLOAT_EQ(p["mirostat_tau"].get<float>(), 5.0f);
+  EXPECT_FLOAT_EQ(p["mirostat_eta"].get<float>(), 0.1f);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // fixture with a tool template (Hermes 2 Pro's): "required" and a named function make the reply a call in the
 // template's format whose arguments validate against the tool's schema (finish_reason "tool_calls"), streamed as
 // OpenAI streams calls (index, id and name first, then the arguments); parallel_tool_calls false makes it one call;
-// Anthropic's tool_choice any / tool and the Responses API's "required" go the same way. A template without a
+// Anthropic's tool_choice any / tool and the Responses API's "required" go the same way; "auto" finishes a call
+// that opens under the same grammar. A template without a
 // tool-call format, and a schema keyword the format cannot enforce, are 400s naming the field.
 #include <gtest/gtest.h>
 
@@ -119,6 +120,26 @@ TEST_F(ServeToolChoice, ParallelCallsAndANamedFunction) {
     EXPECT_EQ(named[0]["function"]["name"], "get_time");
     EXPECT_TRUE(validates("get_time", named[0]["function"]["arguments"])) << named.dump();
   }
+}
+
+// tool_choice "auto" (the default with tools): the reply is free until a call opens, then the call's grammar finishes
+// it. Random weights do not open one by themselves, so a prefill does: ending in the opener ("<tool_call>\n"), the
+// reply is that call's continuation, a valid call (finish_reason "tool_calls"). Without one the reply stays free.
+TEST_F(ServeToolChoice, AutoFinishesACallOnceItOpens) {
+  for (int seed = 1; seed <= 3; ++seed) {
+    json b = chat({{"seed", seed}, {"parallel_tool_calls", false}});
+    b["messages"].push_back({{"role", "assistant"}, {"content", "<tool_call>\n"}});
+    const HttpResponse r = post("/v1/chat/completions", b);
+    const json calls = calls_of(r);
+    ASSERT_EQ(calls.size(), 1u) << r.body;
+    const std::string name = calls[0]["function"]["name"], args = calls[0]["function"]["arguments"];
+    EXPECT_TRUE(validates(name, args)) << name << " " << args;
+    EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "tool_calls") << r.body;
+  }
+  const HttpResponse free = post("/v1/chat/completions", chat({{"max_tokens", 24}, {"seed", 3}}));
+  ASSERT_EQ(free.status, 200) << free.body;
+  EXPECT_NE(free.j()["choices"][0]["finish_reason"], "tool_calls") << free.body;
+  EXPECT_FALSE(free.j()["choices"][0]["message"].contains("tool_calls")) << free.body;
 }
 
 TEST_F(ServeToolChoice, StreamedCallsNameFirstThenArguments) {

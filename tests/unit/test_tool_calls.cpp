@@ -451,6 +451,36 @@ TEST(ToolFormats, RandomCallsUnderTheGrammarParseAndValidate) {
   }
 }
 
+// tool_choice "auto": each format's trigger (the table's, where a lazy grammar takes over) opens its canonical calls
+// and is a prefix the grammar accepts, so the constrained part continues it; ambiguous openings have none.
+TEST(ToolFormats, TriggersOpenTheCallsAndTheGrammarContinuesThem) {
+  const std::map<std::string, std::string> kWant = {
+      {"hermes", "<tool_call>"},          {"qwen3-coder", "<tool_call>"},     {"mistral", "[TOOL_CALLS]["},
+      {"mistral-args", "[TOOL_CALLS]"},   {"llama3", "{\"name\""},          {"functionary-v3.1", "<function="},
+      {"firefunction-v2", "functools["},  {"command-r7b", "<|START_ACTION|>["}, {"gemma4", "<|tool_call>call:"},
+      {"command-r-plus", ""},             {"gigachat3", ""},                  {"functionary-v3.2", ""},
+      {"muse-glimmer", ""}};
+  for (const auto& [name, trigger] : kWant) {
+    const ToolFormat* f = tpl::tool_format_by_name(name);
+    ASSERT_TRUE(f) << name;
+    EXPECT_EQ(f->trigger, trigger) << name;
+  }
+  for (const ToolFormat& f : tpl::tool_formats()) {
+    if (f.trigger.empty()) {
+      EXPECT_TRUE(kWant.count(f.name)) << f.name << ": no trigger, not listed as ambiguous";
+      continue;
+    }
+    const std::string text = canonical(f, {kCalls[0]});
+    const size_t at = text.find_first_not_of(" \n");
+    EXPECT_EQ(text.compare(at, f.trigger.size(), f.trigger), 0) << f.name << ": " << text;
+    const Compiled g(gbnf(f, {"get_weather", "search"}, true));
+    ASSERT_TRUE(g.cg) << f.name;
+    grammar::Matcher m(g.cg);
+    EXPECT_TRUE(m.accept_bytes(f.trigger).is_ok()) << f.name;
+    EXPECT_TRUE(m.accept_bytes(text.substr(at + f.trigger.size())).is_ok() && m.is_complete()) << f.name;
+  }
+}
+
 TEST(ToolFormats, ReasoningAndOpenedCalls) {
   const ToolFormat* hermes = tpl::tool_format_by_name("hermes");
   ToolGrammarRequest rq;

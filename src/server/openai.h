@@ -40,6 +40,7 @@ struct ParseContext {
   double timeout_s = 0;         // per request
   int32_t default_max_new_tokens = -1;
   SamplerParams sampling;       // the server's defaults (kiln serve's sampling flags); a request overrides them
+  SpecConfig spec;              // the engine's speculative decoding (speculative.* fields are checked against it)
 };
 
 // A request's output constraint (docs/GRAMMAR.md) as GBNF text, and the field it came from: at most one of

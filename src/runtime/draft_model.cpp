@@ -39,8 +39,9 @@ Status check_draft_vocab(const Tokenizer& t, const Tokenizer& d) {
   const int32_t n = std::min(nt, nd);
   for (int32_t i = 0; i < n; ++i) {
     if (t.is_eog(i) != d.is_eog(i))
-      return make_error(ErrorCode::kInvalidArgument, "-md: token %d %s ends generation in the model but not in the "
-                        "draft%s", i, quoted(t.token_text(i)).c_str(), t.is_eog(i) ? "" : " (or the reverse)");
+      return make_error(ErrorCode::kInvalidArgument, "-md: token %d %s ends generation in the %s but not in the %s",
+                        i, quoted(t.token_text(i)).c_str(), t.is_eog(i) ? "model" : "draft model",
+                        t.is_eog(i) ? "draft model" : "model");
     if (i >= kVocabCheckFrom && t.token_text(i) != d.token_text(i))
       return make_error(ErrorCode::kInvalidArgument, "-md: token %d is %s in the model, %s in the draft model (the "
                         "vocabularies differ)", i, quoted(t.token_text(i)).c_str(), quoted(d.token_text(i)).c_str());

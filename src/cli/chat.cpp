@@ -246,6 +246,8 @@ struct Conversation {
     total.prompt_ms += t.prompt_ms;
     total.n_gen += t.n_gen;
     total.gen_ms += t.gen_ms;
+    total.n_draft += t.n_draft;
+    total.n_draft_accepted += t.n_draft_accepted;
     if ((*h)->stop_reason() == StopReason::kContextFull)
       std::fprintf(stderr, "kiln chat: context full (%lld tokens): the reply was cut; /clear starts over (or raise "
                    "-c)\n", (long long)n_ctx);
@@ -351,7 +353,9 @@ int chat_main(int argc, char** argv) {
   if (!prompt->notice().empty()) std::fprintf(stderr, "kiln chat: %s\n", prompt->notice().c_str());
   auto cfg = engine_config(*loaded->model, c.eng);
   if (!cfg) return fail("chat", cfg.status());
-  auto sched = Scheduler::create(std::move(loaded->model), *cfg);
+  auto draft = load_draft_model(c.src, c.eng);
+  if (!draft) return fail("chat", draft.status());
+  auto sched = Scheduler::create(std::move(loaded->model), *cfg, std::move(draft).value());
   if (!sched) return fail("chat", sched.status());
 
   auto hooks = grammar_hooks(*constraint, (*sched)->tokenizer());
@@ -369,6 +373,9 @@ int chat_main(int argc, char** argv) {
   std::fprintf(stderr, "kiln chat: prompt %lld tokens in %.3f s (%.2f tok/s), generated %lld tokens in %.3f s (%.2f tok/s)\n",
                (long long)t.n_prompt, prompt_s, prompt_s > 0 ? t.n_prompt / prompt_s : 0.0, (long long)t.n_gen, gen_s,
                gen_s > 0 ? t.n_gen / gen_s : 0.0);
+  if (t.n_draft > 0)
+    std::fprintf(stderr, "kiln chat: speculative: %lld draft tokens, %lld accepted (%.1f%%)\n", (long long)t.n_draft,
+                 (long long)t.n_draft_accepted, 100.0 * static_cast<double>(t.n_draft_accepted) / t.n_draft);
   return 0;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -14,8 +15,18 @@ void add_engine_options(ArgParser& args, EngineArgs* a) {
               "tokens per step: the step's budget for decode tokens and prompt chunks together (default " +
                   std::to_string(defaults::kBatch) + ")");
   args.option({"--spec-type"}, &a->spec_type, "TYPE",
-              "speculative decoding: none (default) or ngram-simple (drafts by prompt lookup: the tokens that followed "
-              "the last earlier occurrence of the context's last N tokens; greedy output is unchanged)");
+              "speculative decoding: none (default), ngram-simple (drafts by prompt lookup: the tokens that followed "
+              "the last earlier occurrence of the context's last N tokens) or draft-simple (a draft model, -md: the "
+              "default with -md); greedy output is unchanged");
+  args.option({"-md", "--model-draft", "--spec-draft-model"}, &a->draft_path, "FILE",
+              "draft model for speculative decoding (its vocabulary must be the model's; its own KV cache)");
+  args.option({"-devd", "--device-draft", "--spec-draft-device"}, &a->draft_device, "DEV",
+              "where the draft model runs: auto, cpu, cuda, cuda:N (default: as --device)");
+  args.option({"-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl"}, &a->draft_ngl, "N",
+              "with a GPU: the draft model's last N layers on it; auto or all: every layer (default auto)");
+  args.option({"--spec-draft-p-min", "--draft-p-min"}, &a->spec.p_min, "P",
+              "draft-simple: stop drafting before a token the draft model gives less than this probability (default " +
+                  strprintf("%.2f", static_cast<double>(a->spec.p_min)) + ")");
   args.option({"--spec-draft-n-max"}, &a->spec.draft_max, "N",
               "draft tokens verified per step and sequence at most (default " + std::to_string(a->spec.draft_max) + ")");
   args.option({"--spec-draft-n-min"}, &a->spec.draft_min, "N",
@@ -44,15 +55,51 @@ Status check_engine_options(EngineArgs& a) {
   if (a.ctx_checkpoints < 0 || a.ctx_checkpoints > 1024)
     return make_error(ErrorCode::kInvalidArgument, "--ctx-checkpoints: must be in [0, 1024] (got %d)",
                       a.ctx_checkpoints);
-  if (a.spec_type == "none") a.spec.type = SpecConfig::Type::kNone;
-  else if (a.spec_type == "ngram-simple") a.spec.type = SpecConfig::Type::kNgram;
-  else if (a.spec_type == "draft-simple" || a.spec_type == "draft-mtp")
-    return make_error(ErrorCode::kUnsupported, "--spec-type %s: not supported yet (none, ngram-simple)",
-                      a.spec_type.c_str());
+  const bool md = !a.draft_path.empty();
+  const std::string type = a.spec_type.empty() ? (md ? "draft-simple" : "none") : a.spec_type;
+  if (type == "none") a.spec.type = SpecConfig::Type::kNone;
+  else if (type == "ngram-simple") a.spec.type = SpecConfig::Type::kNgram;
+  else if (type == "draft-simple") a.spec.type = SpecConfig::Type::kDraft;
+  else if (type == "draft-mtp")
+    return make_error(ErrorCode::kUnsupported, "--spec-type draft-mtp: not supported yet (none, ngram-simple, "
+                      "draft-simple)");
   else
-    return make_error(ErrorCode::kInvalidArgument, "--spec-type: unknown type '%s' (none, ngram-simple)",
-                      a.spec_type.c_str());
+    return make_error(ErrorCode::kInvalidArgument, "--spec-type: unknown type '%s' (none, ngram-simple, draft-simple)",
+                      type.c_str());
+  if (a.spec.type == SpecConfig::Type::kDraft && !md)
+    return make_error(ErrorCode::kInvalidArgument, "--spec-type draft-simple: needs a draft model (-md FILE)");
+  if (md && a.spec.type != SpecConfig::Type::kDraft)
+    return make_error(ErrorCode::kInvalidArgument, "-md: a draft model is used by --spec-type draft-simple (got %s)",
+                      type.c_str());
+  if (!a.draft_device.empty()) {
+    const std::string& d = a.draft_device;
+    if (!(d == "auto" || d == "cpu" || d == "cuda" || d.rfind("cuda:", 0) == 0))
+      return make_error(ErrorCode::kInvalidArgument, "-devd: '%s' is not auto, cpu, cuda or cuda:N (one device)",
+                        d.c_str());
+  }
+  if (a.draft_ngl != "auto" && a.draft_ngl != "all") {
+    char* end = nullptr;
+    const long n = std::strtol(a.draft_ngl.c_str(), &end, 10);
+    if (a.draft_ngl.empty() || *end != '\0' || n < -1 || n > (1 << 20))
+      return make_error(ErrorCode::kInvalidArgument, "-ngld: '%s' is not a layer count, -1, auto or all",
+                        a.draft_ngl.c_str());
+  }
   return check_spec(a.spec);
+}
+
+Result<std::unique_ptr<Model>> load_draft_model(const ModelSource& model_src, const EngineArgs& a_in) {
+  EngineArgs a = a_in;
+  KILN_TRY(check_engine_options(a));
+  if (a.draft_path.empty()) return std::unique_ptr<Model>();
+  ModelSource d;
+  d.path = a.draft_path;
+  d.n_threads = model_src.n_threads;
+  d.device = a.draft_device.empty() ? model_src.device : a.draft_device;
+  d.device = d.device.substr(0, d.device.find(','));  // a model split over devices: its draft on the first
+  d.n_gpu_layers = a.draft_ngl == "auto" || a.draft_ngl == "all" ? -1 : std::atoi(a.draft_ngl.c_str());
+  auto m = load_model(d);
+  if (!m) return m.status().with_context("-md");
+  return std::move(m->model);
 }
 
 Result<EngineConfig> engine_config(const Model& model, const EngineArgs& a_in) {

@@ -3,7 +3,8 @@
 //   -c/--ctx-size, --kv-type, -ctk, -ctv   (CacheOptions, cli/model_source.h)    n_ctx, kv_type_k, kv_type_v
 //   -b/--batch-size                                                               batch_tokens
 //   -np/--parallel, --no-prefix-cache      serve only (run and chat: one sequence) max_seqs, prefix_cache
-//   --spec-type, --spec-draft-n-max/-min, --spec-ngram-simple-size-n/-m          spec (speculative decoding)
+//   --spec-type, --spec-draft-n-max/-min/-p-min, --spec-ngram-simple-size-n/-m   spec (speculative decoding)
+//   -md/--model-draft, -devd/--device-draft, -ngld/--gpu-layers-draft           the draft model (load_draft_model)
 //   --ctx-checkpoints                                                             ctx_checkpoints (hybrid models)
 // What -c means differs as it does in llama.cpp: for run and chat it is the one sequence's context (default: the
 // model's, at most kContextCap), for serve the KV pool shared by --parallel sequences (default: the model's context
@@ -28,15 +29,22 @@ struct EngineArgs {
   int32_t batch_tokens = defaults::kBatch;  // -b
   int32_t max_seqs = 1;       // -np (serve; default 4)
   bool no_prefix_cache = false;
-  std::string spec_type = "none";  // --spec-type: none | ngram-simple
+  std::string spec_type;           // --spec-type: none | ngram-simple | draft-simple ("": draft-simple with -md, else none)
   SpecConfig spec;                 // the numbers of the --spec-* flags
+  std::string draft_path;          // -md: the draft model's file ("": none)
+  std::string draft_device;        // -devd ("": as --device)
+  std::string draft_ngl = "auto";  // -ngld: N, auto or all (auto and all: every layer, as -ngl -1)
   int32_t ctx_checkpoints = defaults::kCtxCheckpoints;  // --ctx-checkpoints
 };
 
 // Registers the flags above (serve: also -np and --no-prefix-cache). The caller sets args->server first.
 void add_engine_options(ArgParser& args, EngineArgs* a);
-// Range checks before the model loads; errors name the flag (and resolve -ctk/-ctv/--kv-type into cache.k/.v).
+// Range checks before the model loads; errors name the flag (and resolve -ctk/-ctv/--kv-type into cache.k/.v, and
+// --spec-type and -md into spec.type).
 Status check_engine_options(EngineArgs& a);
+// The draft model of -md on -devd (default: the model's --device) with -ngld GPU layers, the model's threads;
+// null without -md. Errors name the flag or the file.
+Result<std::unique_ptr<Model>> load_draft_model(const ModelSource& model_src, const EngineArgs& a);
 // The config for this model: -c resolved against its training context (a warning when a sequence's context is
 // above it).
 Result<EngineConfig> engine_config(const Model& model, const EngineArgs& a);

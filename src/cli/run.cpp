@@ -179,6 +179,9 @@ void print_timings(const Scheduler& sched, const RunArgs& r, const RequestHandle
   std::fprintf(stderr, "kiln run: generated %lld tokens in %.3f s (%.2f tok/s), stop: %s, seed %llu\n",
                (long long)t.n_gen, gen_s, gen_s > 0 ? t.n_gen / gen_s : 0.0, stop_reason_name(h.stop_reason()),
                (unsigned long long)h.seed());
+  if (t.n_draft > 0)
+    std::fprintf(stderr, "kiln run: speculative: %lld draft tokens, %lld accepted (%.1f%%)\n", (long long)t.n_draft,
+                 (long long)t.n_draft_accepted, 100.0 * static_cast<double>(t.n_draft_accepted) / t.n_draft);
   if (!r.print_ids && t.n_gen > 0 && !visible)
     std::fprintf(stderr, "kiln run: warning: the %lld generated tokens printed no visible text (control tokens or "
                  "whitespace: a random-weight model?); --ids shows them\n", (long long)t.n_gen);
@@ -202,7 +205,9 @@ int run_main(int argc, char** argv) {
   if (!cfg) return fail("run", cfg.status());
   cfg->prefix_cache = false;  // one request: nothing to share
   cfg->on_prefill = prefill_printer("kiln run: ", /*per_slot=*/false);  // long prompts: progress every second
-  auto sched_or = Scheduler::create(std::move(loaded->model), *cfg);
+  auto draft = load_draft_model(r.src, r.eng);
+  if (!draft) return fail("run", draft.status());
+  auto sched_or = Scheduler::create(std::move(loaded->model), *cfg, std::move(draft).value());
   if (!sched_or) return fail("run", sched_or.status());
   Scheduler& sched = **sched_or;
   auto prompt = build_prompt(r, sched.tokenizer(), loaded->name);

@@ -159,7 +159,9 @@ int serve_main(int argc, char** argv) {
     cfg->generation = !embedding_model;
   }
   if (!quiet) cfg->on_prefill = prefill_printer("kiln serve: ", /*per_slot=*/true);  // long prompts' progress
-  auto sched = Scheduler::create(std::move(loaded->model), *cfg);
+  auto draft = load_draft_model(src, eng);
+  if (!draft) return quit(fail("serve", draft.status()));
+  auto sched = Scheduler::create(std::move(loaded->model), *cfg, std::move(draft).value());
   if (!sched) return quit(fail("serve", sched.status()));
   if (Status st = srv.set_ready(sched->get()); !st) return quit(fail("serve", st));
   const EngineConfig& ec = (*sched)->config();
@@ -173,6 +175,12 @@ int serve_main(int argc, char** argv) {
   const std::string embeddings = !cfg->embeddings ? std::string("embeddings off")
                                  : cfg->generation ? strprintf("embeddings on (pooling %s)", pname)
                                                    : strprintf("embedding model (pooling %s; no generation)", pname);
+  if (ec.spec.type != SpecConfig::Type::kNone)
+    std::fprintf(stderr, "kiln serve: speculative decoding: %s, up to %d drafts per step and sequence%s\n",
+                 spec_type_name(ec.spec.type), ec.spec.draft_max,
+                 (*sched)->draft_model() ? strprintf(", draft model %s (%s)", eng.draft_path.c_str(),
+                                                     (*sched)->draft_model()->placement().describe().c_str()).c_str()
+                                         : "");
   std::fprintf(stderr,
                "kiln serve: ready: model '%s' (%s), KV %lld tokens shared by %d sequences (at most %lld each), "
                "budget %d tokens per step, prefix cache %s, %s, http://%s:%d/v1\n",

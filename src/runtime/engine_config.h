@@ -38,14 +38,22 @@ namespace kiln {
 // Speculative decoding (llama.cpp's flags): each decoding sequence proposes up to draft_max tokens per step
 // (--spec-draft-n-max), verified in the same forward pass as its pending token (k + 1 output rows); fewer than
 // draft_min proposed (--spec-draft-n-min) and the step decodes one token. kNgram: prompt lookup
-// (runtime/ngram_draft.h; --spec-type ngram-simple, --spec-ngram-simple-size-n / -size-m).
+// (runtime/ngram_draft.h; --spec-type ngram-simple, --spec-ngram-simple-size-n / -size-m). kDraft: a draft model
+// (runtime/draft_model.h; --spec-type draft-simple, -md FILE, handed to Scheduler::create) proposes greedily and
+// stops before a token whose probability is below p_min (--spec-draft-p-min). A request may lower draft_max and
+// set its own draft_min and p_min (GenRequest::spec).
 struct SpecConfig {
-  enum class Type { kNone, kNgram };
+  enum class Type { kNone, kNgram, kDraft };
   Type type = Type::kNone;
   int32_t draft_max = 16, draft_min = 0;
+  float p_min = 0.0f;
   int32_t ngram_n = 12, ngram_m = 48;
   int32_t drafts_per_step() const { return type == Type::kNone ? 0 : draft_max; }
 };
+// llama.cpp's names: "none", "ngram-simple", "draft-simple".
+inline const char* spec_type_name(SpecConfig::Type t) {
+  return t == SpecConfig::Type::kNgram ? "ngram-simple" : t == SpecConfig::Type::kDraft ? "draft-simple" : "none";
+}
 // Range checks; errors name the flag.
 inline Status check_spec(const SpecConfig& sp) {
   if (sp.draft_max < 0 || sp.draft_max > 256)
@@ -53,6 +61,9 @@ inline Status check_spec(const SpecConfig& sp) {
   if (sp.draft_min < 0 || sp.draft_min > sp.draft_max)
     return make_error(ErrorCode::kInvalidArgument, "--spec-draft-n-min: must be in [0, --spec-draft-n-max %d] (got %d)",
                       sp.draft_max, sp.draft_min);
+  if (!(sp.p_min >= 0.0f && sp.p_min <= 1.0f))
+    return make_error(ErrorCode::kInvalidArgument, "--spec-draft-p-min: must be in [0, 1] (got %g)",
+                      static_cast<double>(sp.p_min));
   if (sp.ngram_n < 1 || sp.ngram_n > 1024)
     return make_error(ErrorCode::kInvalidArgument, "--spec-ngram-simple-size-n: must be in [1, 1024] (got %d)",
                       sp.ngram_n);

@@ -22,6 +22,15 @@
 
 namespace kiln {
 
+// A request's own speculative-decoding limits (llama-server's speculative.n_max / n_min / p_min); -1: the engine's
+// (EngineConfig::spec). Scheduler::submit refuses n_max above the engine's draft_max, n_min above n_max, p_min
+// outside [0, 1], and any of them on an engine without speculation (n_max 0 excepted: no drafts).
+struct SpecRequest {
+  int32_t n_max = -1, n_min = -1;
+  float p_min = -1.0f;
+  bool any() const { return n_max >= 0 || n_min >= 0 || p_min >= 0.0f; }
+};
+
 // One generation request (the server has validated and tokenized it; Scheduler::submit checks it again).
 struct GenRequest {
   std::vector<int32_t> prompt;
@@ -33,6 +42,7 @@ struct GenRequest {
   bool logprobs = false;           // report the log-probability of every generated token
   double timeout_s = 0;            // stop generating after this long (finish "length"); 0: no limit
   SequenceHooksFactory hooks;      // the sequence's logits processors, token mask, draft proposer; null: none
+  SpecRequest spec;                // speculative decoding limits of this request (the engine's by default)
   std::vector<int32_t> text_tokens;  // control tokens whose text the reply shows (a tool-call format's markers)
   ReasoningBudget reasoning;         // the thinking block's budget (runtime/reasoning.h); disabled: not tracked
   // An embedding request (runtime/embedding.h): the prompt runs once, nothing is generated, and the pooled hidden
@@ -71,6 +81,8 @@ struct RequestTimings {
   double gen_ms = 0;        // first token -> finish
   double ttft_ms = 0;       // submit -> first token
   int32_t n_preempted = 0;  // times this request was preempted
+  int64_t n_draft = 0;          // speculative decoding: draft tokens verified
+  int64_t n_draft_accepted = 0;  // of which the samples confirmed
 };
 
 // How a request ended, as the engine thread reports it once.

@@ -54,6 +54,38 @@ Status check_config(const EngineConfig& cfg) {
   return Status::ok();
 }
 
+}  // namespace
+
+Status check_spec_request(const SpecRequest& r, const SpecConfig& sp) {
+  if (!r.any()) return Status::ok();
+  if (r.n_max < -1) return make_error(ErrorCode::kInvalidArgument, "speculative.n_max: must be >= 0 (got %d)", r.n_max);
+  if (r.n_min < -1) return make_error(ErrorCode::kInvalidArgument, "speculative.n_min: must be >= 0 (got %d)", r.n_min);
+  if (!(r.p_min == -1.0f || (r.p_min >= 0.0f && r.p_min <= 1.0f)))
+    return make_error(ErrorCode::kInvalidArgument, "speculative.p_min: must be in [0, 1] (got %g)",
+                      static_cast<double>(r.p_min));
+  if (sp.type == SpecConfig::Type::kNone) {
+    const char* f = r.n_max > 0 ? "speculative.n_max" : r.n_min > 0 ? "speculative.n_min"
+                                  : r.p_min > 0 ? "speculative.p_min" : nullptr;
+    if (f)
+      return make_error(ErrorCode::kInvalidArgument, "%s: this engine runs without speculative decoding (start it "
+                        "with -md FILE or --spec-type ngram-simple)", f);
+    return Status::ok();
+  }
+  if (r.n_max > sp.draft_max)
+    return make_error(ErrorCode::kInvalidArgument, "speculative.n_max: must be in [0, %d] (the engine's "
+                      "--spec-draft-n-max; got %d)", sp.draft_max, r.n_max);
+  const int32_t n_max = r.n_max >= 0 ? r.n_max : sp.draft_max;
+  if (r.n_min > n_max)
+    return make_error(ErrorCode::kInvalidArgument, "speculative.n_min: must be in [0, speculative.n_max %d] (got %d)",
+                      n_max, r.n_min);
+  if (r.p_min > 0 && sp.type != SpecConfig::Type::kDraft)
+    return make_error(ErrorCode::kInvalidArgument, "speculative.p_min: %s drafts carry no probability (only a draft "
+                      "model's do: -md FILE); only 0 is accepted", spec_type_name(sp.type));
+  return Status::ok();
+}
+
+namespace {
+
 // The prompt format Qwen3-Reranker documents, for a rank model whose file brings none but whose vocabulary has
 // the chat markers it uses.
 constexpr const char* kQwenRerankTemplate =
@@ -91,9 +123,19 @@ Status setup_embeddings(const Model& model, const EngineConfig& cfg, EmbeddingIn
 
 }  // namespace
 
-Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> model, const EngineConfig& cfg) {
+Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> model, const EngineConfig& cfg,
+                                                     std::unique_ptr<Model> draft) {
   if (!model) return make_error(ErrorCode::kInvalidArgument, "scheduler: no model");
   KILN_TRY(check_config(cfg));
+  const bool want_draft = cfg.spec.type == SpecConfig::Type::kDraft;
+  if (want_draft && !draft)
+    return make_error(ErrorCode::kInvalidArgument, "--spec-type draft-simple: needs a draft model (-md FILE)");
+  if (!want_draft && draft)
+    return make_error(ErrorCode::kInvalidArgument, "-md: a draft model is used by --spec-type draft-simple (got %s)",
+                      spec_type_name(cfg.spec.type));
+  if (want_draft && model->hparams().hybrid())
+    return make_error(ErrorCode::kUnsupported, "-md: speculative decoding is off for %s (a hybrid model: a rejected "
+                      "draft would have advanced its recurrent state)", model->hparams().arch.c_str());
   std::unique_ptr<Scheduler> s(new Scheduler());
   s->impl_ = std::make_unique<Impl>();
   Impl& I = *s->impl_;
@@ -117,6 +159,17 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
     kc.hidden = true;
   }
   KILN_ASSIGN_OR_RETURN(I.engine, Engine::create(*model, kc));
+  if (want_draft) {
+    // The draft's cache holds what the sequences hold plus each one's drafts (and a partial block).
+    DraftModelConfig dc;
+    dc.n_ctx = cfg.n_ctx + static_cast<int64_t>(cfg.max_seqs) * (cfg.spec.draft_max + cfg.block_size);
+    dc.max_seqs = cfg.max_seqs;
+    dc.batch_tokens = cfg.batch_tokens;
+    dc.block_size = cfg.block_size;
+    dc.kv_type_k = cfg.kv_type_k;
+    dc.kv_type_v = cfg.kv_type_v;
+    KILN_ASSIGN_OR_RETURN(I.draft, DraftModel::create(*model, std::move(draft), dc));
+  }
   I.model = std::move(model);
   I.max_seq_ctx = cfg.max_seq_ctx > 0 ? std::min(cfg.max_seq_ctx, cfg.n_ctx) : cfg.n_ctx;
   if (I.model->hparams().max_pos > 0) I.max_seq_ctx = std::min(I.max_seq_ctx, I.model->hparams().max_pos);
@@ -163,6 +216,7 @@ int64_t Scheduler::n_ctx_train() const { return impl_->model->hparams().n_ctx_tr
 const EngineConfig& Scheduler::config() const { return impl_->cfg; }
 const EmbeddingSetup& Scheduler::embedding() const { return impl_->emb; }
 const Model& Scheduler::model() const { return *impl_->model; }
+const Model* Scheduler::draft_model() const { return impl_->draft ? &impl_->draft->model() : nullptr; }
 uint64_t Scheduler::kv_bytes() const { return impl_->engine->state().kv_bytes(); }
 uint64_t Scheduler::checkpoint_bytes() const { return impl_->engine->state().checkpoint_bytes(); }
 void Scheduler::set_step_observer(std::function<void(const StepInfo&)> f) { impl_->observer = std::move(f); }
@@ -211,6 +265,7 @@ Result<std::shared_ptr<RequestHandle>> Scheduler::submit(GenRequest req) {
   for (const std::string& s : req.stop)
     if (s.empty()) return make_error(ErrorCode::kInvalidArgument, "stop: empty stop string");
   if (!(req.timeout_s >= 0)) return make_error(ErrorCode::kInvalidArgument, "timeout: must be >= 0");
+  KILN_TRY(check_spec_request(req.spec, impl_->cfg.spec));
   {
     Sampler probe(req.sampling, nv);
     KILN_TRY(probe.validate());

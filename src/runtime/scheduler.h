@@ -103,10 +103,17 @@ struct StepInfo {
   std::vector<Entry> entries;  // in batch order (filled only while an observer is set)
 };
 
+// A request's speculative limits (GenRequest::spec) against the engine's; errors start with llama-server's field
+// name (speculative.n_max, speculative.n_min, speculative.p_min). Scheduler::submit runs it.
+Status check_spec_request(const SpecRequest& r, const SpecConfig& sp);
+
 class Scheduler {
  public:
-  // Creates the engine for `model` (owned from here on) with cfg's KV pool; errors name the bad option.
-  static Result<std::unique_ptr<Scheduler>> create(std::unique_ptr<Model> model, const EngineConfig& cfg);
+  // Creates the engine for `model` (owned from here on) with cfg's KV pool; errors name the bad option. `draft`:
+  // the draft model of cfg.spec.type kDraft (runtime/draft_model.h: its vocabulary is checked, it gets its own KV
+  // cache), required by that type and refused by the others.
+  static Result<std::unique_ptr<Scheduler>> create(std::unique_ptr<Model> model, const EngineConfig& cfg,
+                                                   std::unique_ptr<Model> draft = nullptr);
   ~Scheduler();  // cancels what is left and joins the engine thread
 
   void start();
@@ -127,6 +134,7 @@ class Scheduler {
   std::string model_description() const;  // architecture, parameters, placement
   // The model (the CLI prints its sizes) and the bytes of KV storage.
   const Model& model() const;
+  const Model* draft_model() const;  // null without one
   uint64_t kv_bytes() const;
   uint64_t checkpoint_bytes() const;  // hybrid models' recurrent-state checkpoints (0: none kept)
   // Called on the engine thread after every step that ran the model (tests). Set it before start() or while idle.

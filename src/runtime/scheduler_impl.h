@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "runtime/draft_model.h"
 #include "runtime/dry.h"
 #include "runtime/engine.h"
 #include "runtime/pooler.h"
@@ -55,6 +56,7 @@ struct Active {
   bool preempted_now = false;  // preempted in this step: recomputed from the next one on
   size_t n_sched = 0;
   OutputKind kind = OutputKind::kArgmax;
+  int32_t spec_max = 0, spec_min = 0;  // the request's draft limits (GenRequest::spec, else EngineConfig::spec)
   std::vector<int32_t> draft;  // the drafts verified in this step (after the pending token)
   size_t row0 = 0;             // its first output row; 1 + draft.size() rows when it wants output
   struct Out {
@@ -72,6 +74,7 @@ struct Scheduler::Impl {
   int64_t max_seq_ctx = 0;
   std::unique_ptr<Model> model;
   std::unique_ptr<Engine> engine;
+  std::shared_ptr<DraftModel> draft;  // SpecConfig::kDraft: shared with the sequences' proposers
   EmbeddingInfo emb_info;  // embeddings on: the model's pooling key and head (model/embedding.h)
   EmbeddingSetup emb;      // what embedding requests get (runtime/embedding.h)
   std::unique_ptr<ThreadPool> pool;  // samples the output rows of a step in parallel

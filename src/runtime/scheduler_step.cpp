@@ -204,16 +204,19 @@ int64_t Scheduler::Impl::propose_drafts(Active& a) {
   DraftProposer* d = a.seq->hooks().drafts.get();
   if (!d) return 0;
   KvCache& cache = engine->cache();
+  // Past the request's last token a draft could not be emitted: the pending token's sample is one of those left.
+  const int32_t max_new = a.h->request().max_new_tokens;
+  const int64_t left = max_new < 0 ? INT64_MAX : static_cast<int64_t>(max_new) - a.seq->n_generated() - 1;
   const int64_t room = std::max<int64_t>(
-      0, std::min<int64_t>({static_cast<int64_t>(drafts.size()), tokens_left - 1, outs_left - 1,
-                            a.seq->n_ctx() - static_cast<int64_t>(a.seq->tokens().size())}));
+      0, std::min<int64_t>({static_cast<int64_t>(drafts.size()), static_cast<int64_t>(a.spec_max), tokens_left - 1,
+                            outs_left - 1, left, a.seq->n_ctx() - static_cast<int64_t>(a.seq->tokens().size())}));
   int64_t k = d->propose(a.seq->tokens(), static_cast<int32_t>(room),
                          std::span<int32_t>(drafts.data(), static_cast<size_t>(room)));
   k = std::clamp<int64_t>(k, 0, room);
   for (int64_t i = 0; i < k; ++i)  // a proposer's id outside the vocabulary ends the drafts there
     if (drafts[static_cast<size_t>(i)] < 0 || drafts[static_cast<size_t>(i)] >= model->hparams().n_vocab) k = i;
   while (k > 0 && cache.blocks_needed(a.slot, 1 + k) > cache.n_blocks_free()) --k;
-  if (k == 0 || k < cfg.spec.draft_min) return 0;
+  if (k == 0 || k < a.spec_min) return 0;
   a.draft.assign(drafts.begin(), drafts.begin() + k);
   return k;
 }
@@ -245,8 +248,14 @@ std::unique_ptr<Active> Scheduler::Impl::make_active(const std::shared_ptr<Reque
                                       max_seq_ctx, so, engine->cache());
   if (rq.embed) a->pool = std::make_unique<Pooler>(emb.pooling, emb_info);
   if (rq.hooks && !rq.embed) a->seq->set_hooks(rq.hooks());
-  if (cfg.spec.type == SpecConfig::Type::kNgram && !rq.embed && !a->seq->hooks().drafts)
-    a->seq->hooks().drafts = std::make_unique<NgramDraft>(NgramDraftParams{cfg.spec.ngram_n, cfg.spec.ngram_m});
+  a->spec_max = rq.spec.n_max >= 0 ? std::min(rq.spec.n_max, cfg.spec.draft_max) : cfg.spec.draft_max;
+  a->spec_min = rq.spec.n_min >= 0 ? rq.spec.n_min : cfg.spec.draft_min;
+  if (!rq.embed && !a->seq->hooks().drafts && a->spec_max > 0) {
+    if (cfg.spec.type == SpecConfig::Type::kNgram)
+      a->seq->hooks().drafts = std::make_unique<NgramDraft>(NgramDraftParams{cfg.spec.ngram_n, cfg.spec.ngram_m});
+    else if (cfg.spec.type == SpecConfig::Type::kDraft && draft)
+      a->seq->hooks().drafts = draft->proposer(slot, rq.spec.p_min >= 0 ? rq.spec.p_min : cfg.spec.p_min);
+  }
   a->stops = StopFilter(rq.stop);
   a->tm.n_prompt = static_cast<int64_t>(rq.prompt.size());
   if (engine->checkpoints()) {  // the checkpoint positions of the prompt (runtime/scheduler.h)
@@ -515,7 +524,11 @@ void Scheduler::Impl::update(const StepOutputs& out) {
   uint64_t drafted = 0, confirmed = 0;  // every out but the last of a verifying sequence confirmed a draft
   for (Active* a : outs) {
     for (const Active::Out& o : a->outs) n_gen += o.st.token >= 0 ? 1 : 0;
-    if (!a->draft.empty()) drafted += a->draft.size(), confirmed += a->outs.size() - 1;
+    if (!a->draft.empty()) {
+      drafted += a->draft.size(), confirmed += a->outs.size() - 1;
+      a->tm.n_draft += static_cast<int64_t>(a->draft.size());
+      a->tm.n_draft_accepted += static_cast<int64_t>(a->outs.size() - 1);
+    }
     deliver(*a, now);
   }
   for (Active* a : sched)

@@ -44,6 +44,11 @@ void props(RouteHost& host, const Request& req, Response& res) {
     bias.push_back({{"token", b.token}, {"bias", std::isinf(b.bias) ? json(false) : json(b.bias)}});
   params["logit_bias"] = bias;
   if (sp.seed != kRandomSeed) params["seed"] = sp.seed;
+  const SpecConfig& spec = S.config().spec;  // llama-server's keys; n_max 0 without speculative decoding
+  params["speculative.type"] = spec_type_name(spec.type);
+  params["speculative.n_max"] = spec.drafts_per_step();
+  params["speculative.n_min"] = spec.draft_min;
+  params["speculative.p_min"] = spec.p_min;
   const Tokenizer::FimTokens fim = tok.fim();
   json p = {{"default_generation_settings", {{"n_ctx", S.max_seq_ctx()}, {"params", params}}},
             {"total_slots", S.config().max_seqs},

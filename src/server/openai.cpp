@@ -141,6 +141,7 @@ std::optional<ApiError> parse_common(const json& b, const ParseContext& ctx, Par
   if (auto e = get_int(b, "repeat_last_n", -1, 1 << 20, &i)) return e;
   if (present(b, "repeat_last_n")) sp.penalty_last_n = static_cast<int32_t>(i);
   if (auto e = parse_sampler_fields(b, *ctx.tok, &sp)) return e;
+  if (auto e = parse_spec_fields(b, ctx.spec, &g.spec)) return e;
   if (present(b, "seed")) {
     if (!as_int(b["seed"], &i))
       return bad("seed", std::string("'seed' must be an integer, not ") + type_name(b["seed"]), "invalid_type");
@@ -808,9 +809,10 @@ json usage_json(const std::vector<ChoiceState>& choices, const std::vector<int64
 }
 
 json timings_json(const std::vector<ChoiceState>& choices) {
-  int64_t cache_n = 0, prompt_n = 0, pred_n = 0;
+  int64_t cache_n = 0, prompt_n = 0, pred_n = 0, draft_n = 0, draft_ok = 0;
   double prompt_ms = 0, pred_ms = 0;
   for (auto& ch : choices) {
+    draft_n += ch.timings.n_draft, draft_ok += ch.timings.n_draft_accepted;
     cache_n += ch.timings.n_cached;
     prompt_n += ch.timings.n_prompt - ch.timings.n_cached;
     pred_n += ch.timings.n_gen;
@@ -819,15 +821,17 @@ json timings_json(const std::vector<ChoiceState>& choices) {
   }
   auto per_s = [](int64_t n, double ms) { return ms > 0 ? n * 1000.0 / ms : 0.0; };
   auto per_tok = [](int64_t n, double ms) { return n > 0 ? ms / n : 0.0; };
-  return json{{"cache_n", cache_n},
-              {"prompt_n", prompt_n},
-              {"prompt_ms", prompt_ms},
-              {"prompt_per_token_ms", per_tok(prompt_n, prompt_ms)},
-              {"prompt_per_second", per_s(prompt_n, prompt_ms)},
-              {"predicted_n", pred_n},
-              {"predicted_ms", pred_ms},
-              {"predicted_per_token_ms", per_tok(pred_n, pred_ms)},
-              {"predicted_per_second", per_s(pred_n, pred_ms)}};
+  json t = {{"cache_n", cache_n},
+            {"prompt_n", prompt_n},
+            {"prompt_ms", prompt_ms},
+            {"prompt_per_token_ms", per_tok(prompt_n, prompt_ms)},
+            {"prompt_per_second", per_s(prompt_n, prompt_ms)},
+            {"predicted_n", pred_n},
+            {"predicted_ms", pred_ms},
+            {"predicted_per_token_ms", per_tok(pred_n, pred_ms)},
+            {"predicted_per_second", per_s(pred_n, pred_ms)}};
+  if (draft_n > 0) t["draft_n"] = draft_n, t["draft_n_accepted"] = draft_ok;  // as llama-server: only with drafts
+  return t;
 }
 
 namespace {

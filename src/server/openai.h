@@ -41,6 +41,7 @@ struct ParseContext {
   int32_t default_max_new_tokens = -1;
   SamplerParams sampling;       // the server's defaults (kiln serve's sampling flags); a request overrides them
   int32_t reasoning_budget = -1;  // --reasoning-budget: tokens of a reply's thinking block (-1: unlimited)
+  SpecConfig spec;              // the engine's speculative decoding (speculative.* fields are checked against it)
 };
 
 // A request's output constraint (docs/GRAMMAR.md) as GBNF text, and the field it came from: at most one of

@@ -137,4 +137,47 @@ std::optional<ApiError> parse_sampler_fields(const json& b, const Tokenizer& tok
   return std::nullopt;
 }
 
+std::optional<ApiError> parse_spec_fields(const json& b, const SpecConfig& sv, SpecRequest* out) {
+  if (present(b, "speculative"))
+    return field_error("speculative", "'speculative' is not supported as an object: use llama-server's keys "
+                       "speculative.n_max, speculative.n_min and speculative.p_min", "unsupported_parameter");
+  int64_t i = 0;
+  double d = 0;
+  if (auto e = get_int(b, "speculative.n_max", 0, INT32_MAX, &i)) return e;
+  if (present(b, "speculative.n_max")) out->n_max = static_cast<int32_t>(i);
+  if (auto e = get_int(b, "speculative.n_min", 0, INT32_MAX, &i)) return e;
+  if (present(b, "speculative.n_min")) out->n_min = static_cast<int32_t>(i);
+  if (auto e = get_number(b, "speculative.p_min", 0, 1, false, &d)) return e;
+  if (present(b, "speculative.p_min")) out->p_min = static_cast<float>(d);
+  if (Status st = check_spec_request(*out, sv); !st) {
+    const std::string& m = st.message();
+    return field_error(m.substr(0, m.find(':')), m);
+  }
+  const char* type = "speculative.type";
+  if (present(b, type)) {
+    if (!b[type].is_string()) return type_error(type, "a string", b[type]);
+    const std::string want = spec_type_name(sv.type), got = b[type].get<std::string>();
+    if (got != want)
+      return field_error(type, "'speculative.type' is '" + got + "', but this server runs " + want +
+                         " (chosen at startup: --spec-type, -md)", "unsupported_parameter");
+  }
+  // Prompt lookup's sizes are the server's: a request may repeat them, not change them.
+  struct Fixed {
+    const char* name;
+    int64_t value;
+  };
+  const bool ngram = sv.type == SpecConfig::Type::kNgram;
+  for (const Fixed& f : {Fixed{"speculative.ngram_size_n", sv.ngram_n}, Fixed{"speculative.ngram_size_m", sv.ngram_m},
+                         Fixed{"speculative.ngram_min_hits", 1}}) {
+    if (!present(b, f.name)) continue;
+    if (!as_int(b[f.name], &i)) return type_error(f.name, "an integer", b[f.name]);
+    if (!ngram || i != f.value)
+      return field_error(f.name, std::string("'") + f.name + "' is set at startup" +
+                                     (ngram ? " (" + std::to_string(f.value) + " on this server)"
+                                            : std::string(" and this server runs no prompt lookup")),
+                         "unsupported_parameter");
+  }
+  return std::nullopt;
+}
+
 }  // namespace kiln::server

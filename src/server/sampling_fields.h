@@ -18,4 +18,10 @@ namespace kiln::server {
 
 std::optional<ApiError> parse_sampler_fields(const json& body, const Tokenizer& tok, SamplerParams* sp);
 
+// llama-server's speculative-decoding fields against the server's SpecConfig (kiln serve's --spec-* and -md):
+// speculative.n_max (0 .. --spec-draft-n-max), speculative.n_min (0 .. n_max) and speculative.p_min ([0, 1], a
+// draft model's only) go into *out; speculative.type, speculative.ngram_size_n / _m and speculative.ngram_min_hits
+// are accepted when they name what the server runs and refused otherwise, as is a nested "speculative" object.
+std::optional<ApiError> parse_spec_fields(const json& body, const SpecConfig& server, SpecRequest* out);
+
 }  // namespace kiln::server

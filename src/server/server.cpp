@@ -779,6 +779,7 @@ Status Server::set_ready(Scheduler* s) {
   I.pctx.default_max_new_tokens = I.cfg.default_max_new_tokens;
   I.pctx.sampling = I.cfg.sampling;
   I.pctx.reasoning_budget = I.cfg.reasoning_budget;
+  I.pctx.spec = s->config().spec;
   // The chat prompt (runtime/prompt.h): --chat-template NAME, --chat-template-file, else the model's template,
   // else (a file without one) a built-in family its vocabulary points to, else chatml; the fallback is logged.
   ChatPromptOptions o = I.cfg.chat;

@@ -710,4 +710,36 @@ TEST(CliRun, SpeculativeDecodingFlags) {
   EXPECT_NE(c.err.find("--spec-type"), std::string::npos) << c.err;
 }
 
+// A draft model (-md; draft-simple is then the type): the same ids as without, the acceptance on stderr; -ngld and
+// -devd take llama.cpp's values; a wrong file, a missing -md and a wrong type are refused naming the flag.
+TEST(CliRun, DraftModelFlags) {
+  const std::string m = kiln::test::data_path("models/fixture-llama-f16.gguf");
+  const std::string d = kiln::test::data_path("models/fixture-llama-q4_k_m.gguf");
+  const std::string base = "run -m '" + m + "' --tokens '" + kiln::test::data_path("models/prompt.txt") +
+                           "' -n 24 --temp 0 --ids";
+  const CmdResult a = kiln(base);
+  const CmdResult b = kiln(base + " -md '" + d + "' -ngld all -devd cpu --spec-draft-n-max 4");
+  ASSERT_EQ(a.rc, 0) << a.err;
+  ASSERT_EQ(b.rc, 0) << b.err;
+  EXPECT_EQ(b.out, a.out);
+  EXPECT_NE(b.err.find("kiln run: speculative: "), std::string::npos) << b.err;
+  EXPECT_EQ(a.err.find("speculative:"), std::string::npos);
+  const CmdResult c = kiln(base + " -md /nonexistent.gguf");
+  EXPECT_NE(c.rc, 0);
+  EXPECT_NE(c.err.find("-md"), std::string::npos) << c.err;
+  const CmdResult e = kiln(base + " --spec-type draft-simple");
+  EXPECT_NE(e.rc, 0);
+  EXPECT_NE(e.err.find("needs a draft model (-md FILE)"), std::string::npos) << e.err;
+  const CmdResult f = kiln(base + " -md '" + d + "' --spec-type ngram-simple");
+  EXPECT_NE(f.rc, 0);
+  EXPECT_NE(f.err.find("-md: a draft model is used by --spec-type draft-simple"), std::string::npos) << f.err;
+  const CmdResult g = kiln(base + " -md '" + d + "' -ngld many");
+  EXPECT_NE(g.rc, 0);
+  EXPECT_NE(g.err.find("-ngld"), std::string::npos) << g.err;
+  const CmdResult h = kiln("run -m '" + m + "' -p hi -n 2 -md '" + std::string(KILN_SOURCE_DIR) +
+                           "/models/kiln-demo.gguf'");
+  EXPECT_NE(h.rc, 0);
+  EXPECT_NE(h.err.find("-md: "), std::string::npos) << h.err;
+}
+
 }  // namespace

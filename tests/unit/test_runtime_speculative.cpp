@@ -3,6 +3,9 @@
 // model, where a prompt that repeats itself is continued by copying) and on every fixture model in tests/data; the
 // drafts are really verified (stats) and the limits inside a verified chunk hold (max_new_tokens, stop strings);
 // sampled requests run with drafts; bad options are refused naming the flag (the kiln run flags: test_cli_run).
+// A draft model (runtime/draft_model.h): the vocabulary check names what differs; the same file as its own draft is
+// accepted in full and another fixture with the same vocabulary in part, the greedy ids unchanged either way; the
+// draft's cache follows the confirmed tokens (rejected drafts rolled back); a request's speculative limits hold.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -13,6 +16,7 @@
 #include "common/engine_test_util.h"
 #include "common/engine_util.h"
 #include "common/test_util.h"
+#include "runtime/draft_model.h"
 #include "runtime/scheduler.h"
 
 namespace kiln {
@@ -151,6 +155,240 @@ TEST(Speculative, ManySequencesAndASmallBudget) {
     EXPECT_EQ(b.size(), static_cast<size_t>(24 + 4 * i));
   }
   EXPECT_GT(spec->stats().draft_tokens, 0u);
+}
+
+// ---- draft model ----
+
+std::string fixture(const std::string& name) { return test::data_path("models/" + name + ".gguf"); }
+
+EngineConfig with_draft(EngineConfig c, int32_t draft_max = 4) {
+  c.spec.type = SpecConfig::Type::kDraft;
+  c.spec.draft_max = draft_max;
+  return c;
+}
+
+SpecRun run_draft(const std::string& model, const std::string& draft, const EngineConfig& cfg, GenRequest r) {
+  SpecRun out;
+  auto m = test::load_cpu_model(model);
+  auto d = test::load_cpu_model(draft);
+  if (!m || !d) return out;
+  auto s = Scheduler::create(std::move(m), cfg, std::move(d));
+  EXPECT_TRUE(s.is_ok()) << s.status().to_string();
+  if (!s) return out;
+  out.g = test::generate(**s, std::move(r));
+  out.stats = (*s)->stats();
+  return out;
+}
+
+// A vocabulary in memory: what check_draft_vocab reads.
+class FakeVocab final : public Tokenizer {
+ public:
+  explicit FakeVocab(int32_t n) : text_(static_cast<size_t>(n)) {
+    for (int32_t i = 0; i < n; ++i) text_[static_cast<size_t>(i)] = "t" + std::to_string(i);
+  }
+  std::vector<int32_t> encode(std::string_view, bool, bool) const override { return {}; }
+  std::string token_to_piece(int32_t id, bool) const override { return text_[static_cast<size_t>(id)]; }
+  bool strips_leading_space() const override { return false; }
+  int32_t n_vocab() const override { return static_cast<int32_t>(text_.size()); }
+  const std::string& token_text(int32_t id) const override { return text_[static_cast<size_t>(id)]; }
+  TokenType token_type(int32_t) const override { return TokenType::kNormal; }
+  int32_t bos() const override { return bos_; }
+  int32_t eos() const override { return eos_; }
+  int32_t sep() const override { return -1; }
+  bool add_bos() const override { return add_bos_; }
+  bool add_eos() const override { return false; }
+  bool add_sep() const override { return false; }
+  bool is_eog(int32_t id) const override { return id == eos_ || id == eot_; }
+  FimTokens fim() const override { return {}; }
+  const std::string& model_name() const override { return model_; }
+  const std::string& pre_name() const override { return model_; }
+
+  std::vector<std::string> text_;
+  int32_t bos_ = 1, eos_ = 2, eot_ = -1;
+  bool add_bos_ = true;
+  std::string model_ = "gpt2";
+};
+
+TEST(DraftModel, VocabularyCheckNamesWhatDiffers) {
+  const auto err = [](const FakeVocab& t, const FakeVocab& d) { return check_draft_vocab(t, d).to_string(); };
+  const FakeVocab t(1000);
+  EXPECT_TRUE(check_draft_vocab(t, FakeVocab(1000)).is_ok());
+  EXPECT_TRUE(check_draft_vocab(t, FakeVocab(1000 + kMaxVocabDiff)).is_ok()) << "llama.cpp's size tolerance";
+  EXPECT_NE(err(t, FakeVocab(1000 + kMaxVocabDiff + 1)).find("vocabulary has 1129 tokens, the model's 1000"),
+            std::string::npos);
+  FakeVocab d(1000);
+  d.model_ = "llama";
+  EXPECT_NE(err(t, d).find("tokenizer is 'llama', the model's 'gpt2'"), std::string::npos) << err(t, d);
+  d = FakeVocab(1000);
+  d.bos_ = 3;
+  EXPECT_NE(err(t, d).find("BOS token differs"), std::string::npos) << err(t, d);
+  d = FakeVocab(1000);
+  d.add_bos_ = false;
+  EXPECT_NE(err(t, d).find("BOS token differs"), std::string::npos) << err(t, d);
+  d = FakeVocab(1000);
+  d.eos_ = 7;
+  EXPECT_NE(err(t, d).find("EOS token differs"), std::string::npos) << err(t, d);
+  d = FakeVocab(1000);
+  d.eot_ = 900;
+  EXPECT_NE(err(t, d).find("token 900 't900' ends generation"), std::string::npos) << err(t, d);
+  d = FakeVocab(1000);
+  d.text_[517] = "x\n";
+  EXPECT_NE(err(t, d).find("token 517 is 't517' in the model, 'x\\x0a' in the draft"), std::string::npos) << err(t, d);
+  d = FakeVocab(1000);
+  d.text_[3] = "other";  // below llama.cpp's first checked id
+  EXPECT_TRUE(check_draft_vocab(t, d).is_ok());
+  // Real files: the demo model's vocabulary is not the fixtures'.
+  auto m = test::load_cpu_model(fixture("fixture-llama-f16"));
+  auto demo = test::load_cpu_model(demo_model());
+  ASSERT_TRUE(m && demo);
+  auto s = Scheduler::create(std::move(m), with_draft(test::one_sequence(256)), std::move(demo));
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.status().message().rfind("-md:", 0), 0u) << s.status().to_string();
+}
+
+TEST(DraftModel, ConfigErrorsNameTheFlag) {
+  auto m = test::load_cpu_model(fixture("fixture-llama-q8_0"));
+  ASSERT_TRUE(m);
+  auto a = Scheduler::create(std::move(m), with_draft(test::one_sequence(256)));
+  ASSERT_FALSE(a.is_ok());
+  EXPECT_NE(a.status().message().find("draft-simple: needs a draft model (-md FILE)"), std::string::npos);
+  auto m2 = test::load_cpu_model(fixture("fixture-llama-q8_0"));
+  auto d2 = test::load_cpu_model(fixture("fixture-llama-q8_0"));
+  auto b = Scheduler::create(std::move(m2), with_lookup(test::one_sequence(256), 2), std::move(d2));
+  ASSERT_FALSE(b.is_ok());
+  EXPECT_NE(b.status().message().find("-md: a draft model is used by --spec-type draft-simple (got ngram-simple)"),
+            std::string::npos);
+  SpecConfig p;
+  p.p_min = 1.5f;
+  EXPECT_NE(check_spec(p).to_string().find("--spec-draft-p-min"), std::string::npos);
+}
+
+// The same file as its own draft: every draft is the model's own greedy choice (a verify step's rows equal one-token
+// steps' bit for bit), so all are confirmed; the ids are those without drafts.
+TEST(DraftModel, OwnDraftIsAcceptedInFull) {
+  const std::vector<int32_t> prompt = test::read_ids(test::data_path("models/prompt.txt"));
+  const std::string f = fixture("fixture-llama-f16");
+  const SpecRun plain = run(f, test::one_sequence(512), test::greedy_request(prompt, 40));
+  const SpecRun spec = run_draft(f, f, with_draft(test::one_sequence(512)), test::greedy_request(prompt, 40));
+  ASSERT_TRUE(plain.g.error.is_ok() && spec.g.error.is_ok()) << spec.g.error.to_string();
+  EXPECT_EQ(spec.g.ids, plain.g.ids);
+  EXPECT_GT(spec.stats.draft_tokens, 0u);
+  EXPECT_EQ(spec.stats.draft_accepted, spec.stats.draft_tokens);
+  EXPECT_EQ(spec.g.timings.n_draft, static_cast<int64_t>(spec.stats.draft_tokens));
+  EXPECT_EQ(spec.g.timings.n_draft_accepted, static_cast<int64_t>(spec.stats.draft_accepted));
+  // The prompt's step gives 1 token, then 4 drafts and the model's own token per step, the last step's drafts cut
+  // to the 3 the limit leaves: 40 tokens in 9 steps, 31 drafts.
+  EXPECT_EQ(spec.stats.steps, 9u);
+  EXPECT_EQ(spec.stats.draft_tokens, 31u);
+}
+
+// Another fixture with the same vocabulary proposes some of the model's tokens: partial acceptance, the same ids.
+TEST(DraftModel, OtherDraftIsAcceptedInPartWithTheSameIds) {
+  const std::vector<int32_t> prompt = test::read_ids(test::data_path("models/prompt.txt"));
+  const std::string f = fixture("fixture-llama-f16");
+  const SpecRun plain = run(f, test::one_sequence(512), test::greedy_request(prompt, 48));
+  for (const char* d : {"fixture-llama-q4_k_m", "fixture-qwen3-q4_0"}) {
+    SCOPED_TRACE(d);
+    const SpecRun spec = run_draft(f, fixture(d), with_draft(test::one_sequence(512)), test::greedy_request(prompt, 48));
+    ASSERT_TRUE(spec.g.error.is_ok()) << spec.g.error.to_string();
+    EXPECT_EQ(spec.g.ids, plain.g.ids);
+    EXPECT_EQ(spec.g.text, plain.g.text);
+    EXPECT_GT(spec.stats.draft_tokens, 0u);
+    EXPECT_LT(spec.stats.draft_accepted, spec.stats.draft_tokens);
+    // The quantized copy of the model agrees with it often; another architecture's random weights (almost) never.
+    if (std::string(d) == "fixture-llama-q4_k_m") {
+      EXPECT_GT(spec.stats.draft_accepted, 0u);
+    }
+    std::printf("fixture-llama-f16 with draft %s: %llu drafts, %llu accepted, %llu steps (%llu without)\n", d,
+                (unsigned long long)spec.stats.draft_tokens, (unsigned long long)spec.stats.draft_accepted,
+                (unsigned long long)spec.stats.steps, (unsigned long long)plain.stats.steps);
+  }
+}
+
+// The proposer's draft cache: after a step that confirmed one draft and sampled another token, the rejected drafts
+// are gone from the draft's KV and the next drafts are those a fresh proposer makes from the same tokens.
+TEST(DraftModel, RejectedDraftsAreRolledBack) {
+  auto target = test::load_cpu_model(fixture("fixture-llama-f16"));
+  auto dm = DraftModel::create(*target, test::load_cpu_model(fixture("fixture-llama-q4_k_m")), DraftModelConfig{512, 2});
+  ASSERT_TRUE(dm.is_ok()) << dm.status().to_string();
+  DraftModel& m = **dm;
+  DraftModelProposer a(*dm, 0, 0.0f), fresh(*dm, 1, 0.0f);
+  const std::vector<int32_t> prompt = test::read_ids(test::data_path("models/prompt.txt"));
+  std::vector<int32_t> out(8);
+  ASSERT_EQ(a.propose(prompt, 4, out), 4);
+  const std::vector<int32_t> d1(out.begin(), out.begin() + 4);
+  // The draft's cache: the prompt and the first 3 drafts (the 4th was never fed).
+  std::vector<int32_t> want = prompt;
+  want.insert(want.end(), d1.begin(), d1.begin() + 3);
+  EXPECT_EQ(a.held(), want);
+  EXPECT_EQ(m.engine().cache().seq_len(0), static_cast<int64_t>(want.size()));
+  a.accepted(1);
+  EXPECT_EQ(a.n_proposed(), 4);
+  EXPECT_EQ(a.n_accepted(), 1);
+  // The model confirmed d1[0] and then sampled something other than d1[1].
+  std::vector<int32_t> seq = prompt;
+  seq.push_back(d1[0]);
+  seq.push_back((d1[1] + 1) % 1000);
+  ASSERT_EQ(a.propose(seq, 4, out), 4);
+  const std::vector<int32_t> d2(out.begin(), out.begin() + 4);
+  ASSERT_EQ(a.held().size(), seq.size() + 3);
+  EXPECT_TRUE(std::equal(seq.begin(), seq.end(), a.held().begin())) << "the rejected drafts left the draft's cache";
+  EXPECT_EQ(m.engine().cache().seq_len(0), static_cast<int64_t>(seq.size() + 3));
+  ASSERT_EQ(fresh.propose(seq, 4, out), 4);
+  EXPECT_EQ(std::vector<int32_t>(out.begin(), out.begin() + 4), d2);
+  // p_min 1: no token of a random model is that certain: nothing is proposed.
+  DraftModelProposer sure(*dm, 1, 1.0f);
+  EXPECT_EQ(sure.propose(seq, 4, out), 0);
+  EXPECT_FALSE(sure.off());
+}
+
+// A request's own limits: n_max 0 drafts nothing, n_max 2 at most 2 per step; out-of-range values are refused
+// naming llama-server's field.
+TEST(DraftModel, RequestLimits) {
+  const std::vector<int32_t> prompt = test::read_ids(test::data_path("models/prompt.txt"));
+  const std::string f = fixture("fixture-llama-q8_0");
+  auto m = test::load_cpu_model(f);
+  auto d = test::load_cpu_model(f);
+  ASSERT_TRUE(m && d);
+  auto s = Scheduler::create(std::move(m), with_draft(test::one_sequence(512), 6), std::move(d));
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  Scheduler& S = **s;
+  int32_t widest = 0;
+  S.set_step_observer([&](const StepInfo& st) {
+    if (st.n_decode > 0) widest = std::max(widest, st.n_tokens);
+  });
+  const test::Generated all = test::generate(S, test::greedy_request(prompt, 16));
+  EXPECT_EQ(widest, 7) << "the engine's 6 drafts and the pending token";
+  GenRequest r0 = test::greedy_request(prompt, 16);
+  r0.spec.n_max = 0;
+  widest = 0;
+  const uint64_t before = S.stats().draft_tokens;
+  const test::Generated none = test::generate(S, r0);
+  EXPECT_EQ(S.stats().draft_tokens, before);
+  EXPECT_EQ(none.timings.n_draft, 0);
+  EXPECT_EQ(widest, 1);
+  GenRequest r2 = test::greedy_request(prompt, 16);
+  r2.spec.n_max = 2;
+  widest = 0;
+  const test::Generated two = test::generate(S, r2);
+  EXPECT_EQ(widest, 3);
+  EXPECT_EQ(none.ids, all.ids);
+  EXPECT_EQ(two.ids, all.ids);
+  const auto err = [&](SpecRequest sr) {
+    GenRequest r = test::greedy_request(prompt, 4);
+    r.spec = sr;
+    auto h = S.submit(r);
+    return h ? std::string() : h.status().message();
+  };
+  EXPECT_EQ(err({7, -1, -1}).rfind("speculative.n_max: must be in [0, 6]", 0), 0u) << err({7, -1, -1});
+  EXPECT_EQ(err({2, 3, -1}).rfind("speculative.n_min:", 0), 0u);
+  EXPECT_EQ(err({-1, -1, 1.5f}).rfind("speculative.p_min:", 0), 0u);
+  EXPECT_EQ(err({2, 2, 0.5f}), "");
+  SpecConfig off, lookup;
+  lookup.type = SpecConfig::Type::kNgram;
+  EXPECT_EQ(check_spec_request({4, -1, -1}, off).message().rfind("speculative.n_max: this engine runs without", 0), 0u);
+  EXPECT_TRUE(check_spec_request({0, 0, 0}, off).is_ok());
+  EXPECT_EQ(check_spec_request({-1, -1, 0.5f}, lookup).message().rfind("speculative.p_min:", 0), 0u);
 }
 
 TEST(Speculative, BadOptionsNameTheFlag) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/engine_test_util.h"
 #include "unit/test_server_util.h"
 
 namespace kiln {
@@ -274,6 +275,94 @@ TEST_F(ServeSampling, OutOfRangeValuesNameTheField) {
   HttpResponse ok = post("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 2}, {"tfs_z", 1}, {"mirostat", 0},
                                              {"logit_bias", json::object()}, {"typical_p", 1}});
   EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
+// Without speculative decoding a request may not ask for drafts (n_max 0 is honoured: none).
+TEST_F(ServeSampling, SpeculativeFieldsNeedSpeculativeDecoding) {
+  const json base = {{"prompt", "hello"}, {"max_tokens", 4}, {"temperature", 0}};
+  json b = base;
+  b["speculative.n_max"] = 4;
+  HttpResponse r = post("/v1/completions", b);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.j()["error"]["param"], "speculative.n_max") << r.body;
+  b = base;
+  b["speculative.n_max"] = 0;
+  r = post("/v1/completions", b);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_FALSE(r.j()["timings"].contains("draft_n")) << r.body;
+}
+
+// kiln serve -md: a draft model of the same vocabulary; llama-server's speculative.* fields and the acceptance in
+// the timings.
+class ServeSpeculative : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    proc_ = new test::ServeProcess();
+    ASSERT_TRUE(proc_->start({"-m", test::data_path("models/fixture-llama-f16.gguf"), "-md",
+                              test::data_path("models/fixture-llama-q4_k_m.gguf"), "-t", "2", "--parallel", "2", "-c",
+                              "2048", "--spec-draft-n-max", "6"}))
+        << proc_->log();
+  }
+  static void TearDownTestSuite() {
+    EXPECT_EQ(proc_->stop(SIGTERM), 0) << proc_->log();
+    delete proc_;
+  }
+  static HttpResponse post(const json& b) { return test::http(proc_->port, "POST", "/v1/completions", b.dump()); }
+  static test::ServeProcess* proc_;
+};
+test::ServeProcess* ServeSpeculative::proc_ = nullptr;
+
+TEST_F(ServeSpeculative, FieldsActAndTimingsReportTheAcceptance) {
+  const json prompt = test::read_ids(test::data_path("models/prompt.txt"));
+  const json base = {{"prompt", prompt}, {"max_tokens", 32}, {"temperature", 0}};
+  const HttpResponse a = post(base);
+  ASSERT_EQ(a.status, 200) << a.body;
+  const json ta = a.j()["timings"];
+  ASSERT_TRUE(ta.contains("draft_n")) << a.body;
+  EXPECT_GT(ta["draft_n"].get<int64_t>(), 0);
+  EXPECT_GT(ta["draft_n_accepted"].get<int64_t>(), 0);
+  EXPECT_LE(ta["draft_n_accepted"].get<int64_t>(), ta["draft_n"].get<int64_t>());
+  json b = base;
+  b["speculative.n_max"] = 2;
+  b["speculative.n_min"] = 1;
+  b["speculative.p_min"] = 0.0;
+  b["speculative.type"] = "draft-simple";
+  const HttpResponse r2 = post(b);
+  ASSERT_EQ(r2.status, 200) << r2.body;
+  EXPECT_EQ(r2.j()["choices"][0]["text"], a.j()["choices"][0]["text"]);
+  EXPECT_LE(r2.j()["timings"]["draft_n"].get<int64_t>(), 2 * 32);
+  EXPECT_LT(r2.j()["timings"]["draft_n"].get<int64_t>(), ta["draft_n"].get<int64_t>());
+  b = base;
+  b["speculative.n_max"] = 0;
+  const HttpResponse r0 = post(b);
+  ASSERT_EQ(r0.status, 200) << r0.body;
+  EXPECT_EQ(r0.j()["choices"][0]["text"], a.j()["choices"][0]["text"]);
+  EXPECT_FALSE(r0.j()["timings"].contains("draft_n")) << r0.body;
+  // /props: the server's settings under llama-server's keys.
+  const HttpResponse p = test::http(proc_->port, "GET", "/props");
+  ASSERT_EQ(p.status, 200) << p.body;
+  const json props = p.j();
+  const json& params = props["default_generation_settings"]["params"];
+  EXPECT_EQ(params["speculative.n_max"], 6);
+  EXPECT_EQ(params["speculative.type"], "draft-simple");
+}
+
+TEST_F(ServeSpeculative, WhatCannotBeHonouredIsRefusedNamingTheField) {
+  const json base = {{"prompt", "hello"}, {"max_tokens", 4}, {"temperature", 0}};
+  struct Case {
+    const char* field;
+    json value;
+  };
+  for (const Case& c : {Case{"speculative.n_max", 7}, Case{"speculative.n_max", -1}, Case{"speculative.n_max", "4"},
+                        Case{"speculative.n_min", 7}, Case{"speculative.p_min", 1.5},
+                        Case{"speculative.type", "ngram-simple"}, Case{"speculative.ngram_size_n", 3},
+                        Case{"speculative", json{{"n_max", 2}}}}) {
+    json b = base;
+    b[c.field] = c.value;
+    const HttpResponse r = post(b);
+    EXPECT_EQ(r.status, 400) << c.field << " " << c.value.dump() << ": " << r.body;
+    EXPECT_EQ(r.j()["error"]["param"], c.field) << r.body;
+  }
 }
 
 TEST_F(ServeSampling, PropsReportTheDefaults) {

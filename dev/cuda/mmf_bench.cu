@@ -102,6 +102,11 @@ int main(int argc, char** argv) {
                       {"12w m1 r4", K4, 12, 1, 4, launch_geo<MmfQ4K, 12, 1, 4>},
                       {"12w m1 r6", K4, 12, 1, 6, launch_geo<MmfQ4K, 12, 1, 6>},
                       {"8w m4 r3", K4, 8, 4, 3, launch_geo<MmfQ4K, 8, 4, 3>},
+                      {"8w m2 r3", K4, 8, 2, 3, launch_geo<MmfQ4K, 8, 2, 3>},
+                      {"4w m2 r4", K4, 4, 2, 4, launch_geo<MmfQ4K, 4, 2, 4>},
+                      {"6w m2 r4", K4, 6, 2, 4, launch_geo<MmfQ4K, 6, 2, 4>},
+                      {"q6 4w m2 r3", K6, 4, 2, 3, launch_geo<MmfQ6K, 4, 2, 3>},
+                      {"q6 4w m2 r4", K6, 4, 2, 4, launch_geo<MmfQ6K, 4, 2, 4>},
                       {"q6 8w m1 r3", K6, 8, 1, 3, launch_geo<MmfQ6K, 8, 1, 3>},
                       {"q6 8w m1 r4", K6, 8, 1, 4, launch_geo<MmfQ6K, 8, 1, 4>},
                       {"q6 12w m1 r3", K6, 12, 1, 3, launch_geo<MmfQ6K, 12, 1, 3>},
@@ -173,7 +178,7 @@ int main(int argc, char** argv) {
         if (only[0] >= 0 && &geo - geos != only[0]) continue;
         if (geo.type != t) continue;
         const int64_t n_tiles = (sh.n_out + 16 * geo.mt - 1) / (16 * geo.mt);
-        for (int S : {1, 2, 3, 4, 6, 8, 12, 16})
+        for (int S : {1, 2, 3, 4, 5, 6, 8, 12, 16, 19, 28})
         for (int waves : {1, 2}) {
           if (S > n_sb || (only[1] >= 0 && (S != only[1] || waves != only[2]))) continue;
           const int kc_max = static_cast<int>((n_sb + S - 1) / S);

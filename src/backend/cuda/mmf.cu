@@ -7,7 +7,10 @@
 //   BN  8 / 16 / 32: 16 warps, R 3 (ring 110.6 KB): more warps in flight won over deeper rings at few tokens
 //   BN 64          :  8 warps, R 4 (ring  73.7 KB): the 64-token chunk needs the room (kc <= 4 at K 4096)
 // Registers (-Xptxas -v, sm_90, no spills), BN 8 / 16 / 32 / 64: Q4_K 122 / 101 / 128 / 159; Q6_K (12 warps below 64
-// tokens, 8 at 64, R 3: its 3584-byte units) 130 / 120 / 147 / 179. Q6_K is compiled and tested but not selected
+// tokens, 8 at 64, R 3: its 3584-byte units) 130 / 120 / 147 / 179. The tile height (mt x 16 rows per warp) is part of the geometry: at
+// BN 64 each activation fragment read from shared memory feeds one MMA per 16 rows, and those reads bound the step
+// (32 KB per unit, 256 cycles of the 128 B/cycle shared-memory port); mt 2 halves them (Q4_K, 8 warps, R 3, kc 3:
+// 226 registers, no spills) and is compiled in dev/cuda/mmf_bench, not selected until measured. Q6_K is compiled and tested but not selected
 // (matmul_select.cu: no mmf_to) until measured.
 // The K split S depends on n_in and n_tok alone, so that a product gives the same bits alone and in a group
 // (backend.h matmul_group): super-blocks per split kc = min(4, what shared memory allows), S = n_sb / kc rounded up
@@ -24,13 +27,13 @@ namespace {
 constexpr int kMmfSplitKc = 4;  // super-blocks per split when shared memory allows
 
 struct MmfGeo {
-  int warps, ring;
+  int warps, ring, mt;  // mt: 16-row tiles per warp (each activation fragment read from shared memory feeds mt MMAs)
 };
 // Q6_K's units are 3584 bytes (Q4_K's 2304): fewer warps keep the rings inside the same room (not measured yet).
 template <class F>
 constexpr MmfGeo mmf_geo(int nt) {
-  if constexpr (F::kType == DType::Q6_K) return nt == 8 ? MmfGeo{8, 3} : MmfGeo{12, 3};
-  return nt == 8 ? MmfGeo{8, 4} : MmfGeo{16, 3};
+  if constexpr (F::kType == DType::Q6_K) return nt == 8 ? MmfGeo{8, 3, 1} : MmfGeo{12, 3, 1};
+  return nt == 8 ? MmfGeo{8, 4, 1} : MmfGeo{16, 3, 1};
 }
 
 int device_attr(cudaDeviceAttr attr, int fallback) {
@@ -53,7 +56,7 @@ int nt_for(int64_t n_tok) { return n_tok <= 8 ? 1 : n_tok <= 16 ? 2 : n_tok <= 3
 template <class F, int NT>
 Status launch_nt(const MmfArgs& a, int gx, int zt, int smem, cudaStream_t s) {
   constexpr MmfGeo G = mmf_geo<F>(NT);
-  auto* k = mmf_kernel<F, G.warps, 1, NT, G.ring>;
+  auto* k = mmf_kernel<F, G.warps, G.mt, NT, G.ring>;
   static thread_local int done_dev = -1;
   int dev = 0;
   KILN_CUDA_TRY(cudaGetDevice(&dev));
@@ -97,7 +100,7 @@ Status launch_segs(const MmfGroup& grp, const MmfSeg* segs, int n_seg, int64_t n
   a.accumulate = grp.accumulate;
   a.part = ws.part;
   a.sem = ws.sem;
-  const int smem = geo.warps * geo.ring * F::kUnitBytes + 8 * nt * a.x_pitch;
+  const int smem = geo.warps * geo.ring * geo.mt * F::kUnitBytes + 8 * nt * a.x_pitch;
   const int64_t per_split = std::max<int64_t>(1, sms() / (static_cast<int64_t>(S) * zt));
   const int gx = static_cast<int>(std::min<int64_t>(per_split, (n_tiles + geo.warps - 1) / geo.warps));
   return launch_type<F>(a, gx, zt, smem, nt, s);
@@ -134,17 +137,18 @@ Status launch_fmt(const MmfGroup& grp, const MmqSplitWs& ws, cudaStream_t s) {
   const int zt = static_cast<int>((grp.n_tok + 8 * nt - 1) / (8 * nt));
   const int n_sb = static_cast<int>(grp.n_in / 256);
   // the longest split shared memory allows, then S
-  const int x_room = smem_optin() - geo.warps * geo.ring * F::kUnitBytes;
+  const int x_room = smem_optin() - geo.warps * geo.ring * geo.mt * F::kUnitBytes;
+  const int TM = 16 * geo.mt;  // rows per tile
   int kc_cap = n_sb;
   while (kc_cap > 1 && 8 * nt * mmf_x_pitch(kc_cap) > x_room) --kc_cap;
   if (8 * nt * mmf_x_pitch(kc_cap) > x_room)
     return make_error(ErrorCode::kUnsupported, "mmf: %d tokens do not fit shared memory", static_cast<int>(grp.n_tok));
   int64_t n_tiles = 0;
-  for (int i = 0; i < grp.n_seg; ++i) n_tiles += (grp.seg[i].n_out + 15) / 16;
+  for (int i = 0; i < grp.n_seg; ++i) n_tiles += (grp.seg[i].n_out + TM - 1) / TM;
   const int kc = std::min(kc_cap, kMmfSplitKc);
   const int S = (n_sb + kc - 1) / kc;
   const auto fits = [&](int64_t tiles) {
-    return S == 1 || (static_cast<size_t>(zt) * static_cast<size_t>(tiles) * S * 16 * 8 * nt <= ws.part_floats &&
+    return S == 1 || (static_cast<size_t>(zt) * static_cast<size_t>(tiles) * S * TM * 8 * nt <= ws.part_floats &&
                       static_cast<size_t>(zt) * static_cast<size_t>(tiles) <= static_cast<size_t>(kMmqSplitSems));
   };
   if (S > 1 && (ws.part == nullptr || ws.sem == nullptr))
@@ -156,7 +160,7 @@ Status launch_fmt(const MmfGroup& grp, const MmqSplitWs& ws, cudaStream_t s) {
     for (int i = 0; i < grp.n_seg; ++i) {
       segs[i] = grp.seg[i];
       segs[i].tile0 = tile0;
-      tile0 += (grp.seg[i].n_out + 15) / 16;
+      tile0 += (grp.seg[i].n_out + TM - 1) / TM;
     }
     return launch_segs<F>(grp, segs, grp.n_seg, n_tiles, S, kc_max, nt, ws, s);
   }
@@ -165,14 +169,14 @@ Status launch_fmt(const MmfGroup& grp, const MmqSplitWs& ws, cudaStream_t s) {
   while (fits(chunk_tiles * 2)) chunk_tiles *= 2;
   for (int i = 0; i < grp.n_seg; ++i) {
     const MmfSeg& sg = grp.seg[i];
-    for (int64_t r = 0; r < sg.n_out; r += 16 * chunk_tiles) {
+    for (int64_t r = 0; r < sg.n_out; r += TM * chunk_tiles) {
       MmfSeg part = sg;
       part.w = sg.w + static_cast<size_t>(r) * sg.row_bytes;
       part.y = sg.y + r;
       part.bias = sg.bias ? sg.bias + r : nullptr;
-      part.n_out = std::min<int64_t>(16 * chunk_tiles, sg.n_out - r);
+      part.n_out = std::min<int64_t>(TM * chunk_tiles, sg.n_out - r);
       part.tile0 = 0;
-      KILN_TRY(launch_segs<F>(grp, &part, 1, (part.n_out + 15) / 16, S, kc_max, nt, ws, s));
+      KILN_TRY(launch_segs<F>(grp, &part, 1, (part.n_out + TM - 1) / TM, S, kc_max, nt, ws, s));
     }
   }
   return Status::ok();

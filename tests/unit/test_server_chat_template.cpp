@@ -384,7 +384,8 @@ TEST_F(ReasoningBudgetServe, EveryFieldCutsTheReasoning) {
                {"reasoning", {{"effort", "none"}}}};
   r = post("/v1/responses", resp);
   ASSERT_EQ(r.status, 200) << r.body;
-  for (const json& it : r.j()["output"]) EXPECT_NE(it["type"], "reasoning") << r.body;
+  const json out = r.j();  // the loop's range must outlive it (r.j() returns a new value)
+  for (const json& it : out["output"]) EXPECT_NE(it["type"], "reasoning") << r.body;
   EXPECT_EQ(r.j()["usage"]["output_tokens_details"]["reasoning_tokens"], k) << r.body;
 }
 

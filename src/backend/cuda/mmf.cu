@@ -7,13 +7,13 @@
 //   BN  8 / 16 / 32: 16 warps, R 3 (ring 110.6 KB): more warps in flight won over deeper rings at few tokens
 //   BN 64          :  8 warps, R 4 (ring  73.7 KB): the 64-token chunk needs the room (kc <= 4 at K 4096)
 // Registers (-Xptxas -v, sm_90, no spills), BN 8 / 16 / 32 / 64: Q4_K 122 / 101 / 128 / 159; Q6_K (12 warps below 64
-// tokens, 8 at 64, R 3: its 3584-byte units) 130 / 120 / 147 / 179. The tile height (mt x 16 rows per warp) is part of the geometry; mt 1
-// everywhere: at BN 64, mt 2 (each activation fragment read from shared memory feeds two MMAs; 8 warps, R 3, kc 3,
-// 226 registers) took gate/up from 69.6 to 86.8 us and 64 sequences from 4,981 to 4,075 t/s (H100). The 64-token
-// step is latency-bound, not bound by the shared-memory port (ncu on gate/up, mt 1: shared pipe 32% of peak, MMA
-// pipe 20%, DRAM 16%, 1.07 instructions per cycle; the warps mostly wait on fixed-latency dependencies, the
-// dequantize -> MMA chain, at 2 warps per scheduler). Q6_K is compiled and tested but not selected
-// (matmul_select.cu: no mmf_to) until measured.
+// tokens, 8 at 64, R 3: its 3584-byte units) 130 / 120 / 147 / 179. The selector (matmul_select.cu kCrossover) takes
+// mmf for Q4_K from 3 to 64 tokens and for Q6_K from 3 to 32.
+// The tile height (mt x 16 rows per warp) is part of the geometry; mt 1 everywhere: at BN 64, mt 2 (each activation
+// fragment read from shared memory feeds two MMAs; 8 warps, R 3, kc 3, 226 registers) took gate/up from 69.6 to
+// 86.8 us and 64 sequences from 4,981 to 4,059 t/s (H100). The 64-token step is latency-bound, not bound by the
+// shared-memory port (ncu on gate/up, mt 1: shared pipe 32% of peak, MMA pipe 20%, DRAM 16%, 1.07 instructions per
+// cycle; the warps mostly wait on fixed-latency dependencies, the dequantize -> MMA chain, at 2 warps per scheduler).
 // The K split S depends on n_in and n_tok alone, so that a product gives the same bits alone and in a group
 // (backend.h matmul_group): super-blocks per split kc = min(4, what shared memory allows), S = n_sb / kc rounded up
 // (K 4096: S 4; K 14336: S 14). The bench's best S per shape differs (8 tokens: gate+up 1, q/o 8): a fixed rule

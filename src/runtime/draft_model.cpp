@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "runtime/engine_config.h"
+
 namespace kiln {
 
 namespace {
@@ -62,13 +64,7 @@ Result<std::shared_ptr<DraftModel>> DraftModel::create(const Model& target, std:
   KILN_TRY(check_draft_vocab(target.tokenizer(), draft->tokenizer()));
   std::shared_ptr<DraftModel> m(new DraftModel());
   m->model_ = std::move(draft);
-  KvCacheConfig kc;
-  kc.n_ctx = cfg.n_ctx;
-  kc.block_size = cfg.block_size;
-  kc.max_seqs = cfg.max_seqs;
-  kc.type_k = cfg.kv_type_k;
-  kc.type_v = cfg.kv_type_v;
-  kc.batch_tokens = static_cast<int32_t>(std::min<int64_t>(cfg.batch_tokens, cfg.n_ctx));
+  KvCacheConfig kc = kv_cache_config(cfg);
   kc.max_outputs = 1;  // one row per run(): the last token's
   kc.prefix_cache = false;
   auto e = Engine::create(*m->model_, kc);

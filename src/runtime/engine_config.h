@@ -24,6 +24,7 @@
 // The generation limit of a request is GenRequest::max_new_tokens (-n, "max_tokens" in the API).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -31,6 +32,7 @@
 #include "quant/dtype.h"
 #include "runtime/defaults.h"
 #include "runtime/embedding.h"
+#include "runtime/kv_cache.h"
 #include "util/status.h"
 
 namespace kiln {
@@ -105,5 +107,20 @@ struct EngineConfig {
   int sampling_threads = 0;  // threads sampling the output rows of a step; 0: min(max_seqs, cores)
   bool start = true;         // start the engine thread in Scheduler::create (tests may call start() later)
 };
+
+// The KV cache an engine sized by cfg holds (EngineConfig, or runtime/draft_model.h's DraftModelConfig: the same
+// field names): slots, blocks, sequences, types and the batch. Its output rows and prefix cache are the caller's (the
+// scheduler's verify rows, the draft model's one row).
+template <class Config>
+KvCacheConfig kv_cache_config(const Config& cfg) {
+  KvCacheConfig kc;
+  kc.n_ctx = cfg.n_ctx;
+  kc.block_size = cfg.block_size;
+  kc.max_seqs = cfg.max_seqs;
+  kc.type_k = cfg.kv_type_k;
+  kc.type_v = cfg.kv_type_v;
+  kc.batch_tokens = static_cast<int32_t>(std::min<int64_t>(cfg.batch_tokens, cfg.n_ctx));
+  return kc;
+}
 
 }  // namespace kiln

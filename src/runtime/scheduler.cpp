@@ -141,13 +141,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
   Impl& I = *s->impl_;
   I.cfg = cfg;
   if (model->hparams().hybrid()) I.cfg.spec.type = SpecConfig::Type::kNone;  // engine_config.h: spec
-  KvCacheConfig kc;
-  kc.n_ctx = cfg.n_ctx;
-  kc.block_size = cfg.block_size;
-  kc.max_seqs = cfg.max_seqs;
-  kc.type_k = cfg.kv_type_k;
-  kc.type_v = cfg.kv_type_v;
-  kc.batch_tokens = static_cast<int32_t>(std::min<int64_t>(cfg.batch_tokens, cfg.n_ctx));
+  KvCacheConfig kc = kv_cache_config(cfg);
   // Each decoding sequence may verify drafts: 1 + drafts_per_step output rows.
   kc.max_outputs = std::min(cfg.max_outputs > 0 ? cfg.max_outputs : cfg.max_seqs * (1 + I.cfg.spec.drafts_per_step()),
                             kc.batch_tokens);

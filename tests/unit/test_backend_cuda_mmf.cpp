@@ -2,7 +2,8 @@
 // its geometry: token counts around its 8 / 16 / 32 / 64-token tiles and past them (several token tiles), row counts
 // that are not 16-row tiles, K of one super-block, of one split and of several splits (n_in 256 .. 14336: S 1 .. 14),
 // bias, accumulate (matmul_add), strided x and y, three products in one launch (matmul_group), and more rows than the
-// split workspace holds at once (the launcher's row chunks). Skipped (visibly) without a GPU.
+// split workspace holds at once (the launcher's row chunks); each with the wgmma kernels allowed and not (on a 9.0
+// device both families run). Skipped (visibly) without a GPU.
 // Checks: (a) the numerics model — x rounded to f16, the weights as mmf forms them (test::mmf_weights_q4k), sums in
 // double: NMSE <= 1e-10 (the tensor core's f32 accumulation and the split partials' f32 sum only); (b) the exact
 // product on the reference dequantizer's weights and f32 x: NMSE <= 1e-5 (f16 rounding of x and of the weights,
@@ -19,6 +20,7 @@
 #ifdef KILN_HAVE_CUDA
 namespace kiln::cuda {
 void matmul_set_override(const char* name);  // matmul_select.cu: force a kernel where it runs ("" = the rule)
+void mmf_set_wgmma(bool allowed);            // mmf.cu: whether 9.0 devices take the wgmma kernels
 }  // namespace kiln::cuda
 #endif
 
@@ -31,13 +33,20 @@ using test::dev_f32;
 using test::dev_read;
 using test::dev_upload;
 
+// mmf forced; wg false: the mma.sync kernels also where the wgmma ones would run (compute capability 9.0), so
+// both families are checked on that device (elsewhere both settings run the mma.sync kernels).
 struct ForceMmf {
 #ifdef KILN_HAVE_CUDA
-  ForceMmf() { cuda::matmul_set_override("mmf"); }
-  ~ForceMmf() { cuda::matmul_set_override(""); }
+  explicit ForceMmf(bool wg) {
+    cuda::matmul_set_override("mmf");
+    cuda::mmf_set_wgmma(wg);
+  }
+  ~ForceMmf() {
+    cuda::matmul_set_override("");
+    cuda::mmf_set_wgmma(true);
+  }
 #else
-  ForceMmf() {}
-  ~ForceMmf() {}
+  explicit ForceMmf(bool) {}
 #endif
 };
 
@@ -88,42 +97,46 @@ void check(const Case& c, const std::vector<float>& y, const std::string& what, 
 
 TEST(CudaMmf, MatchesModelOnAwkwardShapes) {
   KILN_NEED_GPU();
-  ForceMmf force;
-  struct Shape {
-    DType t;
-    int64_t n_in, n_out;
-  };
-  // Q6_K: rows of 2048-multiples only (16-byte aligned rows: mmf_usable)
-  for (const Shape sh : {Shape{DType::Q4_K, 256, 40}, Shape{DType::Q4_K, 768, 200}, Shape{DType::Q4_K, 4096, 1000},
-                         Shape{DType::Q4_K, 14336, 72}, Shape{DType::Q6_K, 2048, 40}, Shape{DType::Q6_K, 4096, 1000},
-                         Shape{DType::Q6_K, 14336, 72}})
-    for (int64_t n_tok : {1, 3, 8, 9, 16, 17, 33, 64, 65, 130}) {
-      if (sh.n_in == 14336 && n_tok > 64) continue;  // host time
-      const bool bias = n_tok % 2 == 1, pad = n_tok == 17 || n_tok == 33;
-      const Case c = make_case(sh.n_in, sh.n_out, n_tok, bias, static_cast<uint32_t>(sh.n_in + 7 * n_tok), sh.t);
-      const DevTensor wt = dev_upload(gpu, c.t, c.w, c.n_in, c.n_out);
-      const DevTensor xt = dev_f32(gpu, c.x, c.n_in, n_tok, 1, pad ? 48 : 0);
-      const DevTensor bt = bias ? dev_f32(gpu, c.bias, c.n_out) : DevTensor{};
-      const DevTensor out = dev_alloc(gpu, DType::F32, c.n_out, n_tok, 1, pad ? 32 : 0);
-      KILN_ASSERT_OK(gpu.matmul(wt.t, xt.t, bias ? bt.t : Tensor{}, out.t));
-      std::ostringstream what;
-      what << "mmf " << dtype_name(sh.t) << " " << sh.n_out << "x" << sh.n_in << " n_tok=" << n_tok << " bias=" << bias << " pad=" << pad;
-      check(c, dev_read<float>(gpu, out), what.str());
-      if (pad) {  // the bytes between y rows stay poison
-        const std::vector<uint8_t> raw = test::dev_read_whole(gpu, out);
-        size_t touched = 0;
-        for (int64_t r = 0; r < n_tok; ++r)
-          for (size_t b = out.t.row_bytes(); b < out.t.nb[1]; ++b) touched += raw[r * out.t.nb[1] + b] != 0xFF;
-        EXPECT_EQ(touched, 0u) << what.str() << ": bytes between y rows were written";
+  for (const bool wg : {true, false}) {
+    ForceMmf force(wg);
+    struct Shape {
+      DType t;
+      int64_t n_in, n_out;
+    };
+    // Q6_K: rows of 2048-multiples only (16-byte aligned rows: mmf_usable)
+    for (const Shape sh : {Shape{DType::Q4_K, 256, 40}, Shape{DType::Q4_K, 768, 200}, Shape{DType::Q4_K, 4096, 1000},
+                           Shape{DType::Q4_K, 14336, 72}, Shape{DType::Q6_K, 2048, 40}, Shape{DType::Q6_K, 4096, 1000},
+                           Shape{DType::Q6_K, 14336, 72}})
+      for (int64_t n_tok : {1, 3, 8, 9, 16, 17, 33, 64, 65, 130}) {
+        if (sh.n_in == 14336 && n_tok > 64) continue;  // host time
+        const bool bias = n_tok % 2 == 1, pad = n_tok == 17 || n_tok == 33;
+        const Case c = make_case(sh.n_in, sh.n_out, n_tok, bias, static_cast<uint32_t>(sh.n_in + 7 * n_tok), sh.t);
+        const DevTensor wt = dev_upload(gpu, c.t, c.w, c.n_in, c.n_out);
+        const DevTensor xt = dev_f32(gpu, c.x, c.n_in, n_tok, 1, pad ? 48 : 0);
+        const DevTensor bt = bias ? dev_f32(gpu, c.bias, c.n_out) : DevTensor{};
+        const DevTensor out = dev_alloc(gpu, DType::F32, c.n_out, n_tok, 1, pad ? 32 : 0);
+        KILN_ASSERT_OK(gpu.matmul(wt.t, xt.t, bias ? bt.t : Tensor{}, out.t));
+        std::ostringstream what;
+        what << "mmf wg=" << wg << " " << dtype_name(sh.t) << " " << sh.n_out << "x" << sh.n_in << " n_tok=" << n_tok
+             << " bias=" << bias << " pad=" << pad;
+        check(c, dev_read<float>(gpu, out), what.str());
+        if (pad) {  // the bytes between y rows stay poison
+          const std::vector<uint8_t> raw = test::dev_read_whole(gpu, out);
+          size_t touched = 0;
+          for (int64_t r = 0; r < n_tok; ++r)
+            for (size_t b = out.t.row_bytes(); b < out.t.nb[1]; ++b) touched += raw[r * out.t.nb[1] + b] != 0xFF;
+          EXPECT_EQ(touched, 0u) << what.str() << ": bytes between y rows were written";
+        }
       }
-    }
+  }
 }
 
 TEST(CudaMmf, AccumulatesAndRepeatsItsBits) {
   KILN_NEED_GPU();
-  ForceMmf force;
+  for (const bool wg : {true, false})
   for (DType t : {DType::Q4_K, DType::Q6_K})
   for (int64_t n_tok : {5, 40}) {
+    ForceMmf force(wg);
     const Case c = make_case(4096, 300, n_tok, true, 91 + static_cast<uint32_t>(n_tok), t);
     const std::vector<float> acc0 = test::randn(static_cast<size_t>(c.n_out * n_tok), 93);
     const DevTensor wt = dev_upload(gpu, c.t, c.w, c.n_in, c.n_out);
@@ -136,7 +149,8 @@ TEST(CudaMmf, AccumulatesAndRepeatsItsBits) {
       KILN_ASSERT_OK(gpu.matmul_add(wt.t, xt.t, bt.t, tmp.t, acc.t));
       runs.push_back(dev_read<float>(gpu, acc));
     }
-    check(c, runs[0], std::string("mmf matmul_add ") + dtype_name(t) + " n_tok=" + std::to_string(n_tok), {}, &acc0);
+    const std::string what = "mmf matmul_add wg=" + std::to_string(wg) + " " + dtype_name(t);
+    check(c, runs[0], what + " n_tok=" + std::to_string(n_tok), {}, &acc0);
     for (int r = 1; r < 3; ++r)
       EXPECT_EQ(std::memcmp(runs[r].data(), runs[0].data(), runs[0].size() * 4), 0)
           << "n_tok=" << n_tok << ": launch " << r << " gave other bits than launch 0";
@@ -145,8 +159,9 @@ TEST(CudaMmf, AccumulatesAndRepeatsItsBits) {
 
 TEST(CudaMmf, GroupEqualsItsProductsBitForBit) {
   KILN_NEED_GPU();
-  ForceMmf force;
+  for (const bool wg : {true, false})
   for (int64_t n_tok : {4, 24, 64}) {
+    ForceMmf force(wg);
     const int64_t n_in = 4096, n_outs[3] = {512, 1000, 40};
     std::vector<Case> cs;
     std::vector<DevTensor> wts, bts, outs, refs;
@@ -166,8 +181,10 @@ TEST(CudaMmf, GroupEqualsItsProductsBitForBit) {
     for (int i = 0; i < 3; ++i) {
       KILN_ASSERT_OK(gpu.matmul(wts[i].t, xt.t, i == 1 ? bts[i].t : Tensor{}, refs[i].t));
       const std::vector<float> g = dev_read<float>(gpu, outs[i]), r = dev_read<float>(gpu, refs[i]);
-      EXPECT_EQ(std::memcmp(g.data(), r.data(), g.size() * 4), 0) << "n_tok=" << n_tok << " product " << i;
-      check(cs[i], g, "mmf group n_tok=" + std::to_string(n_tok) + " product " + std::to_string(i),
+      EXPECT_EQ(std::memcmp(g.data(), r.data(), g.size() * 4), 0)
+          << "wg=" << wg << " n_tok=" << n_tok << " product " << i;
+      check(cs[i], g,
+            "mmf group wg=" + std::to_string(wg) + " n_tok=" + std::to_string(n_tok) + " product " + std::to_string(i),
             {0, 1, 15, 16, n_outs[i] - 1});
     }
   }
@@ -177,17 +194,19 @@ TEST(CudaMmf, GroupEqualsItsProductsBitForBit) {
 // rows in chunks; rows checked on a stride across every chunk boundary region.
 TEST(CudaMmf, MoreRowsThanTheWorkspaceHolds) {
   KILN_NEED_GPU();
-  ForceMmf force;
-  const Case c = make_case(4096, 40000, 64, true, 123);
-  const DevTensor wt = dev_upload(gpu, c.t, c.w, c.n_in, c.n_out);
-  const DevTensor xt = dev_f32(gpu, c.x, c.n_in, c.n_tok);
-  const DevTensor bt = dev_f32(gpu, c.bias, c.n_out);
-  const DevTensor out = dev_alloc(gpu, DType::F32, c.n_out, c.n_tok);
-  KILN_ASSERT_OK(gpu.matmul(wt.t, xt.t, bt.t, out.t));
-  std::vector<int64_t> rows;
-  for (int64_t o = 0; o < c.n_out; o += 997) rows.push_back(o);
-  for (int64_t o : {int64_t{32767}, int64_t{32768}, int64_t{39999}}) rows.push_back(o);
-  check(c, dev_read<float>(gpu, out), "mmf 40000 rows", rows);
+  for (const bool wg : {true, false}) {
+    ForceMmf force(wg);
+    const Case c = make_case(4096, 40000, 64, true, 123);
+    const DevTensor wt = dev_upload(gpu, c.t, c.w, c.n_in, c.n_out);
+    const DevTensor xt = dev_f32(gpu, c.x, c.n_in, c.n_tok);
+    const DevTensor bt = dev_f32(gpu, c.bias, c.n_out);
+    const DevTensor out = dev_alloc(gpu, DType::F32, c.n_out, c.n_tok);
+    KILN_ASSERT_OK(gpu.matmul(wt.t, xt.t, bt.t, out.t));
+    std::vector<int64_t> rows;
+    for (int64_t o = 0; o < c.n_out; o += 997) rows.push_back(o);
+    for (int64_t o : {int64_t{32767}, int64_t{32768}, int64_t{39999}}) rows.push_back(o);
+    check(c, dev_read<float>(gpu, out), std::string("mmf 40000 rows wg=") + std::to_string(wg), rows);
+  }
 }
 
 }  // namespace

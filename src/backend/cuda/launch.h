@@ -312,6 +312,9 @@ bool mmf_usable(const MatmulParams& p);
 size_t mmf_act_scratch_bytes(int64_t n_in, int64_t n_tok);
 // Splits K through the mmq split-K workspace (its counters are left at zero, as mmq leaves them).
 Status launch_mmf(const MmfGroup& g, const MmqSplitWs& ws, cudaStream_t s);
+// Whether mmf may take its wgmma kernels (compute capability 9.0, sm_90a builds; on by default). Tests turn it off to
+// run the mma.sync kernels on the same device.
+void mmf_set_wgmma(bool allowed);
 
 enum class MatmulKernel { kNone, kMmvq, kMmvf, kMmf, kMmq, kGemm, kBlas };
 const char* matmul_kernel_name(MatmulKernel k);

@@ -19,6 +19,7 @@
 // (K 4096: S 4; K 14336: S 14). The bench's best S per shape differs (8 tokens: gate+up 1, q/o 8): a fixed rule
 // costs the small products some occupancy. Rows go in several launches when the workspace cannot hold the partials.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "backend/cuda/mmf.cuh"
@@ -28,65 +29,81 @@ namespace {
 
 constexpr int kMmfSplitKc = 4;  // super-blocks per split when shared memory allows
 
-struct MmfGeo {
-  int warps, ring, mt;  // mt: 16-row tiles per warp (each activation fragment read from shared memory feeds mt MMAs)
-};
 // Q6_K's units are 3584 bytes (Q4_K's 2304): fewer warps keep the rings inside the same room (not measured yet).
+// wg (wgmma, sm_90a builds on 9.0 devices): two warpgroups; 16- to 64-token tiles.
 template <class F>
-constexpr MmfGeo mmf_geo(int nt) {
-  if constexpr (F::kType == DType::Q6_K) return nt == 8 ? MmfGeo{8, 3, 1} : MmfGeo{12, 3, 1};
-  return nt == 8 ? MmfGeo{8, 4, 1} : MmfGeo{16, 3, 1};
+constexpr MmfGeo mmf_geo(int nt, bool wg) {
+  if (wg && nt >= 2) return F::kType == DType::Q6_K ? MmfGeo{8, 3, 1, true} : MmfGeo{8, 4, 1, true};
+  if constexpr (F::kType == DType::Q6_K) return nt == 8 ? MmfGeo{8, 3, 1, false} : MmfGeo{12, 3, 1, false};
+  return nt == 8 ? MmfGeo{8, 4, 1, false} : MmfGeo{16, 3, 1, false};
 }
 
-int device_attr(cudaDeviceAttr attr, int fallback) {
+// The attributes launch_mmf asks per launch, read once per device.
+enum AttrSlot { kSms, kSmemOptin, kCcMajor, kCcMinor, kNumSlots };
+int device_attr(AttrSlot slot) {
   constexpr int kMaxDev = 64;
-  static int cache[kMaxDev][2] = {};
+  constexpr cudaDeviceAttr kAttr[kNumSlots] = {cudaDevAttrMultiProcessorCount, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                               cudaDevAttrComputeCapabilityMajor, cudaDevAttrComputeCapabilityMinor};
+  constexpr int kFallback[kNumSlots] = {1, 48 * 1024, 0, 0};
+  static int cache[kMaxDev][kNumSlots];
+  static bool known[kMaxDev][kNumSlots];
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDev) return fallback;
-  const int slot = attr == cudaDevAttrMultiProcessorCount ? 0 : 1;
-  if (cache[dev][slot] == 0) {
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDev) return kFallback[slot];
+  if (!known[dev][slot]) {
     int n = 0;
-    cache[dev][slot] = cudaDeviceGetAttribute(&n, attr, dev) == cudaSuccess && n > 0 ? n : fallback;
+    cache[dev][slot] = cudaDeviceGetAttribute(&n, kAttr[slot], dev) == cudaSuccess && n >= 0 ? n : kFallback[slot];
+    known[dev][slot] = true;
   }
   return cache[dev][slot];
 }
-int sms() { return device_attr(cudaDevAttrMultiProcessorCount, 1); }
-int smem_optin() { return device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024); }
+int sms() { return std::max(1, device_attr(kSms)); }
+int smem_optin() { return device_attr(kSmemOptin); }
+std::atomic<bool> g_wg_allowed{true};  // mmf_set_wgmma
+// wgmma runs on compute capability 9.0 exactly (sm_90a code), when the build compiled it.
+bool wg_here() {
+  return g_wg_allowed.load(std::memory_order_relaxed) && device_attr(kCcMajor) == 9 && device_attr(kCcMinor) == 0 &&
+         mmf_wg_kernel(DType::Q4_K, 8, 8, 4) != nullptr;
+}
+// Bytes of the block's activation chunk: BN tokens x kc super-blocks, in the mma.sync or the wgmma layout.
+int x_bytes(const MmfGeo& g, int kc, int nt) { return g.wg ? mmf_wg_x_bytes(kc, nt) : 8 * nt * mmf_x_pitch(kc); }
 
 int nt_for(int64_t n_tok) { return n_tok <= 8 ? 1 : n_tok <= 16 ? 2 : n_tok <= 32 ? 4 : 8; }
 
 template <class F, int NT>
-Status launch_nt(const MmfArgs& a, int gx, int zt, int smem, cudaStream_t s) {
-  constexpr MmfGeo G = mmf_geo<F>(NT);
-  auto* k = mmf_kernel<F, G.warps, G.mt, NT, G.ring>;
-  static thread_local int done_dev = -1;
+Status launch_nt(const MmfArgs& a, int gx, int zt, int smem, bool wg, cudaStream_t s) {
+  constexpr MmfGeo G = mmf_geo<F>(NT, false);
+  const MmfGeo W = mmf_geo<F>(NT, true);
+  const void* k = wg ? mmf_wg_kernel(F::kType, NT, W.warps, W.ring)
+                     : reinterpret_cast<const void*>(mmf_kernel<F, G.warps, G.mt, NT, G.ring>);
+  if (k == nullptr) return make_error(ErrorCode::kInternal, "mmf: no wgmma kernel for %d-token tiles", 8 * NT);
+  static thread_local int done_dev[2] = {-1, -1};
   int dev = 0;
   KILN_CUDA_TRY(cudaGetDevice(&dev));
-  if (done_dev != dev) {
+  if (done_dev[wg] != dev) {
     KILN_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin()));
-    done_dev = dev;
+    done_dev[wg] = dev;
   }
-  k<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(a.n_split), static_cast<unsigned>(zt)), 32 * G.warps,
-      static_cast<size_t>(smem), s>>>(a);
-  KILN_CUDA_LAUNCH_CHECK();
+  MmfArgs args = a;
+  void* params[] = {&args};
+  KILN_CUDA_TRY(cudaLaunchKernel(k, dim3(static_cast<unsigned>(gx), static_cast<unsigned>(a.n_split), static_cast<unsigned>(zt)),
+                                 dim3(32 * (wg ? W.warps : G.warps)), params, static_cast<size_t>(smem), s));
   return Status::ok();
 }
 
 template <class F>
-Status launch_type(const MmfArgs& a, int gx, int zt, int smem, int nt, cudaStream_t s) {
+Status launch_type(const MmfArgs& a, int gx, int zt, int smem, int nt, bool wg, cudaStream_t s) {
   switch (nt) {
-    case 1: return launch_nt<F, 1>(a, gx, zt, smem, s);
-    case 2: return launch_nt<F, 2>(a, gx, zt, smem, s);
-    case 4: return launch_nt<F, 4>(a, gx, zt, smem, s);
-    default: return launch_nt<F, 8>(a, gx, zt, smem, s);
+    case 1: return launch_nt<F, 1>(a, gx, zt, smem, false, s);
+    case 2: return launch_nt<F, 2>(a, gx, zt, smem, wg, s);
+    case 4: return launch_nt<F, 4>(a, gx, zt, smem, wg, s);
+    default: return launch_nt<F, 8>(a, gx, zt, smem, wg, s);
   }
 }
 
 // One launch over segs (tiles numbered across them); the caller checked the workspace for S.
 template <class F>
 Status launch_segs(const MmfGroup& grp, const MmfSeg* segs, int n_seg, int64_t n_tiles, int S, int kc_max, int nt,
-                   const MmqSplitWs& ws, cudaStream_t s) {
-  const MmfGeo geo = mmf_geo<F>(nt);
+                   const MmfGeo& geo, const MmqSplitWs& ws, cudaStream_t s) {
   const int zt = static_cast<int>((grp.n_tok + 8 * nt - 1) / (8 * nt));
   MmfArgs a{};
   for (int i = 0; i < n_seg; ++i) a.seg[i] = segs[i];
@@ -102,13 +119,15 @@ Status launch_segs(const MmfGroup& grp, const MmfSeg* segs, int n_seg, int64_t n
   a.accumulate = grp.accumulate;
   a.part = ws.part;
   a.sem = ws.sem;
-  const int smem = geo.warps * geo.ring * geo.mt * F::kUnitBytes + 8 * nt * a.x_pitch;
+  const int smem = geo.warps * geo.ring * geo.mt * F::kUnitBytes + x_bytes(geo, kc_max, nt);
   const int64_t per_split = std::max<int64_t>(1, sms() / (static_cast<int64_t>(S) * zt));
   const int gx = static_cast<int>(std::min<int64_t>(per_split, (n_tiles + geo.warps - 1) / geo.warps));
-  return launch_type<F>(a, gx, zt, smem, nt, s);
+  return launch_type<F>(a, gx, zt, smem, nt, geo.wg, s);
 }
 
 }  // namespace
+
+void mmf_set_wgmma(bool allowed) { g_wg_allowed.store(allowed, std::memory_order_relaxed); }
 
 bool mmf_supports(DType t) { return t == DType::Q4_K || t == DType::Q6_K; }
 
@@ -135,15 +154,15 @@ Status launch_fmt(const MmfGroup& grp, const MmqSplitWs& ws, cudaStream_t s) {
       return Status::ok();
     }
   const int nt = nt_for(grp.n_tok);
-  const MmfGeo geo = mmf_geo<F>(nt);
+  const MmfGeo geo = mmf_geo<F>(nt, wg_here());
   const int zt = static_cast<int>((grp.n_tok + 8 * nt - 1) / (8 * nt));
   const int n_sb = static_cast<int>(grp.n_in / 256);
   // the longest split shared memory allows, then S
   const int x_room = smem_optin() - geo.warps * geo.ring * geo.mt * F::kUnitBytes;
   const int TM = 16 * geo.mt;  // rows per tile
   int kc_cap = n_sb;
-  while (kc_cap > 1 && 8 * nt * mmf_x_pitch(kc_cap) > x_room) --kc_cap;
-  if (8 * nt * mmf_x_pitch(kc_cap) > x_room)
+  while (kc_cap > 1 && x_bytes(geo, kc_cap, nt) > x_room) --kc_cap;
+  if (x_bytes(geo, kc_cap, nt) > x_room)
     return make_error(ErrorCode::kUnsupported, "mmf: %d tokens do not fit shared memory", static_cast<int>(grp.n_tok));
   int64_t n_tiles = 0;
   for (int i = 0; i < grp.n_seg; ++i) n_tiles += (grp.seg[i].n_out + TM - 1) / TM;
@@ -164,7 +183,7 @@ Status launch_fmt(const MmfGroup& grp, const MmqSplitWs& ws, cudaStream_t s) {
       segs[i].tile0 = tile0;
       tile0 += (grp.seg[i].n_out + TM - 1) / TM;
     }
-    return launch_segs<F>(grp, segs, grp.n_seg, n_tiles, S, kc_max, nt, ws, s);
+    return launch_segs<F>(grp, segs, grp.n_seg, n_tiles, S, kc_max, nt, geo, ws, s);
   }
   // Too many partials for the workspace: rows in chunks, one launch each.
   int64_t chunk_tiles = 1;
@@ -178,7 +197,7 @@ Status launch_fmt(const MmfGroup& grp, const MmqSplitWs& ws, cudaStream_t s) {
       part.bias = sg.bias ? sg.bias + r : nullptr;
       part.n_out = std::min<int64_t>(TM * chunk_tiles, sg.n_out - r);
       part.tile0 = 0;
-      KILN_TRY(launch_segs<F>(grp, &part, 1, (part.n_out + TM - 1) / TM, S, kc_max, nt, ws, s));
+      KILN_TRY(launch_segs<F>(grp, &part, 1, (part.n_out + TM - 1) / TM, S, kc_max, nt, geo, ws, s));
     }
   }
   return Status::ok();
@@ -193,5 +212,9 @@ Status launch_mmf(const MmfGroup& grp, const MmqSplitWs& ws, cudaStream_t s) {
   }
   return make_error(ErrorCode::kUnsupported, "mmf: weight type %s", dtype_name(grp.type));
 }
+
+#ifndef KILN_CUDA_SM90A
+const void* mmf_wg_kernel(DType, int, int, int) { return nullptr; }  // the build has no sm_90a code
+#endif
 
 }  // namespace kiln::cuda

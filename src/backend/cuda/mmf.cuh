@@ -65,6 +65,8 @@ struct MmfQ4K {
   static __device__ __forceinline__ uint32_t block_off(int) { return 0; }
   // lane range t = elements 64t..64t+63 in order
   static __device__ __forceinline__ int x_off(int m) { return (m / 8) * 144 + 16 * (m % 8); }
+  // The lane range t and fragment f that hold the super-block's elements 4q..4q+3 (the wgmma activation layout)
+  static __device__ __forceinline__ void quad_ft(int q, int* f, int* t) { *t = q >> 4, *f = q & 15; }
   // What a lane keeps of one super-block for one of its rows: its 32 qs bytes, the two sub-blocks' (s, n).
   struct Row {
     uint32_t q[8];
@@ -139,6 +141,10 @@ struct MmfQ6K {
     const int h = m / 16, k = (m % 16) / 4, t = 2 * h + (m % 4) / 2;
     return t * 144 + 2 * (16 * k + 8 * (m % 2));
   }
+  // elements 4q..4q+3: h = q / 32, k = (q % 32) / 8, l = 4 (q % 8): t = 2h + l / 16, f = 4k + (l % 16) / 4
+  static __device__ __forceinline__ void quad_ft(int q, int* f, int* t) {
+    *t = 2 * (q >> 5) + ((q & 7) >> 2), *f = 4 * ((q & 31) >> 3) + (q & 3);
+  }
   struct Row {
     uint32_t a[4], b[4], c[4];  // ql at 64 h + l0, at 64 h + 32 + l0; qh at 32 h + l0 (l0 = 16 (t % 2))
     __half2 s[4];
@@ -199,13 +205,116 @@ constexpr int mmf_x_pitch(int kc) { return kc * 576 + (kc % 2 == 0 ? 64 : 0); }
 template <class F, int WARPS, int MT, int R>
 constexpr int mmf_ring_bytes() { return WARPS * R * MT * F::kUnitBytes; }
 
-template <class F, int WARPS, int MT, int NT, int R>
+// A launch geometry: warps per block, ring depth, 16-row tiles per warp (each activation fragment read from shared
+// memory feeds mt MMAs), and wg: the product runs on wgmma (sm_90a, below) instead of mma.sync. mmf.cu's
+// mmf_geo is the one table of them.
+struct MmfGeo {
+  int warps, ring, mt;
+  bool wg;
+};
+
+// The wgmma kernel of a type, tile (NT) and geometry (sm90a/mmf_wgmma.cu), or null when the build has none.
+const void* mmf_wg_kernel(DType t, int nt, int warps, int ring);
+
+// ---- wgmma (sm_90a) -------------------------------------------------------------------------------------------------
+// With wg, the 4 warps of a warpgroup take 4 consecutive tiles (64 rows) and multiply them together: one
+// wgmma.m64nNk16 (N = BN tokens) per fragment, A = the four warps' dequantized fragments from registers (wgmma's
+// register A fragment is mma.sync m16n8k16's, per warp), B = the activations read by the tensor cores from shared
+// memory. wgmma is asynchronous: the next fragment is dequantized while this one multiplies (what the mma.sync
+// loop could not overlap: its 64-token step waited on the dequantize -> MMA chain). A is double-buffered; a
+// fragment's registers are rewritten only after wgmma.wait_group 1 saw its wgmma done.
+// Activation layout (wgmma's K-major canonical layout without swizzle): per k-step ks (16 per super-block, 16 K
+// columns each) NT blocks of 256 bytes (token group n8 = 8 tokens), each two 128-byte core matrices (K columns
+// 0..7, 8..15: LBO 128, SBO 256), 8 token rows of 16 bytes. Column 2t + j (j < 2) of a core matrix kh holds
+// element 4f + 2kh + j of lane range t, as the A fragments do (quad_ft), so a core matrix row gathers four 4-byte
+// pairs, written by st.shared when the chunk is loaded (not cp.async: 16-byte copies would keep the file's order).
+constexpr int mmf_wg_x_bytes(int kc, int nt) { return kc * 8 * nt * 512; }
+__device__ __forceinline__ uint64_t mmf_wg_desc(uint32_t saddr) {
+  return static_cast<uint64_t>((saddr >> 4) & 0x3FFF) | (static_cast<uint64_t>(128 >> 4) << 16) |
+         (static_cast<uint64_t>(256 >> 4) << 32);  // no swizzle (bits 62-63 zero), base offset 0
+}
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KILN_MMF_WG 1
+constexpr bool kMmfWgHere = true;
+#else
+constexpr bool kMmfWgHere = false;
+#endif
+__device__ __forceinline__ void mmf_wg_fence() {
+#ifdef KILN_MMF_WG
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mmf_wg_commit() {
+#ifdef KILN_MMF_WG
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void mmf_wg_wait() {
+#ifdef KILN_MMF_WG
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// A register's value, read here: the epilogue works on copies, never on registers a wgmma may still own.
+__device__ __forceinline__ float mmf_reg_copy(float x) {
+  float y;
+  asm volatile("mov.b32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// Shared memory written by st.shared becomes visible to wgmma (the async proxy) after this fence and a barrier.
+__device__ __forceinline__ void mmf_wg_proxy_fence() {
+#ifdef KILN_MMF_WG
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+// d[nt][i] = (add ? d[nt][i] : 0) + A (this warp's 16 rows) x B (the descriptor's 16 x 8NT tile): the accumulator
+// layout of NT mma.sync m16n8 tiles (d[nt][i]: row g + 8 (i / 2), token 8 nt + 2t + i % 2). A tile's first wgmma
+// starts the sums (add 0): only wgmmas write the accumulators, so none is moved or zeroed between them.
+#define KILN_WG_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+template <int NT>
+__device__ __forceinline__ void mmf_wg_mma(float (&d)[NT][4], const uint32_t (&a)[4], uint64_t desc, int add) {
+#ifdef KILN_MMF_WG
+  if constexpr (NT == 8) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+        : KILN_WG_D4(0), KILN_WG_D4(1), KILN_WG_D4(2), KILN_WG_D4(3), KILN_WG_D4(4), KILN_WG_D4(5), KILN_WG_D4(6),
+          KILN_WG_D4(7)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(add));
+  } else if constexpr (NT == 4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15},"
+        " {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+        : KILN_WG_D4(0), KILN_WG_D4(1), KILN_WG_D4(2), KILN_WG_D4(3)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(add));
+  } else {
+    static_assert(NT == 2, "wgmma tiles of 16, 32 or 64 tokens");
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1,"
+        " 0;\n}\n"
+        : KILN_WG_D4(0), KILN_WG_D4(1)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(add));
+  }
+#endif
+}
+#undef KILN_WG_D4
+
+template <class F, int WARPS, int MT, int NT, int R, bool WG = false>
 __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (WG && !kMmfWgHere) {  // compiled for another target than sm_90a: never launched there
+    __trap();
+    return;
+  }
   constexpr int BN = 8 * NT, TM = 16 * MT, kUnit = MT * F::kUnitBytes;
   static_assert(R >= 3, "the ring keeps R - 1 units in flight and one being read");
+  static_assert(!WG || (MT == 1 && WARPS % 4 == 0 && NT >= 2), "wgmma: whole warpgroups of one 16-row tile each");
   extern __shared__ __align__(16) uint8_t mmf_smem[];
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  // warp through a shuffle: ptxas then knows it uniform across the warp, and so the wgmma loop's trip count
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = __shfl_sync(~0u, static_cast<int>(threadIdx.x) / 32, 0);
   const int g = lane >> 2, t = lane & 3;
   uint8_t* ring = mmf_smem + warp * R * kUnit;
   uint8_t* xs = mmf_smem + WARPS * R * kUnit;
@@ -215,7 +324,26 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
 
   // The activation chunk: tokens t0.., elements [256 sb0, 256 (sb0 + kc)), 16-byte copies (8 halves); token rows
   // past n_tok read token 0's (valid memory; their outputs are never stored).
-  {
+  if constexpr (WG) {  // wgmma's layout (above): each 16-byte read scatters as four 4-byte pairs
+    const int per_tok = kc * 32;
+    for (int i = static_cast<int>(threadIdx.x); i < BN * per_tok; i += 32 * WARPS) {
+      const int n = i / per_tok, c = i % per_tok;
+      const int64_t tok = t0 + n < a.n_tok ? t0 + n : 0;
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(a.x + tok * static_cast<int64_t>(a.x_stride) +
+                                                            static_cast<int64_t>(sb0) * 256 + 8 * c));
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      uint8_t* row = xs + (n / 8) * 256 + (n % 8) * 16;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {  // the chunk's quads 2m, 2m + 1 (m = c % 32)
+        int f = 0, tt = 0;
+        F::quad_ft(2 * (c % 32) + h, &f, &tt);
+        uint8_t* dst = row + ((c / 32) * 16 + f) * (NT * 256) + 4 * tt;
+        *reinterpret_cast<uint32_t*>(dst) = w[2 * h];
+        *reinterpret_cast<uint32_t*>(dst + 128) = w[2 * h + 1];
+      }
+    }
+    mmf_wg_proxy_fence();
+  } else {
     const int per_tok = kc * 32;
     for (int i = static_cast<int>(threadIdx.x); i < BN * per_tok; i += 32 * WARPS) {
       const int n = i / per_tok, c = i % per_tok;
@@ -227,11 +355,16 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
   }
 
   // This warp's units: tiles wid, wid + stride, ... each kc super-blocks long; int cursors (a 64-bit division by
-  // the runtime kc per unit cost more than the unit's dequantization).
-  const int wid = static_cast<int>(blockIdx.x) * WARPS + warp, wstride = static_cast<int>(gridDim.x) * WARPS;
+  // the runtime kc per unit cost more than the unit's dequantization). With wg a warpgroup takes groups of 4 tiles
+  // (warp w of the group: tile 4 group + w), every warp of it as many units; a tile past the last is zero-filled
+  // and never stored.
   const int n_tiles = static_cast<int>(a.n_tiles);
-  const int n_my = wid < n_tiles ? (n_tiles - 1 - wid) / wstride + 1 : 0;
-  const int n_units = n_my * kc;
+  constexpr int kTw = WG ? 4 : 1;  // tiles per work item
+  const int n_items = (n_tiles + kTw - 1) / kTw;
+  const int item0 = static_cast<int>(blockIdx.x) * (WARPS / kTw) + warp / kTw;
+  const int istride = static_cast<int>(gridDim.x) * (WARPS / kTw);
+  const int wid = kTw * item0 + warp % kTw, wstride = kTw * istride;
+  const int n_my = item0 < n_items ? (n_items - 1 - item0) / istride + 1 : 0;
   const auto seg_of = [&](int tile) {
     int s = 0;
 #pragma unroll
@@ -282,6 +415,7 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
   mmq_cp_wait_group<R - 2>();  // the activations and unit 0
   __syncthreads();
 
+  uint32_t wa[2][4];  // wg: the A fragments, double-buffered
   float acc[MT][NT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -291,46 +425,74 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) xb[nt] = mmf_saddr(xs) + (8 * nt + g) * a.x_pitch + t * 144;
   const uint32_t ring_s = mmf_saddr(ring) + g * F::kRowBytes;  // this lane's row g of slot 0
-  int c_tile = 0, c_sb = 0, c_slot = 0;  // the unit computed
-  for (int u = 0; u < n_units; ++u) {
-    if (u > 0) {
-      mmq_cp_wait_group<R - 2>();
-      __syncwarp();  // every lane's copies of unit u landed; every lane is done with unit u - 1's slot
-    }
-    issue();
-    const uint32_t unit = ring_s + c_slot * kUnit, o = F::block_off(sb0 + c_sb);
-    if (++c_slot == R) c_slot = 0;
-    typename F::Row ra[MT], rb[MT];
+  int c_tile = 0, c_slot = 0;  // the unit computed (its super-block: c_sb below)
+  for (int it = 0; it < n_my; ++it) {
+    // one tile: kc units; the wgmmas of a tile stay in flight across its units, the epilogue waits for them
+    for (int c_sb = 0; c_sb < kc; ++c_sb) {
+      if (it > 0 || c_sb > 0) {
+        mmq_cp_wait_group<R - 2>();
+        __syncwarp();  // every lane's copies of this unit landed; every lane is done with the last unit's slot
+      }
+      issue();
+      const uint32_t unit = ring_s + c_slot * kUnit, o = F::block_off(sb0 + c_sb);
+      if (++c_slot == R) c_slot = 0;
+      typename F::Row ra[MT], rb[MT];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      F::load(unit + 16 * mt * F::kRowBytes, o, t, &ra[mt]);
-      F::load(unit + (16 * mt + 8) * F::kRowBytes, o, t, &rb[mt]);
-    }
-    const uint32_t xo = c_sb * 576;
+      for (int mt = 0; mt < MT; ++mt) {
+        F::load(unit + 16 * mt * F::kRowBytes, o, t, &ra[mt]);
+        F::load(unit + (16 * mt + 8) * F::kRowBytes, o, t, &rb[mt]);
+      }
+      if constexpr (WG) {
+        const uint64_t desc = mmf_wg_desc(mmf_saddr(xs) + c_sb * 16 * (NT * 256));
 #pragma unroll
-    for (int fp = 0; fp < 8; ++fp) {
-      uint4 bx[NT];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) bx[nt] = mmf_lds128(xb[nt] + xo + 16 * fp);
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          uint32_t A[4];
-          F::frag(ra[mt], 2 * fp + h, &A[0], &A[2]);
-          F::frag(rb[mt], 2 * fp + h, &A[1], &A[3]);
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const uint32_t B[2] = {h ? bx[nt].z : bx[nt].x, h ? bx[nt].w : bx[nt].y};
-            mma_f_k16<false>(acc[mt][nt], A, B);
-          }
+        for (int f = 0; f < 16; ++f) {
+          uint32_t(&A)[4] = wa[f & 1];  // wgmma f - 2, its last reader, is done (wait_group 1 after f - 1)
+          F::frag(ra[0], f, &A[0], &A[2]);
+          F::frag(rb[0], f, &A[1], &A[3]);
+          mmf_wg_fence();
+          mmf_wg_mma<NT>(acc[0], A, desc + static_cast<uint64_t>((f * NT * 256) >> 4), f > 0 || c_sb > 0);
+          mmf_wg_commit();
+          mmf_wg_wait<1>();
         }
+      }
+      const uint32_t xo = c_sb * 576;
+#pragma unroll
+      for (int fp = 0; fp < (WG ? 0 : 8); ++fp) {
+        uint4 bx[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) bx[nt] = mmf_lds128(xb[nt] + xo + 16 * fp);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            uint32_t A[4];
+            F::frag(ra[mt], 2 * fp + h, &A[0], &A[2]);
+            F::frag(rb[mt], 2 * fp + h, &A[1], &A[3]);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              const uint32_t B[2] = {h ? bx[nt].z : bx[nt].x, h ? bx[nt].w : bx[nt].y};
+              mma_f_k16<false>(acc[mt][nt], A, B);
+            }
+          }
+      }
     }
-    if (++c_sb < kc) continue;
-    c_sb = 0;
 
-    // The tile's K range is done: store (S = 1) or hand in the partial.
+    // The tile's K range is done: store (S = 1) or hand in the partial. The sums leave the accumulators first
+    // (with wg: after wait_group 0, in code every lane runs, so no wgmma register is touched on a divergent path,
+    // which would make ptxas serialize the wgmmas).
+    if constexpr (WG) mmf_wg_wait<0>();
+    float res[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          res[mt][nt][i] = WG ? mmf_reg_copy(acc[mt][nt][i]) : acc[mt][nt][i];
+          if constexpr (!WG) acc[mt][nt][i] = 0.0f;
+        }
     const int tile = wid + c_tile++ * wstride;
+    if (WG && tile >= n_tiles) continue;  // a warpgroup's padding tile (zero rows)
     const MmfSeg& sg = a.seg[seg_of(tile)];
     const int64_t r0 = static_cast<int64_t>(tile - static_cast<int>(sg.tile0)) * TM;
     bool last = S == 1;
@@ -342,7 +504,7 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
-          __stcg(mine + (mt * NT + nt) * 32, make_float4(acc[mt][nt][0], acc[mt][nt][1], acc[mt][nt][2], acc[mt][nt][3]));
+          __stcg(mine + (mt * NT + nt) * 32, make_float4(res[mt][nt][0], res[mt][nt][1], res[mt][nt][2], res[mt][nt][3]));
       __threadfence();
       __syncwarp();
       unsigned old = 0;
@@ -355,14 +517,14 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
+          for (int nt = 0; nt < NT; ++nt) res[mt][nt][0] = res[mt][nt][1] = res[mt][nt][2] = res[mt][nt][3] = 0.0f;
         for (int s = 0; s < S; ++s) {
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
               const float4 v = __ldcg(all + s * (kPart / 4) + (mt * NT + nt) * 32);
-              acc[mt][nt][0] += v.x, acc[mt][nt][1] += v.y, acc[mt][nt][2] += v.z, acc[mt][nt][3] += v.w;
+              res[mt][nt][0] += v.x, res[mt][nt][1] += v.y, res[mt][nt][2] += v.z, res[mt][nt][3] += v.w;
             }
         }
         if (lane == 0) a.sem[slot] = 0;
@@ -378,14 +540,10 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
             const int64_t row = r0 + 16 * mt + g + 8 * (i >> 1), tok = t0 + nt * 8 + 2 * t + (i & 1);
             if (row < sg.n_out && tok < a.n_tok) {
               float* y = sg.y + tok * static_cast<int64_t>(sg.y_stride) + row;
-              *y = (a.accumulate ? *y : 0.0f) + acc[mt][nt][i] + (sg.bias ? sg.bias[row] : 0.0f);
+              *y = (a.accumulate ? *y : 0.0f) + res[mt][nt][i] + (sg.bias ? sg.bias[row] : 0.0f);
             }
           }
     }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
   }
   mmq_cp_wait_group<0>();
 #endif

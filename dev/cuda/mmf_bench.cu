@@ -60,10 +60,10 @@ bool launch_geo(const MmfArgs& a, int gx, int nt, cudaStream_t s) {
   }
 }
 
-// The wgmma geometries (sm_90a builds on 9.0 devices: src/backend/cuda/sm90a/mmf_wgmma.cu), 16- to 64-token tiles.
+// The wgmma geometries (sm_90a builds on 9.0 devices: src/backend/cuda/sm90a/mmf_wgmma.cu), 8- to 64-token tiles.
 template <class F, int WARPS, int R>
 bool launch_wg(const MmfArgs& a, int gx, int nt, cudaStream_t s) {
-  const void* k = nt >= 2 ? cuda::mmf_wg_kernel(F::kType, nt, WARPS, R) : nullptr;
+  const void* k = cuda::mmf_wg_kernel(F::kType, nt, WARPS, R);
   const int smem = WARPS * R * F::kUnitBytes + cuda::mmf_wg_x_bytes(a.kc_max, nt);
   if (k == nullptr || smem > kSmemMax) return false;
   static const void* attr[9] = {};  // once per instance: a per-launch attribute call would time the host

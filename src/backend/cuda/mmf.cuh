@@ -289,8 +289,14 @@ __device__ __forceinline__ void mmf_wg_mma(float (&d)[NT][4], const uint32_t (&a
         " {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
         : KILN_WG_D4(0), KILN_WG_D4(1), KILN_WG_D4(2), KILN_WG_D4(3)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(add));
+  } else if constexpr (NT == 1) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
+        : KILN_WG_D4(0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(add));
   } else {
-    static_assert(NT == 2, "wgmma tiles of 16, 32 or 64 tokens");
+    static_assert(NT == 2, "wgmma tiles of 8, 16, 32 or 64 tokens");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1,"
@@ -311,7 +317,7 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
   }
   constexpr int BN = 8 * NT, TM = 16 * MT, kUnit = MT * F::kUnitBytes;
   static_assert(R >= 3, "the ring keeps R - 1 units in flight and one being read");
-  static_assert(!WG || (MT == 1 && WARPS % 4 == 0 && NT >= 2), "wgmma: whole warpgroups of one 16-row tile each");
+  static_assert(!WG || (MT == 1 && WARPS % 4 == 0), "wgmma: whole warpgroups of one 16-row tile each");
   extern __shared__ __align__(16) uint8_t mmf_smem[];
   // warp through a shuffle: ptxas then knows it uniform across the warp, and so the wgmma loop's trip count
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = __shfl_sync(~0u, static_cast<int>(threadIdx.x) / 32, 0);

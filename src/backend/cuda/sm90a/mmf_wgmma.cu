@@ -14,6 +14,7 @@ const void* pick(int warps, int ring) {
 template <class F>
 const void* pick_nt(int nt, int warps, int ring) {
   switch (nt) {
+    case 1: return pick<F, 1>(warps, ring);
     case 2: return pick<F, 2>(warps, ring);
     case 4: return pick<F, 4>(warps, ring);
     case 8: return pick<F, 8>(warps, ring);

@@ -22,7 +22,6 @@ declare -A allowed=(
   [server]="server runtime tokenizer template grammar util"
   [cli]="cli server runtime model backend tokenizer template grammar gguf quant util"
 )
-layers=$(printf '%s\n' "${!allowed[@]}")
 bad=0
 for layer in */; do
   layer=${layer%/}
@@ -32,9 +31,10 @@ for layer in */; do
     continue
   fi
   while IFS=: read -r file line inc; do
-    target=$(sed -E 's/.*#include "([a-z_]+)\/.*/\1/' <<<"$inc")
-    grep -qx "$target" <<<"$layers" || continue          # not a kiln layer (e.g. "common/...")
-    if ! grep -qw "$target" <<<"${allowed[$layer]}"; then
+    [[ $inc =~ \#include\ \"([a-z_]+)/ ]] || continue
+    target=${BASH_REMATCH[1]}
+    [ -n "${allowed[$target]+x}" ] || continue           # not a kiln layer (e.g. "common/...")
+    if [[ " ${allowed[$layer]} " != *" $target "* ]]; then
       echo "src/$file:$line: $layer includes $target (allowed: ${allowed[$layer]}): $inc"
       bad=1
     fi
@@ -43,7 +43,8 @@ for layer in */; do
 done
 # Sub-folders: their headers are theirs alone.
 while IFS=: read -r file line inc; do
-  target=$(sed -E 's/.*#include "([a-z_]+\/[a-z_]+)\/.*/\1/' <<<"$inc")
+  [[ $inc =~ \#include\ \"([a-z_]+/[a-z_]+)/ ]] || continue
+  target=${BASH_REMATCH[1]}
   [ -d "$target" ] || continue                          # "layer/file.h": no sub-folder
   case "$file" in
     "$target"/*) ;;                                     # inside the sub-folder itself

@@ -2,7 +2,7 @@
 // loop, and streaming its reply to the terminal.
 //   ChatTemplateArgs  --chat-template NAME|plain|JINJA, --chat-template-file FILE, --chat-template-kwargs JSON,
 //                     turned into runtime's ChatPromptOptions (checked before the model loads); --reasoning-budget N
-//                     (runtime/reasoning.h: -1 unlimited, 0 no thinking).
+//                     (runtime/reasoning.h: -1 unlimited, 0 no thinking) and --reasoning-budget-message MSG.
 //   stream_request    submits one request to the Scheduler (runtime/scheduler.h) and hands its token events to a
 //                     callback as they come; the stop strings (a template's, plain text's) are the scheduler's.
 //   ReplyPrinter      content to stdout (plain text: from the first visible character), reasoning to stderr through
@@ -34,6 +34,7 @@ namespace kiln::cli {
 struct ChatTemplateArgs {
   std::string name, file, kwargs;
   int reasoning_budget = -1;  // tokens of a reply's thinking block before its close is forced; -1: unlimited
+  std::string reasoning_budget_message;  // text forced before the close (the model reads why it stopped)
 };
 
 inline void add_chat_template_options(ArgParser& args, ChatTemplateArgs* a) {
@@ -47,6 +48,9 @@ inline void add_chat_template_options(ArgParser& args, ChatTemplateArgs* a) {
   args.option({"--reasoning-budget"}, &a->reasoning_budget, "N",
               "tokens a reply may think (<think>...</think>) before the block is closed for it: -1 unlimited "
               "(default), 0 no thinking (templates with enable_thinking render it false)");
+  args.option({"--reasoning-budget-message"}, &a->reasoning_budget_message, "MSG",
+              "text written for the model before the close when the reasoning budget closes its thinking block, "
+              "e.g. \" Time is up, I answer now.\"");
 }
 
 // The options ChatPrompt::create takes, read and checked (the file read, kwargs parsed, the template parsed):
@@ -90,7 +94,8 @@ inline Result<ChatPromptOptions> chat_prompt_options(const ChatTemplateArgs& a) 
 // One reply's reasoning budget (run, chat): none with an output grammar (it writes no thinking block).
 inline ReasoningBudget reply_reasoning(const ChatTemplateArgs& a, const ChatPrompt& chat, const std::string& rendered,
                                        bool constrained) {
-  return constrained ? ReasoningBudget{} : reasoning_budget_for(chat, a.reasoning_budget, rendered);
+  return constrained ? ReasoningBudget{}
+                     : reasoning_budget_for(chat, a.reasoning_budget, rendered, a.reasoning_budget_message);
 }
 // Budget 0 renders templates with an enable_thinking variable with it false (unless --chat-template-kwargs sets it).
 inline nlohmann::ordered_json reasoning_kwargs(const ChatTemplateArgs& a, const ChatPrompt& chat) {

@@ -99,7 +99,7 @@ Status check_run_args(const ArgParser& args, RunArgs& r) {
   if (r.have_p + r.have_f + r.have_tokens > 1)
     return make_error(ErrorCode::kInvalidArgument, "pass only one of -p, -f and --tokens");
   for (const char* f : {"-sys", "--chat-template", "--chat-template-file", "--chat-template-kwargs",
-                        "--reasoning-budget"})
+                        "--reasoning-budget", "--reasoning-budget-message"})
     if (args.seen(f)) r.chat = true;  // the chat options imply --chat
   if (r.chat && r.have_tokens)
     return make_error(ErrorCode::kInvalidArgument, "--chat renders text: pass -p TEXT or -f FILE, not --tokens");

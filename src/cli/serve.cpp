@@ -113,6 +113,7 @@ int serve_main(int argc, char** argv) {
     if (!o) return fail("serve", o.status());
     sc.chat = std::move(o).value();
     sc.reasoning_budget = tpl_args.reasoning_budget;
+    sc.reasoning_budget_message = tpl_args.reasoning_budget_message;
     sc.chat.model_name = src.path.empty() ? kEmbeddedModelName : src.path;
   }
   if (Status st = check_sampling_options(sc.sampling); !st) return fail("serve", st);

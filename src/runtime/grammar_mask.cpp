@@ -49,7 +49,9 @@ class GrammarMask final : public TokenMaskProvider {
 class LazyGrammarMask final : public TokenMaskProvider {
  public:
   LazyGrammarMask(std::shared_ptr<const grammar::CompiledGrammar> g, GrammarTriggers t)
-      : inner_(std::move(g)), scanner_(std::move(t)) {}
+      : inner_(std::move(g)), scanner_(std::move(t)) {
+    if (scanner_.prefix()) engaged_ = inner_.accept_text(*scanner_.prefix());
+  }
 
   bool restricts() const override { return engaged_; }
   bool allowed(std::span<uint64_t> mask) override { return engaged_ && inner_.allowed(mask); }
@@ -57,13 +59,24 @@ class LazyGrammarMask final : public TokenMaskProvider {
   void accept(int32_t token) override {
     if (engaged_) return inner_.accept(token);
     if (scanner_.done() || token < 0 || token >= inner_.vocab().size()) return;
-    if (std::optional<std::string> text = scanner_.feed(inner_.vocab().token(token)))
-      engaged_ = inner_.accept_text(*text);
+    feed(inner_.vocab().token(token));
+  }
+
+  // A token of the thinking block is not scanned; the output starts over after it (an at_start call may follow the
+  // block). Text before the block opens is scanned as any (it is whitespace, or may still be the opening marker).
+  void accept_in_block(int32_t token, std::string_view text, size_t n_block) override {
+    if (engaged_ || n_block == 0) return accept(token);
+    scanner_.restart();
+    if (n_block < text.size()) feed(text.substr(n_block));
   }
 
   bool finished() const override { return engaged_ && inner_.finished(); }
 
  private:
+  void feed(std::string_view bytes) {
+    if (std::optional<std::string> text = scanner_.feed(bytes)) engaged_ = inner_.accept_text(*text);
+  }
+
   GrammarMask inner_;
   TriggerScanner scanner_;
   bool engaged_ = false;
@@ -76,6 +89,41 @@ bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; 
 TriggerScanner::TriggerScanner(GrammarTriggers t) : t_(std::move(t)) {
   std::erase_if(t_.words, [](const std::string& w) { return w.empty(); });
   for (const std::string& w : t_.words) keep_ = std::max(keep_, w.size() - 1);
+  dead_ = t_.words.empty();
+  if (!dead_ && !t_.prefix.empty()) start_from_prefix();
+  t_.prefix.clear();
+}
+
+// A word ending at the prefix's end fires (the longest); one wholly before it does not: the tail kept is shorter
+// than any word (at_start: the prefix must be whitespace, the lead and a word or its start, and nothing after).
+void TriggerScanner::start_from_prefix() {
+  const std::string& p = t_.prefix;
+  if (t_.at_start) {
+    tail_ = p;
+    std::optional<std::string> out = match_at_start();
+    if (!out) return;
+    if (std::find(t_.words.begin(), t_.words.end(), *out) != t_.words.end()) {
+      prefix_fired_ = std::move(out);
+    } else {  // a whole call (or more) after the word: the output is past its start
+      fired_ = false;
+      dead_ = true;
+    }
+    return;
+  }
+  for (const std::string& w : t_.words)
+    if (p.ends_with(w) && (!prefix_fired_ || w.size() > prefix_fired_->size())) prefix_fired_ = w;
+  if (prefix_fired_) {
+    fired_ = true;
+    return;
+  }
+  tail_ = p.substr(p.size() - std::min(p.size(), keep_));
+  for (const std::string& w : t_.words)  // a shorter word wholly in the tail is before the end: not again
+    for (size_t at = tail_.find(w); at != std::string::npos; at = tail_.find(w)) tail_.erase(0, at + 1);
+}
+
+void TriggerScanner::restart() {
+  if (fired_) return;
+  tail_.clear();
   dead_ = t_.words.empty();
 }
 

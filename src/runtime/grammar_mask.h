@@ -15,7 +15,8 @@
 //
 // Lazy grammars (llama.cpp's grammar_lazy; tool_choice "auto"): the output is free until a trigger text appears in
 // it (TriggerScanner, across token boundaries); the grammar then constrains the rest, fed first with the output from
-// the trigger's first byte on, so the constrained part continues the trigger.
+// the trigger's first byte on, so the constrained part continues the trigger. A trigger may begin in the text the
+// output continues (the prompt's end: an assistant prefill); text of the reply's thinking block is not scanned.
 //
 // This header names no model or backend type (the server includes it).
 #pragma once
@@ -55,24 +56,37 @@ struct GrammarTriggers {
   // bare JSON call, which may follow <|python_tag|>).
   bool at_start = false;
   std::string lead;
+  // The text the output continues (the end of the prompt: the generation prompt and an assistant prefill; at_start:
+  // the prefill only, the start of the output). A word that ends at its end, or begins in it and ends in the output,
+  // fires; one that ends before its end (an earlier, complete tool call) does not.
+  std::string prefix{};
 };
 
 // Finds the first trigger word in output text fed piece by piece (a word may be split over several pieces). Keeps
 // the last (longest word - 1) bytes only; at_start keeps the output while it may still open with a word.
 class TriggerScanner {
  public:
+  // Starts from t.prefix: prefix() says whether a word ends at its end.
   explicit TriggerScanner(GrammarTriggers t);
+  // The prefix's word, when one ends at the prefix's end: that word (the text the grammar is fed; the scanner is
+  // done). Else nullopt, and the prefix's last (longest word - 1) bytes, or at_start the whole of it, are kept.
+  const std::optional<std::string>& prefix() const { return prefix_fired_; }
   // Feeds the next bytes of the output. When a word appears: the output from its first byte to the end of `bytes`
   // (the text the grammar is fed), and the scanner is done (later feeds return nullopt). Before: nullopt.
   std::optional<std::string> feed(std::string_view bytes);
+  // The output starts over here (after a thinking block): the text kept so far is dropped, and at_start may fire
+  // again. A scanner that fired stays done.
+  void restart();
   bool fired() const { return fired_; }
   // No word can appear any more (at_start: the output opened with something else; or it fired).
   bool done() const { return fired_ || dead_; }
 
  private:
   std::optional<std::string> match_at_start();
+  void start_from_prefix();
 
   GrammarTriggers t_;
+  std::optional<std::string> prefix_fired_;
   size_t keep_ = 0;   // the longest word's length - 1
   std::string tail_;  // the output's last bytes that may start a word (at_start: the whole output so far)
   bool fired_ = false, dead_ = false;
@@ -81,7 +95,10 @@ class TriggerScanner {
 // The hooks of a sequence whose output is free until one of `triggers` appears, then constrained by `g` (a fresh
 // scanner and Matcher per sequence). Free, the mask restricts nothing (a greedy sequence keeps the device argmax).
 // The trigger text with what followed it in the same token is fed to the grammar; when the grammar refuses that
-// text the output stays free to its end (as without the grammar: the reply parser reads what it can).
+// text the output stays free to its end (as without the grammar: the reply parser reads what it can). A trigger
+// that ends at the prefix's end engages the grammar before the first token. Text inside the reply's thinking block
+// (TokenMaskProvider::accept_in_block) is not scanned: a model that thinks about a call is not constrained there,
+// and scanning starts over after the block.
 SequenceHooksFactory lazy_grammar_hooks(std::shared_ptr<const grammar::CompiledGrammar> g, GrammarTriggers triggers);
 
 class GrammarCache {

@@ -18,10 +18,12 @@
 //               processor).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace kiln {
@@ -44,6 +46,12 @@ class LogitsProcessor {
 //   accept(token)    update(), after the token is chosen (EOG tokens included), before the stop checks: the provider
 //                    advances its state. Prompt tokens are never passed; a preempted sequence is recomputed without
 //                    calls (its state is that of the tokens it has generated).
+//   accept_in_block(token, text, n_block)
+//                    update(), in place of accept(token), while the sequence tracks a thinking block
+//                    (runtime/reasoning.h; GenRequest::reasoning), from the reply's first token to the one that ends
+//                    the block (EOG tokens excepted): `text` is the token's bytes (special tokens rendered), of which
+//                    the first n_block are the block's (ReasoningTracker::accept). The default is accept(token); a
+//                    lazy grammar scans only the text outside the block for its trigger.
 //   finished()       update(), after accept(): true when nothing but an end of generation may follow (a grammar that
 //                    is complete and cannot go on). The sequence then ends there, as at an EOG token ("stop"),
 //                    without a step for the EOG token, and also with ignore_eos.
@@ -53,6 +61,7 @@ class TokenMaskProvider {
   virtual bool restricts() const = 0;
   virtual bool allowed(std::span<uint64_t> mask) = 0;
   virtual void accept(int32_t token) = 0;
+  virtual void accept_in_block(int32_t token, std::string_view /*text*/, size_t /*n_block*/) { accept(token); }
   virtual bool finished() const { return false; }
 };
 

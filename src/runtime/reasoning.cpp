@@ -44,18 +44,20 @@ void ReasoningTracker::start_forcing() {
   tail_.clear();
 }
 
-// Appends a token's bytes of the block; true when they complete the closing marker (the block is then over).
-bool ReasoningTracker::scan_inside(std::string_view bytes) {
+// Appends a token's bytes of the block. When they complete the closing marker (the block is then over): the offset
+// in `bytes` just past it; else npos.
+size_t ReasoningTracker::scan_inside(std::string_view bytes) {
+  const size_t before = tail_.size();  // the marker's start may be in these earlier bytes
   tail_.append(bytes);
   utf8_need_ = utf8_need_after(utf8_need_, bytes);
-  if (tail_.find(b_.end) != std::string::npos) {
+  if (const size_t at = tail_.find(b_.end); at != std::string::npos) {
     state_ = State::kDone;
     tail_.clear();
-    return true;
+    return at + b_.end.size() - before;  // > 0: the marker was not complete before these bytes
   }
   const size_t keep = b_.end.size() - 1;  // a marker split across tokens: its start stays for the next token
   if (tail_.size() > keep) tail_.erase(0, tail_.size() - keep);
-  return false;
+  return std::string::npos;
 }
 
 void ReasoningTracker::check_budget() {
@@ -64,42 +66,44 @@ void ReasoningTracker::check_budget() {
   start_forcing();
 }
 
-void ReasoningTracker::accept(int32_t /*id*/, std::string_view bytes) {
+size_t ReasoningTracker::accept(int32_t /*id*/, std::string_view bytes) {
   switch (state_) {
-    case State::kDone: return;
+    case State::kDone: return 0;
     case State::kForcing:
       ++n_close_;
       if (++pos_ >= b_.close.size()) state_ = State::kDone;
-      return;
+      return bytes.size();
     case State::kStart: {
       ++n_start_;
       tail_.append(bytes);
       const size_t ws = tail_.find_first_not_of(kSpace);
-      if (ws == std::string::npos) return;  // only whitespace so far
+      if (ws == std::string::npos) return 0;  // only whitespace so far
       const std::string_view t = std::string_view(tail_).substr(ws);
       if (t.size() >= b_.begin.size() && t.compare(0, b_.begin.size(), b_.begin) == 0) {
         opened_ = true;
         state_ = State::kInside;
-        const std::string rest(t.substr(b_.begin.size()));  // this token's bytes after the marker
+        const std::string rest(t.substr(b_.begin.size()));  // this token's bytes after the marker (a suffix)
         tail_.clear();
-        if (scan_inside(rest)) return;  // opened and closed by one token
+        if (const size_t end = scan_inside(rest); end != std::string::npos)  // opened and closed by one token
+          return bytes.size() - rest.size() + end;
         check_budget();
-        return;
+        return bytes.size();
       }
-      if (b_.begin.compare(0, t.size(), t) == 0) return;  // may still become the marker
+      if (b_.begin.compare(0, t.size(), t) == 0) return 0;  // may still become the marker
       state_ = State::kDone;  // other text first: the reply has no thinking block
       tail_.clear();
-      return;
+      return 0;
     }
     case State::kInside:
-      if (scan_inside(bytes)) {
+      if (const size_t end = scan_inside(bytes); end != std::string::npos) {
         ++n_close_;
-        return;
+        return end;
       }
       ++n_inside_;
       check_budget();
-      return;
+      return bytes.size();
   }
+  return 0;
 }
 
 std::optional<int32_t> reasoning_effort_budget(std::string_view effort) {
@@ -111,13 +115,16 @@ std::optional<int32_t> reasoning_effort_budget(std::string_view effort) {
   return std::nullopt;
 }
 
-ReasoningBudget reasoning_budget_for(const ChatPrompt& chat, int32_t budget, const std::string& rendered_prompt) {
+ReasoningBudget reasoning_budget_for(const ChatPrompt& chat, int32_t budget, const std::string& rendered_prompt,
+                                     const std::string& message) {
   ReasoningBudget b;
   if (!chat.has_reasoning() || chat.reasoning_close().empty()) return b;
   b.budget = budget;
   b.begin = chat.reply_options().think_begin;
   b.end = chat.reply_options().think_end;
-  b.close = chat.tokenize(chat.reasoning_close(), /*add_bos=*/false);
+  if (!message.empty()) b.close = chat.tokenize(message, /*add_bos=*/false);
+  const std::vector<int32_t> close = chat.tokenize(chat.reasoning_close(), /*add_bos=*/false);
+  b.close.insert(b.close.end(), close.begin(), close.end());
   b.opened = chat.prompt_opens_reasoning(rendered_prompt);
   return b;
 }

@@ -8,9 +8,9 @@
 //             the reply has no thinking block (kDone)
 //   kInside   counting: each token after the one that opened the block is one of the budget; the model's own
 //             closing marker ends the block (kDone)
-//   kForcing  the budget is spent: forced() names the next token of the close text (the closing marker with the
-//             whitespace the template writes around it, ReasoningBudget::close), which the sequence emits instead
-//             of sampling (so no logits row is needed for it), until the close text is out (kDone)
+//   kForcing  the budget is spent: forced() names the next token of the forced text (ReasoningBudget::close: the
+//             budget message, if any, then the closing marker with the whitespace the template writes around it),
+//             which the sequence emits instead of sampling (so no logits row is needed for it), until it is out (kDone)
 // A budget reached inside a UTF-8 character (byte tokens) waits for the character's last byte (at most 3 more
 // tokens), so the reasoning stays valid UTF-8. The prompt may open the block itself (DeepSeek-R1, Qwen3's
 // "<think>\n"): the tracker then starts inside.
@@ -34,7 +34,9 @@ class ChatPrompt;
 struct ReasoningBudget {
   int32_t budget = -1;          // tokens inside the block before the close is forced; -1: unlimited
   std::string begin, end;       // the markers; an empty `end`: no tracking (the reply has no thinking block)
-  std::vector<int32_t> close;   // the close text's tokens (forced in order once the budget is spent)
+  // The forced text's tokens, in order once the budget is spent: the budget message's (--reasoning-budget-message,
+  // tokenized on its own), then the close text's.
+  std::vector<int32_t> close;
   bool opened = false;          // the prompt opened the block: the reply starts inside it
   bool enabled() const { return !end.empty(); }
 };
@@ -48,8 +50,11 @@ class ReasoningTracker {
 
   // The token the next step must emit (-1: sample as usual).
   int32_t forced() const { return state_ == State::kForcing ? b_.close[pos_] : -1; }
-  // A generated token (forced or sampled) and its bytes.
-  void accept(int32_t id, std::string_view bytes);
+  // A generated token (forced or sampled) and its bytes. Returns how many of its leading bytes are the block's
+  // (its markers included): all of them inside the block and while forcing, those up to the closing marker's end
+  // for the token that closes it, 0 before the block opens (whitespace, or text that may still become the opening
+  // marker), once it is over and when the reply has none.
+  size_t accept(int32_t id, std::string_view bytes);
   State state() const { return state_; }
   // Generated tokens of the thinking block, both markers included (forced ones too); 0 when the reply has none.
   int32_t n_reasoning() const { return opened_ ? n_start_ + n_inside_ + n_close_ : 0; }
@@ -58,7 +63,7 @@ class ReasoningTracker {
 
  private:
   void start_forcing();
-  bool scan_inside(std::string_view bytes);
+  size_t scan_inside(std::string_view bytes);
   void check_budget();
 
   ReasoningBudget b_;
@@ -77,9 +82,11 @@ class ReasoningTracker {
 // (unlimited); nullopt for any other value.
 std::optional<int32_t> reasoning_effort_budget(std::string_view effort);
 
-// The budget of one reply to `rendered_prompt` with `chat`: its markers, its close text tokenized, whether the prompt
-// opened the block. Disabled (enabled() false) when the template writes no reasoning markers.
-ReasoningBudget reasoning_budget_for(const ChatPrompt& chat, int32_t budget, const std::string& rendered_prompt);
+// The budget of one reply to `rendered_prompt` with `chat`: its markers, the forced text tokenized (`message`, then
+// the close text), whether the prompt opened the block. Disabled (enabled() false) when the template writes no
+// reasoning markers.
+ReasoningBudget reasoning_budget_for(const ChatPrompt& chat, int32_t budget, const std::string& rendered_prompt,
+                                     const std::string& message = "");
 
 // Budget 0 and a template with an `enable_thinking` variable (Qwen3 and its kin) that the request's own kwargs leave
 // unset: `kwargs` (null or an object) gets enable_thinking = false, so the template renders the block closed.

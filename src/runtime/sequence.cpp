@@ -168,15 +168,22 @@ Sequence::Step Sequence::on_token(int32_t t) {
     return s;
   }
   if (const int32_t f = reasoning_.forced(); f >= 0) t = f;  // the device's argmax gives way to a forced token
-  if (hooks_.mask) hooks_.mask->accept(t);
-  if (!opts_.ignore_eos && tok_.is_eog(t)) {
+  const bool eog = !opts_.ignore_eos && tok_.is_eog(t);
+  if (!eog && reasoning_.state() != ReasoningTracker::State::kDone) {
+    // The tracker reads the token first: the mask learns which of its bytes are the thinking block's.
+    const std::string piece = tok_.token_to_piece(t, true);
+    const size_t n_block = reasoning_.accept(t, piece);
+    if (hooks_.mask) hooks_.mask->accept_in_block(t, piece, n_block);
+  } else if (hooks_.mask) {
+    hooks_.mask->accept(t);
+  }
+  if (eog) {
     s.stop = stop_ = StopReason::kEog;
     return s;
   }
   s.token = t;
   s.piece = decoder_.push(t);
   ++n_generated_;
-  if (reasoning_.state() != ReasoningTracker::State::kDone) reasoning_.accept(t, tok_.token_to_piece(t, true));
   if (hooks_.mask && hooks_.mask->finished()) {  // e.g. a grammar that accepted and allows nothing more
     s.stop = stop_ = StopReason::kEog;
     return s;

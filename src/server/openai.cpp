@@ -96,7 +96,8 @@ std::optional<ApiError> check_known(const json& b, bool chat) {
     return unsupported("suffix", "'suffix' is not supported");
   // vLLM's constraint field kiln does not have (llama-server's samplers: sampling_fields.h).
   if (!chat)
-    for (const char* k : {"reasoning_effort", "reasoning_budget_tokens", "thinking_budget_tokens"})
+    for (const char* k : {"reasoning_effort", "reasoning_budget_tokens", "thinking_budget_tokens",
+                          "reasoning_budget_message"})
       if (present(b, k))
         return unsupported(k, std::string("'") + k + "' is a chat completions parameter (a thinking block is the "
                                                       "chat template's)");
@@ -476,9 +477,19 @@ std::optional<ApiError> tool_choice_grammar(const ChatPrompt& chat, const ToolRe
 }
 
 // The reply's reasoning budget (runtime/reasoning.h): reasoning_budget_tokens or thinking_budget_tokens (an int
-// >= -1; both only when equal), else reasoning_effort's level, else the server's --reasoning-budget.
-std::optional<ApiError> parse_reasoning_budget(const json& b, const ParseContext& ctx, int32_t* out) {
+// >= -1; both only when equal), else reasoning_effort's level, else the server's --reasoning-budget. *message:
+// reasoning_budget_message (a string), else --reasoning-budget-message.
+std::optional<ApiError> parse_reasoning_budget(const json& b, const ParseContext& ctx, int32_t* out,
+                                               std::string* message) {
   *out = ctx.reasoning_budget;
+  *message = ctx.reasoning_budget_message;
+  if (present(b, "reasoning_budget_message")) {
+    const json& m = b["reasoning_budget_message"];
+    if (!m.is_string())
+      return bad("reasoning_budget_message",
+                 std::string("'reasoning_budget_message' must be a string, not ") + type_name(m), "invalid_type");
+    *message = m.get<std::string>();
+  }
   if (present(b, "reasoning_effort")) {
     const std::string effort = b["reasoning_effort"].get<std::string>();
     const std::optional<int32_t> n = reasoning_effort_budget(effort);
@@ -505,9 +516,13 @@ std::optional<ApiError> parse_reasoning_budget(const json& b, const ParseContext
 
 // tool_choice "auto" (llama.cpp's lazy grammar): the reply is free until the format's trigger appears, then it is
 // calls of the offered functions as "required" would write them; a prompt that opened a call (a prefill ending in
-// the format's opener) is that call's continuation from the start. Nothing is refused: a format without a trigger
-// (ToolFormat::trigger: an ambiguous opening) or a schema keyword the format cannot enforce leave the reply free.
-void lazy_tool_grammar(const ChatPrompt& chat, const ToolRequest& tr, ParsedRequest* out) {
+// the format's opener) is that call's continuation from the start. The trigger may begin in the prompt's end (the
+// generation prompt and `prefill`; at_start formats: the prefill) and end in the reply, or end at the prompt's end
+// (GrammarTriggers::prefix); none when the prompt opened a thinking block (a trigger there is thought about).
+// Nothing is refused: a format without a trigger (ToolFormat::trigger: an ambiguous opening) or a schema keyword the
+// format cannot enforce leave the reply free.
+void lazy_tool_grammar(const ChatPrompt& chat, const ToolRequest& tr, const std::string& prefill,
+                       ParsedRequest* out) {
   const tpl::ToolFormat* f = chat.tool_format();
   const bool opened = out->reply.opened_tool_call;
   if (!f || (f->trigger.empty() && !opened) || !tr.offered.is_array()) return;
@@ -516,7 +531,11 @@ void lazy_tool_grammar(const ChatPrompt& chat, const ToolRequest& tr, ParsedRequ
   rq.parallel = tr.parallel;
   rq.opened_tool_call = opened;
   auto g = tool_call_gbnf(*f, tr.offered, rq);
-  if (g) out->grammar = OutputGrammar{"tools", std::move(g).value(), true, opened ? nullptr : f, true};
+  if (!g) return;
+  out->grammar = OutputGrammar{"tools", std::move(g).value(), true, opened ? nullptr : f, true};
+  const std::string& p = out->prompt_text;
+  if (!opened && !out->reply.opened_reasoning)
+    out->grammar->trigger_prefix = f->at_start ? prefill : p.substr(p.size() - std::min(p.size(), f->trigger.size()));
 }
 
 // Assistant prefill (as llama-server): a last assistant message without tool calls, after at least one other message,
@@ -635,7 +654,8 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
   }
   if (!ctx.chat) return bad("messages", "the server has no chat template ready");
   int32_t budget = -1;
-  if (auto e = parse_reasoning_budget(b, ctx, &budget)) return e;
+  std::string budget_message;
+  if (auto e = parse_reasoning_budget(b, ctx, &budget, &budget_message)) return e;
   reasoning_budget_kwargs(*ctx.chat, budget, &kwargs);
   const std::string prefill = take_prefill(msgs);
   auto text = ctx.chat->render(msgs, tools, true, kwargs);
@@ -659,13 +679,14 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
                                 "message is the assistant's)");
     if (auto e = tool_choice_grammar(*ctx.chat, tr, out)) return e;
   } else if (rc.want_tools && !out->grammar) {
-    lazy_tool_grammar(*ctx.chat, tr, out);
+    lazy_tool_grammar(*ctx.chat, tr, prefill, out);
   }
   const bool tool_grammar = out->grammar && out->grammar->tool_calls;
   if (rc.want_tools && (!out->grammar || tool_grammar)) out->gen.text_tokens = ctx.chat->tool_marker_tokens();
   out->split = (!out->grammar || tool_grammar) && (rc.want_tools || ctx.chat->has_reasoning());
   // An output grammar writes no thinking block (a tool call's grammar allows one before the call).
-  if (!out->grammar || tool_grammar) out->gen.reasoning = reasoning_budget_for(*ctx.chat, budget, *text);
+  if (!out->grammar || tool_grammar)
+    out->gen.reasoning = reasoning_budget_for(*ctx.chat, budget, *text, budget_message);
   return std::nullopt;
 }
 

@@ -41,6 +41,7 @@ struct ParseContext {
   int32_t default_max_new_tokens = -1;
   SamplerParams sampling;       // the server's defaults (kiln serve's sampling flags); a request overrides them
   int32_t reasoning_budget = -1;  // --reasoning-budget: tokens of a reply's thinking block (-1: unlimited)
+  std::string reasoning_budget_message;  // --reasoning-budget-message: text forced before a spent budget's close
   SpecConfig spec;              // the engine's speculative decoding (speculative.* fields are checked against it)
 };
 
@@ -55,6 +56,7 @@ struct OutputGrammar {
   // tool_choice "auto": the grammar is lazy, the reply free until this format's trigger (ToolFormat::trigger)
   const tpl::ToolFormat* lazy = nullptr;
   bool optional = false;  // tool_choice "auto": a grammar that fails to compile leaves the reply free (no 400)
+  std::string trigger_prefix{};  // lazy: the text the reply continues (GrammarTriggers::prefix)
 };
 
 struct ParsedRequest {

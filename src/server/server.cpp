@@ -438,7 +438,8 @@ std::optional<ApiError> Server::Impl::compile_grammar(ParsedRequest* pr) {
   if (!g && pr->grammar->optional) return std::nullopt;
   if (!g) return grammar_error(pr->grammar->param, g.status());
   if (const tpl::ToolFormat* f = pr->grammar->lazy)
-    pr->gen.hooks = lazy_grammar_hooks(std::move(g).value(), GrammarTriggers{{f->trigger}, f->at_start, f->lead});
+    pr->gen.hooks = lazy_grammar_hooks(std::move(g).value(),
+                                       GrammarTriggers{{f->trigger}, f->at_start, f->lead, pr->grammar->trigger_prefix});
   else
     pr->gen.hooks = grammar_hooks(std::move(g).value());
   return std::nullopt;
@@ -779,6 +780,7 @@ Status Server::set_ready(Scheduler* s) {
   I.pctx.default_max_new_tokens = I.cfg.default_max_new_tokens;
   I.pctx.sampling = I.cfg.sampling;
   I.pctx.reasoning_budget = I.cfg.reasoning_budget;
+  I.pctx.reasoning_budget_message = I.cfg.reasoning_budget_message;
   I.pctx.spec = s->config().spec;
   // The chat prompt (runtime/prompt.h): --chat-template NAME, --chat-template-file, else the model's template,
   // else (a file without one) a built-in family its vocabulary points to, else chatml; the fallback is logged.

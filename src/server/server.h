@@ -35,6 +35,7 @@ struct ServerConfig {
   int parallel = 4;                      // for the thread count
   SamplerParams sampling;                // defaults of the sampling fields
   int32_t reasoning_budget = -1;         // --reasoning-budget: a request's default (runtime/reasoning.h)
+  std::string reasoning_budget_message;  // --reasoning-budget-message: a request's default
 };
 
 class Server {

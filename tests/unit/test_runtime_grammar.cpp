@@ -4,7 +4,9 @@
 // the mask over a model vocabulary larger than the tokenizer's; the compiled-grammar cache (hits, failures kept,
 // LRU eviction by count and bytes, one compile for concurrent requests of one text); lazy grammars (tool_choice
 // "auto"): the trigger scanner across pieces, the mask free before the trigger and the grammar's after it, and a
-// call forced to open in the fixture model's output finished under the Hermes grammar into a parseable call.
+// call forced to open in the fixture model's output finished under the Hermes grammar into a parseable call; a
+// trigger begun in the prompt's end (a prefill) and ended in the output engages, one wholly in it does not; a
+// trigger inside the reply's thinking block does not engage, one after the block does.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -174,10 +176,60 @@ TEST(TriggerScanner, AtStartOnlyAfterWhitespaceAndTheLead) {
   EXPECT_TRUE(d.done());
 }
 
-// A small vocabulary whose tokens split the trigger "<tool_call>", one that carries text past it, and EOG.
+// A prefix (the prompt's end) the output continues: a word begun in it fires in the output; a word ending at its
+// end fires at once; one wholly before its end (an earlier, complete call) does not, and a later one still does.
+TEST(TriggerScanner, StartsFromThePrefix) {
+  auto with_prefix = [](GrammarTriggers t, std::string prefix) {
+    t.prefix = std::move(prefix);
+    return t;
+  };
+  TriggerScanner split(with_prefix(trig({"<tool_call>"}), "Sure. <tool"));
+  EXPECT_FALSE(split.prefix());
+  EXPECT_EQ(feed_all(split, {"_ca", "ll>\n{"}), (std::vector<std::string>{"-", "[<tool_call>\n{]"}));
+  TriggerScanner at_end(with_prefix(trig({"<tool_call>"}), "Sure. <tool_call>"));
+  ASSERT_TRUE(at_end.prefix());
+  EXPECT_EQ(*at_end.prefix(), "<tool_call>");
+  EXPECT_TRUE(at_end.done());
+  TriggerScanner earlier(with_prefix(trig({"<tool_call>"}), "<tool_call>\n{\"name\": \"f\"}\n</tool_call>\n"));
+  EXPECT_FALSE(earlier.prefix());
+  EXPECT_EQ(feed_all(earlier, {"Done", ". <tool_call>"}), (std::vector<std::string>{"-", "[<tool_call>]"}));
+  // A shorter word wholly in the kept tail is before the end too.
+  TriggerScanner shorter(with_prefix(trig({"<a>", "<longer>"}), "x<a>yz"));
+  EXPECT_FALSE(shorter.prefix());
+  EXPECT_EQ(feed_all(shorter, {"w", "<a>"}), (std::vector<std::string>{"-", "[<a>]"}));
+  // at_start: the prefix is the output's start (whitespace, the lead, a word's start) or it is past it.
+  const GrammarTriggers t{{"{\"name\""}, true, "<|python_tag|>"};
+  TriggerScanner lead(with_prefix(t, "<|python_tag|>"));
+  EXPECT_EQ(feed_all(lead, {"{\"name\""}), (std::vector<std::string>{"[{\"name\"]"}));
+  TriggerScanner begun(with_prefix(t, " {\"na"));
+  EXPECT_EQ(feed_all(begun, {"me\": 1"}), (std::vector<std::string>{"[{\"name\": 1]"}));
+  TriggerScanner whole(with_prefix(t, "{\"name\""));
+  ASSERT_TRUE(whole.prefix());
+  EXPECT_EQ(*whole.prefix(), "{\"name\"");
+  TriggerScanner past(with_prefix(t, "{\"name\": \"f\", \"parameters\": {}}"));
+  EXPECT_FALSE(past.prefix());
+  EXPECT_TRUE(past.done());
+  EXPECT_EQ(feed_all(past, {" {\"name\""}), (std::vector<std::string>{"-"}));
+}
+
+TEST(TriggerScanner, RestartForgetsTheTextSoFar) {
+  const GrammarTriggers t{{"{\"name\""}, true, ""};
+  TriggerScanner s(t);
+  EXPECT_EQ(feed_all(s, {"<th"}), (std::vector<std::string>{"-"}));
+  EXPECT_TRUE(s.done());  // the output opened with other text
+  s.restart();            // ... which was a thinking block: the output starts after it
+  EXPECT_EQ(feed_all(s, {"\n\n{\"name\""}), (std::vector<std::string>{"[{\"name\"]"}));
+  TriggerScanner w(trig({"<tool_call>"}));
+  EXPECT_EQ(feed_all(w, {"<tool"}), (std::vector<std::string>{"-"}));
+  w.restart();
+  EXPECT_EQ(feed_all(w, {"_call>"}), (std::vector<std::string>{"-"}));
+}
+
+// A small vocabulary whose tokens split the trigger "<tool_call>", one that carries text past it, EOG, and one that
+// continues the trigger.
 std::shared_ptr<const grammar::VocabIndex> lazy_vocab() {
   grammar::Vocabulary v;
-  v.tokens = {"Hi ", "<tool", "_call>{", "ab", "}", "x", "<tool_call>{x", ""};
+  v.tokens = {"Hi ", "<tool", "_call>{", "ab", "}", "x", "<tool_call>{x", "", "{ab"};
   v.eog_ids = {7};
   return grammar::VocabIndex::build(std::move(v));
 }
@@ -221,6 +273,62 @@ TEST(LazyGrammar, FreeUntilTheTriggerThenTheGrammar) {
   r.mask->accept(2);
   EXPECT_FALSE(r.mask->restricts());
   EXPECT_FALSE(r.mask->finished());
+}
+
+// The prefix: a trigger split between it and the first token engages; one ending at its end engages before any
+// token; a complete call in it does not.
+TEST(LazyGrammar, ThePrefixFeedsTheScanner) {
+  auto cg = grammar::test::compile(R"(root ::= "<tool_call>{" ("ab")+ "}")", lazy_vocab());
+  ASSERT_TRUE(cg);
+  auto hooks = [&](std::string prefix) {
+    GrammarTriggers t = trig({"<tool_call>"});
+    t.prefix = std::move(prefix);
+    return lazy_grammar_hooks(cg, t)();
+  };
+  SequenceHooks split = hooks("Let me check. <tool");
+  EXPECT_FALSE(split.mask->restricts());
+  split.mask->accept(2);  // "_call>{"
+  EXPECT_TRUE(split.mask->restricts());
+  EXPECT_EQ(mask_ids(*split.mask, 9), std::vector<int32_t>{3});
+  SequenceHooks opened = hooks("<tool_call>");
+  EXPECT_TRUE(opened.mask->restricts());
+  EXPECT_EQ(mask_ids(*opened.mask, 9), std::vector<int32_t>{8});  // "{ab" continues the call
+  SequenceHooks earlier = hooks("<tool_call>{ab}");
+  EXPECT_FALSE(earlier.mask->restricts());
+  earlier.mask->accept(0);
+  EXPECT_FALSE(earlier.mask->restricts());
+  earlier.mask->accept(1);
+  earlier.mask->accept(2);  // a new call in the output still engages
+  EXPECT_TRUE(earlier.mask->restricts());
+}
+
+// Tokens of the thinking block (accept_in_block with n_block > 0) are not scanned; after the block they are.
+TEST(LazyGrammar, ATriggerInsideTheThinkingBlockIsIgnored) {
+  auto cg = grammar::test::compile(R"(root ::= "<tool_call>{" ("ab")+ "}")", lazy_vocab());
+  ASSERT_TRUE(cg);
+  SequenceHooks h = lazy_grammar_hooks(cg, trig({"<tool_call>"}))();
+  h.mask->accept_in_block(5, "<think>", 7);
+  h.mask->accept_in_block(6, "<tool_call>{x", 13);
+  h.mask->accept_in_block(1, "<tool", 5);
+  h.mask->accept_in_block(2, "_call>{", 7);
+  EXPECT_FALSE(h.mask->restricts());
+  h.mask->accept_in_block(5, "</think>", 8);
+  EXPECT_FALSE(h.mask->restricts());
+  h.mask->accept(1);
+  h.mask->accept(2);
+  EXPECT_TRUE(h.mask->restricts());
+  EXPECT_EQ(mask_ids(*h.mask, 9), std::vector<int32_t>{3});
+  // The token that closes the block carries the trigger: the text after the marker is scanned.
+  SequenceHooks c = lazy_grammar_hooks(cg, trig({"<tool_call>"}))();
+  c.mask->accept_in_block(1, "<think><tool", 12);
+  c.mask->accept_in_block(5, "_call> </think>\n<tool_call>{", 15);
+  EXPECT_TRUE(c.mask->restricts());
+  EXPECT_EQ(mask_ids(*c.mask, 9), std::vector<int32_t>{3});
+  // Before the block opens (n_block 0) tokens are scanned as any.
+  SequenceHooks d = lazy_grammar_hooks(cg, trig({"<tool_call>"}))();
+  d.mask->accept_in_block(1, "<tool", 0);
+  d.mask->accept_in_block(2, "_call>{", 0);
+  EXPECT_TRUE(d.mask->restricts());
 }
 
 // Forces the first tokens of the output (every other logit -inf), then leaves the row alone.
@@ -295,6 +403,82 @@ TEST(LazyGrammar, ATriggeredCallParsesInTheEngineLoop) {
     const test::Generated free_run = test::generate(*s, request(false, seed));
     EXPECT_EQ(free_run.text, test::generate(*s, plain).text);
   }
+}
+
+// The engine loop with the fixture model and the Hermes grammar, the output's first tokens forced: a trigger begun in
+// the prefix and ended by the output engages the grammar, which finishes a call that parses; in a thinking block
+// (the prompt opened it) the trigger leaves the output free (the same text as with no grammar), while without the
+// block's tracking it engages; after the block's close it engages.
+TEST(LazyGrammar, PrefixAndThinkingBlockInTheEngineLoop) {
+  auto s = test::make_scheduler(fixture(), test::one_sequence(2048));
+  ASSERT_TRUE(s);
+  const Tokenizer& tok = s->tokenizer();
+  const tpl::ToolFormat* f = tpl::tool_format_by_name("hermes");
+  ASSERT_TRUE(f);
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
+      "required": ["zone"], "additionalProperties": false}}}])");
+  ToolGrammarRequest rq;
+  rq.names = {"get_time"};
+  rq.parallel = false;
+  auto gbnf = tool_call_gbnf(*f, tools, rq);
+  ASSERT_TRUE(gbnf) << gbnf.status().to_string();
+  GrammarCache cache(tok);
+  auto cg = compile_for(*gbnf, cache);
+  ASSERT_TRUE(cg);
+  ReasoningBudget block;  // tracked, never forced
+  block.begin = "<think>";
+  block.end = "</think>";
+  block.close = tok.encode("\n</think>\n\n", false, false);
+  block.opened = true;
+  auto run = [&](const std::string& forced_text, const std::string& prefix, bool grammar, const ReasoningBudget& rb,
+                 int max_new) {
+    GenRequest r;
+    r.prompt = tok.encode("Time in Paris?", true, false);
+    r.sampling.temp = 1.0f;
+    r.sampling.seed = 4;
+    r.max_new_tokens = max_new;
+    r.reasoning = rb;
+    const std::vector<int32_t> forced = tok.encode(forced_text, false, false);
+    GrammarTriggers t = trig({f->trigger});
+    t.prefix = prefix;
+    r.hooks = [cg, t, grammar, forced] {
+      SequenceHooks h = grammar ? lazy_grammar_hooks(cg, t)() : SequenceHooks{};
+      h.processors.push_back(std::make_unique<ForceTokens>(forced));
+      return h;
+    };
+    const test::Generated g = test::generate(*s, r);
+    EXPECT_TRUE(g.error.is_ok()) << g.error.to_string();
+    return g;
+  };
+  auto one_call = [&](const std::string& text) {
+    std::string content = text;
+    std::vector<tpl::ToolCall> calls;
+    tpl::parse_tool_calls(*f, &content, &calls, tools);
+    EXPECT_EQ(calls.size(), 1u) << text;
+    if (calls.size() == 1) {
+      EXPECT_EQ(calls[0].name, "get_time");
+    }
+  };
+  // The trigger split between the prefix and the output.
+  const test::Generated split = run("_call>", "Let me check. <tool", true, ReasoningBudget{}, 400);
+  EXPECT_EQ(split.reason, FinishReason::kStop) << split.text;
+  ASSERT_EQ(split.text.rfind("_call>", 0), 0u) << split.text;
+  one_call("<tool" + split.text);
+  // Inside the block: free; untracked: engaged.
+  const std::string thought = "I could write <tool_call>";  // the forcing ends with the trigger
+  const test::Generated free_run = run(thought, "", false, block, 40);
+  const test::Generated in_block = run(thought, "", true, block, 40);
+  EXPECT_EQ(in_block.text, free_run.text);
+  EXPECT_EQ(in_block.reason, free_run.reason);
+  const test::Generated untracked = run(thought, "", true, ReasoningBudget{}, 40);
+  EXPECT_NE(untracked.text, free_run.text);
+  // After the block: engaged, the call finished.
+  const test::Generated after = run("Hmm.</think>\nLet me check. <tool_call>", "", true, block, 400);
+  EXPECT_EQ(after.reason, FinishReason::kStop) << after.text;
+  const size_t close = after.text.find("</think>");
+  ASSERT_NE(close, std::string::npos) << after.text;
+  one_call(after.text.substr(close + 8));
 }
 
 std::unique_ptr<Tokenizer> fixture_tokenizer() {

@@ -1,7 +1,8 @@
 // Reasoning budgets (runtime/reasoning.h): the tracker's states on hand-made token pieces (the close forced after
 // exactly N tokens of the block, budget 0, unlimited, markers split across tokens, a budget reached inside a UTF-8
-// character), the reasoning_effort table, the close text read from a template, and the engine loop emitting the
-// forced close in place of sampled tokens (greedy on the device's argmax, and sampled from the row).
+// character), the bytes of each token that are the block's, the reasoning_effort table, the close text read from a
+// template (after a budget message's tokens), and the engine loop emitting the forced text in place of sampled
+// tokens (greedy on the device's argmax, and sampled from the row).
 #include <gtest/gtest.h>
 
 #include "common/engine_util.h"
@@ -154,6 +155,27 @@ TEST(ReasoningTracker, BudgetInsideAUtf8CharacterWaitsForItsLastByte) {
   EXPECT_EQ(v.forced(), 900);
 }
 
+// accept() says how many of a token's leading bytes are the block's: none before it opens or after it, all inside and
+// while forcing, those up to the closing marker for the token that closes it.
+TEST(ReasoningTracker, AcceptSaysWhichBytesAreTheBlocks) {
+  ReasoningTracker t(budget(3, false));
+  EXPECT_EQ(t.accept(1, "\n"), 0u);
+  EXPECT_EQ(t.accept(2, "<th"), 0u);  // may still be the marker
+  EXPECT_EQ(t.accept(3, "ink>Hm"), 6u);
+  EXPECT_EQ(t.accept(4, " x</th"), 6u);
+  EXPECT_EQ(t.accept(5, "ink>\n\nHi"), 4u);  // the marker ends 4 bytes in
+  EXPECT_EQ(t.accept(6, "there"), 0u);
+  ReasoningTracker one(budget(3, false));
+  EXPECT_EQ(one.accept(1, " <think>a</think>b"), 17u);
+  ReasoningTracker forced(budget(0, true));
+  EXPECT_EQ(forced.accept(900, "\n"), 1u);
+  EXPECT_EQ(forced.accept(901, "</think>"), 8u);
+  EXPECT_EQ(forced.accept(902, "\n\n"), 2u);
+  EXPECT_EQ(forced.accept(7, "x"), 0u);
+  ReasoningTracker none(budget(3, false));
+  EXPECT_EQ(none.accept(1, "Hello"), 0u);
+}
+
 TEST(ReasoningEffort, OpenAiLevels) {
   EXPECT_EQ(reasoning_effort_budget("none"), 0);
   EXPECT_EQ(reasoning_effort_budget("minimal"), 0);
@@ -195,6 +217,16 @@ TEST(ReasoningBudgetFor, ReadsTheTemplate) {
   EXPECT_EQ(b.budget, 7);
   EXPECT_FALSE(b.opened);
   EXPECT_EQ(s->tokenizer().decode(b.close), "\n</think>\n\n");
+  // A budget message: its tokens, then the close's (each tokenized on its own).
+  const std::string msg = " Time is up, I answer now.";
+  const ReasoningBudget m = reasoning_budget_for(*qwen, 7, *closed, msg);
+  std::vector<int32_t> want = qwen->tokenize(msg, false);
+  const std::vector<int32_t> close_ids = qwen->tokenize("\n</think>\n\n", false);
+  ASSERT_FALSE(want.empty());
+  EXPECT_EQ(b.close, close_ids);  // no message: the close alone
+  want.insert(want.end(), close_ids.begin(), close_ids.end());
+  EXPECT_EQ(m.close, want);
+  EXPECT_EQ(s->tokenizer().decode(m.close), msg + "\n</think>\n\n");
   // A template that writes reasoning in no earlier turn: the default close; the prompt opens the block.
   o.template_source = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant><think>\n";
   auto r1 = ChatPrompt::create(s->tokenizer(), o);
@@ -230,24 +262,30 @@ TEST(ReasoningGeneration, ForcedCloseReplacesSampledTokens) {
     ASSERT_TRUE(free_run.error.is_ok()) << free_run.error.to_string();
     ASSERT_EQ(free_run.ids.size(), 20u);
     EXPECT_EQ(free_run.timings.n_reasoning, 0);  // nothing tracked without a budget
-    for (int32_t n : {0, 5}) {
-      SCOPED_TRACE("budget " + std::to_string(n));
-      GenRequest b = r;
-      b.reasoning.budget = n;
-      b.reasoning.begin = "<think>";
-      b.reasoning.end = "</think>";
-      b.reasoning.close = close;
-      b.reasoning.opened = true;
-      const test::Generated g = test::generate(*s, b);
-      ASSERT_TRUE(g.error.is_ok()) << g.error.to_string();
-      ASSERT_EQ(g.ids.size(), 20u);
-      const size_t k = static_cast<size_t>(n);
-      EXPECT_EQ(std::vector<int32_t>(g.ids.begin(), g.ids.begin() + k),
-                std::vector<int32_t>(free_run.ids.begin(), free_run.ids.begin() + k));
-      EXPECT_EQ(std::vector<int32_t>(g.ids.begin() + k, g.ids.begin() + k + close.size()), close);
-      EXPECT_EQ(g.timings.n_reasoning, n + static_cast<int64_t>(close.size()));
-      EXPECT_NE(g.text.find("</think>"), std::string::npos) << g.text;
-    }
+    // The forced text: the close alone, or a budget message's tokens then the close's.
+    std::vector<int32_t> with_message = tok.encode(" I have to give the answer now.", false, false);
+    with_message.insert(with_message.end(), close.begin(), close.end());
+    for (const std::vector<int32_t>& forced : {close, with_message})
+      for (int32_t n : {0, 5}) {
+        SCOPED_TRACE("budget " + std::to_string(n) + ", forced " + std::to_string(forced.size()));
+        GenRequest b = r;
+        b.reasoning.budget = n;
+        b.reasoning.begin = "<think>";
+        b.reasoning.end = "</think>";
+        b.reasoning.close = forced;
+        b.reasoning.opened = true;
+        b.max_new_tokens = n + static_cast<int32_t>(forced.size()) + 2;  // the forced text and a little content
+        const test::Generated g = test::generate(*s, b);
+        ASSERT_TRUE(g.error.is_ok()) << g.error.to_string();
+        ASSERT_EQ(g.ids.size(), static_cast<size_t>(b.max_new_tokens));
+        const size_t k = static_cast<size_t>(n);
+        EXPECT_EQ(std::vector<int32_t>(g.ids.begin(), g.ids.begin() + k),
+                  std::vector<int32_t>(free_run.ids.begin(), free_run.ids.begin() + k));
+        EXPECT_EQ(std::vector<int32_t>(g.ids.begin() + k, g.ids.begin() + k + forced.size()), forced);
+        EXPECT_EQ(g.timings.n_reasoning, n + static_cast<int64_t>(forced.size()));
+        const char* want = forced.size() > close.size() ? "I have to give the answer now.\n</think>" : "</think>";
+        EXPECT_NE(g.text.find(want), std::string::npos) << g.text;
+      }
   }
 }
 

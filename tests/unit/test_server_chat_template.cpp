@@ -239,7 +239,8 @@ TEST(ServeTemplateFlags, FallbackNoticeAndBadTemplates) {
 
 // Reasoning budgets (runtime/reasoning.h) with a template that opens <think> in the generation prompt: each field
 // that names a budget cuts the reasoning at it (the greedy reply's first N tokens, then the forced "\n</think>\n\n"
-// and content), usage counts the block; bad values are 400s naming the field; --reasoning-budget sets the default.
+// and content), usage counts the block; a budget message is forced before the close; bad values are 400s naming the
+// field; --reasoning-budget and --reasoning-budget-message set the defaults.
 class ReasoningBudgetServe : public ::testing::Test {
  protected:
   static std::string template_file() {
@@ -268,9 +269,9 @@ class ReasoningBudgetServe : public ::testing::Test {
     return u.contains("completion_tokens_details") ? u["completion_tokens_details"]["reasoning_tokens"].get<int64_t>()
                                                    : -1;
   }
-  // The tokens of the forced close.
-  static int64_t close_tokens() {
-    HttpResponse r = post("/tokenize", {{"content", "\n</think>\n\n"}});
+  // The tokens of a text (the forced close's by default).
+  static int64_t close_tokens(const std::string& text = "\n</think>\n\n") {
+    HttpResponse r = post("/tokenize", {{"content", text}});
     EXPECT_EQ(r.status, 200) << r.body;
     return static_cast<int64_t>(r.j()["tokens"].size());
   }
@@ -304,6 +305,8 @@ TEST_F(ReasoningBudgetServe, BadValuesNameTheField) {
       {"responses effort", {{"reasoning", {{"effort", "maximum"}}}}, "/v1/responses", "reasoning.effort"},
       {"messages budget", {{"thinking", {{"type", "enabled"}, {"budget_tokens", 0}}}}, "/v1/messages",
        "thinking.budget_tokens"},
+      {"message not a string", {{"reasoning_budget_message", 3}}, "/v1/chat/completions", "reasoning_budget_message"},
+      {"completions message", {{"reasoning_budget_message", "x"}}, "/v1/completions", "reasoning_budget_message"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -365,6 +368,18 @@ TEST_F(ReasoningBudgetServe, EveryFieldCutsTheReasoning) {
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.j()["choices"][0]["message"]["reasoning_content"], reasoning_of(6)) << r.body;
   }
+  // reasoning_budget_message: forced before the close, so the reasoning ends with it; usage counts its tokens.
+  {
+    const std::string msg = " Time is up, I answer now.";
+    const int64_t m = close_tokens(msg);
+    json body = chat(static_cast<int>(4 + m + k + 6));
+    body["reasoning_budget_tokens"] = 4;
+    body["reasoning_budget_message"] = msg;
+    HttpResponse r = post("/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.j()["choices"][0]["message"]["reasoning_content"], r4 + msg) << r.body;
+    EXPECT_EQ(reasoning_tokens(r.j()["usage"]), 4 + m + k) << r.body;
+  }
   // Anthropic: thinking.budget_tokens cuts the thinking block; disabled closes it at once (no thinking block).
   json msg = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 4 + k + 6}, {"temperature", 0},
               {"ignore_eos", true}, {"thinking", {{"type", "enabled"}, {"budget_tokens", 4}}}};
@@ -389,15 +404,24 @@ TEST_F(ReasoningBudgetServe, EveryFieldCutsTheReasoning) {
   EXPECT_EQ(r.j()["usage"]["output_tokens_details"]["reasoning_tokens"], k) << r.body;
 }
 
-// kiln serve --reasoning-budget N: the default of every request (a request's own field wins); bad values refused.
+// kiln serve --reasoning-budget N and --reasoning-budget-message MSG: the defaults of every request (a request's own
+// field wins: an empty message is the close alone); bad values refused.
 TEST_F(ReasoningBudgetServe, ServerFlagSetsTheDefault) {
   const std::string r3 = reasoning_of(3);
   const int64_t k = close_tokens();
+  const std::string msg = " Enough thinking.";
+  const int64_t m = close_tokens(msg);
   test::ServeProcess p;
   ASSERT_TRUE(p.start({"-m", test::data_path("models/fixture-llama-f16.gguf"), "-t", "2", "--chat-template-file",
-                       template_file(), "--reasoning-budget", "3"}))
+                       template_file(), "--reasoning-budget", "3", "--reasoning-budget-message", msg}))
       << p.log();
-  HttpResponse r = post("/v1/chat/completions", chat(3 + k + 4), p.port);
+  HttpResponse r = post("/v1/chat/completions", chat(3 + m + k + 4), p.port);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.j()["choices"][0]["message"]["reasoning_content"], r3 + msg) << r.body;
+  EXPECT_EQ(reasoning_tokens(r.j()["usage"]), 3 + m + k);
+  json quiet = chat(3 + k + 4);
+  quiet["reasoning_budget_message"] = "";
+  r = post("/v1/chat/completions", quiet, p.port);
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.j()["choices"][0]["message"]["reasoning_content"], r3) << r.body;
   EXPECT_EQ(reasoning_tokens(r.j()["usage"]), 3 + k);

@@ -136,6 +136,30 @@ TEST_F(ServeToolChoice, AutoFinishesACallOnceItOpens) {
     EXPECT_TRUE(validates(name, args)) << name << " " << args;
     EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "tool_calls") << r.body;
   }
+  // A prefill ending in the trigger without the rest of the opener ("<tool_call>", no newline): the grammar is engaged
+  // from the first token, so the reply is the call's continuation, which the grammar ends ("stop"). (The reply
+  // parser reads a continued call only after the whole opener: this one stays the content.)
+  for (int seed = 1; seed <= 2; ++seed) {
+    json b = chat({{"seed", seed}, {"parallel_tool_calls", false}});
+    b["messages"].push_back({{"role", "assistant"}, {"content", "Let me check. <tool_call>"}});
+    const HttpResponse r = post("/v1/chat/completions", b);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "stop") << r.body;
+    const std::string text = r.j()["choices"][0]["message"]["content"], end = "</tool_call>";
+    ASSERT_TRUE(text.ends_with(end)) << r.body;
+    const json call = json::parse(text.substr(0, text.size() - end.size()));
+    EXPECT_TRUE(validates(call["name"], call["arguments"].dump())) << text;
+  }
+  // A prefill holding a complete call does not engage the grammar again: the reply is free.
+  {
+    json b = chat({{"seed", 2}, {"max_tokens", 80}});
+    b["messages"].push_back({{"role", "assistant"},
+                             {"content", "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n"
+                                         "</tool_call>\n"}});
+    const HttpResponse r = post("/v1/chat/completions", b);
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_NE(r.j()["choices"][0]["finish_reason"], "tool_calls") << r.body;
+  }
   const HttpResponse free = post("/v1/chat/completions", chat({{"max_tokens", 24}, {"seed", 3}}));
   ASSERT_EQ(free.status, 200) << free.body;
   EXPECT_NE(free.j()["choices"][0]["finish_reason"], "tool_calls") << free.body;

@@ -190,7 +190,7 @@ def main():
     m.add_argument("--router-gain", type=float, default=8.0, help="ffn_gate_inp gain")
     m.add_argument("--g-gate-up", type=float, default=4.0, help="expert gate/up gain")
     m.add_argument("--g-down", type=float, default=0.15, help="expert down gain")
-    m.add_argument("--g-output", type=float, default=3.0, help="output gain")
+    m.add_argument("--g-output", type=float, default=4.5, help="output gain")
     f = sub.add_parser("manifest")
     f.add_argument("gguf_py")
     f.add_argument("work_dir")

@@ -29,6 +29,8 @@ const char* op_name(Op op) {
     case Op::kLayerNorm: return "layer_norm";
     case Op::kGelu: return "gelu";
     case Op::kAttentionNonCausal: return "attention_non_causal";
+    case Op::kRopeYarn: return "rope_yarn";
+    case Op::kAttentionSinks: return "attention_sinks";
   }
   return "?";
 }

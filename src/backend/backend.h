@@ -41,6 +41,17 @@ struct RopeParams {
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;            // theta = freq_scale * pos * freq_base^(-2i/n_rot) / freq_factor[i]
   Tensor freq_factors;                // optional: f32 [n_rot/2] (llama3 rope_freqs.weight); invalid = all 1
+  // YaRN (ggml's rope_yarn; supports(Op::kRopeYarn) says whether a backend honours it): with ext_factor != 0, the
+  // pair i's angle mixes the interpolated theta (freq_scale applied) and the extrapolated one (without it):
+  // theta = theta_interp (1 - r) + theta_extrap r, r = ext_factor (1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1)),
+  // lo = max(0, floor(c(beta_fast))), hi = min(n_rot - 1, ceil(c(beta_slow))),
+  // c(b) = n_rot ln(n_ctx_orig / (2 pi b)) / (2 ln freq_base); then cos and sin are multiplied by
+  // attn_factor (1 + 0.1 ln(1 / freq_scale)). ext_factor 0: cos and sin times attn_factor only (1: plain RoPE).
+  float ext_factor = 0.0f;
+  float attn_factor = 1.0f;
+  float beta_fast = 32.0f, beta_slow = 1.0f;
+  int32_t n_ctx_orig = 0;
+  bool yarn() const { return ext_factor != 0.0f || attn_factor != 1.0f; }
 };
 
 // The KV cache storage types of the op contract: llama.cpp's -ctk/-ctv set, in its order. A backend stores the
@@ -67,6 +78,11 @@ struct KvLayer {
   // sequence only, i.e. [kv_len - window, kv_len); positions outside it are skipped, not masked. 0: the whole
   // causal prefix. A backend honours it when supports(Op::kAttentionWindow, k type, v type) says so.
   int32_t window = 0;
+  // Attention sinks (gpt-oss): optional F32 [n_head], one logit per query head that joins each softmax's
+  // denominator and adds no value: out = sum_j exp(s_j - m) v_j / (exp(sink - m) + sum_j exp(s_j - m)), m the max
+  // of the scores and the sink (the sink is not scaled). A backend honours it when supports(Op::kAttentionSinks,
+  // k type, v type) says so.
+  Tensor sinks;
 };
 
 // Per-step attention metadata (all I32 tensors in backend memory, written by the step plan upload).
@@ -98,15 +114,22 @@ struct AttnBatch {
 // kAttentionWindow asks whether attention honours KvLayer::window for K/V cache types a/b; kMoeFfn whether moe_ffn reads
 // expert weights of type `a`. The encoder ops (bert): kLayerNorm, kGelu, and kAttentionNonCausal, whether attention
 // lets a token read positions past its own (kv_len beyond pos + 1: the bidirectional attention of an encoder) with
-// cache type `a`.
+// cache type `a`. kRopeYarn: whether rope honours RopeParams' YaRN fields; kAttentionSinks: whether attention
+// honours KvLayer::sinks for K/V cache types a/b.
 enum class Op { kGetRows, kRmsNorm, kMatmul, kRope, kKvStore, kAttention, kSwiglu, kAdd, kMul, kScale, kSoftmax,
                 kArgmax, kCopy, kGeglu, kSigmoidMul, kAttentionWindow, kConv1dSilu, kDeltaNet, kMoeFfn, kLayerNorm,
-                kGelu, kAttentionNonCausal };
+                kGelu, kAttentionNonCausal, kRopeYarn, kAttentionSinks };
 
 // How moe_ffn turns router logits into expert weights (llama.cpp's gating functions; only those kiln's
 // architectures use).
 enum class MoeGating {
-  kSoftmax,  // p = softmax over all experts of the router logits; the top k of p are chosen and weighted by p
+  kSoftmax,        // p = softmax over all experts of the router logits; the top k of p are chosen and weighted by p
+  kSoftmaxWeight,  // the top k router logits are chosen; their weights are the softmax over those k logits (gpt-oss)
+};
+// The expert's gated activation h = act(g, u), g = gate x (+ gate bias), u = up x (+ up bias).
+enum class MoeActivation {
+  kSwiglu,     // silu(g) * u
+  kSwigluOai,  // gpt-oss: x = min(g, limit), y = clamp(u, -limit, limit), h = x / (1 + exp(-alpha x)) * (y + 1)
 };
 const char* op_name(Op op);
 
@@ -259,11 +282,13 @@ class Backend {
 
   // ---- mixture-of-experts FFN (default: kUnsupported; supports(Op::kMoeFfn, expert type) answers) ----
   // A routed SwiGLU FFN added to the residual stream, in llama.cpp's order of operations (build_moe_ffn):
-  //   l = router x_t                                  (as matmul: [n_expert] logits per token)
-  //   p = softmax(l)                                  (MoeGating::kSoftmax)
+  //   l = router x_t (+ router_bias)                  (as matmul: [n_expert] logits per token)
+  //   p = softmax(l)                                  (MoeGating::kSoftmax; kSoftmaxWeight: p = l)
   //   e_0..e_{k-1} = the k experts of largest p, in decreasing order of p (ties: the lower index first)
-  //   w_j = p[e_j]; with norm_topk: s = max(sum_j w_j, 2^-14), w_j = w_j / s   (the sum exact, rounded once)
-  //   y_j = down_{e_j} (silu(gate_{e_j} x_t) * up_{e_j} x_t)                     (each product as matmul)
+  //   w_j = p[e_j] (kSoftmaxWeight: w = softmax(w_0..w_{k-1})); with norm_topk: s = max(sum_j w_j, 2^-14),
+  //   w_j = w_j / s   (the sum exact, rounded once)
+  //   y_j = down_{e_j} act(gate_{e_j} x_t + gb_{e_j}, up_{e_j} x_t + ub_{e_j}) + db_{e_j}
+  //                                                   (each product as matmul; biases optional, f32, added after it)
   //   o = y_0 w_0; o = o + y_j w_j for j = 1..k-1     (f32: each product rounded, then summed in slot order)
   //   acc_t = acc_t + o
   struct MoeFfnArgs {
@@ -274,6 +299,10 @@ class Backend {
     int32_t k = 0;    // experts per token, in [1, n_expert]
     MoeGating gating = MoeGating::kSoftmax;
     bool norm_topk = false;
+    // Optional F32 biases (gpt-oss): router [n_expert], gate and up [n_ff, n_expert], down [n_embd, n_expert].
+    Tensor router_bias, gate_bias, up_bias, down_bias;
+    MoeActivation act = MoeActivation::kSwiglu;
+    float oai_alpha = 1.702f, oai_limit = 7.0f;  // kSwigluOai's constants (llama.cpp's)
   };
   //   acc: F32 [n_embd, n_tok]. The expert matrices may differ in type from each other (a _M mix); each must be
   //   one supports(Op::kMoeFfn, t) accepts.

@@ -53,10 +53,14 @@ inline bool any_cache_pair(DType k, DType v) { return is_kv_cache_type(k) && is_
 // (the same functions its ops dispatch with), and which K/V cache type pairs its kv_store and attention store and
 // read (cache_pair: a = K, b = V). Activations, norms and the hybrid-model ops are f32; copy converts between float
 // types; moe_ffn takes the expert types moe_weight accepts (nullptr: a backend without moe_ffn).
-// encoder_ops: the backend runs layer_norm, gelu and non-causal attention (the CPU).
+// encoder_ops: the backend runs layer_norm, gelu and non-causal attention (the CPU). oai_ops: its rope honours YaRN
+// and its attention the sinks (gpt-oss; the CPU).
 inline bool supports_op(Op op, DType a, DType b, bool (*cache_pair)(DType, DType), bool (*matmul_weight)(DType),
-                        bool (*get_rows_weight)(DType), bool (*moe_weight)(DType) = nullptr, bool encoder_ops = false) {
+                        bool (*get_rows_weight)(DType), bool (*moe_weight)(DType) = nullptr, bool encoder_ops = false,
+                        bool oai_ops = false) {
   switch (op) {
+    case Op::kRopeYarn: return oai_ops && a == DType::F32;
+    case Op::kAttentionSinks: return oai_ops && is_kv_cache_type(a) && is_kv_cache_type(b) && cache_pair(a, b);
     case Op::kLayerNorm:
     case Op::kGelu: return encoder_ops && a == DType::F32;
     case Op::kAttentionNonCausal: return encoder_ops && is_kv_cache_type(a);
@@ -144,8 +148,21 @@ inline Status moe_ffn_operands(const Backend::MoeFfnArgs& a, const Tensor& acc, 
   if (a.k < 1 || a.k > n_expert)
     return make_error(ErrorCode::kInvalidArgument, "moe_ffn: k = %d must be in [1, n_expert %lld]", a.k,
                       static_cast<long long>(n_expert));
-  if (a.gating != MoeGating::kSoftmax)
+  if (a.gating != MoeGating::kSoftmax && a.gating != MoeGating::kSoftmaxWeight)
     return make_error(ErrorCode::kUnsupported, "moe_ffn: gating %d is not supported", static_cast<int>(a.gating));
+  if (a.act != MoeActivation::kSwiglu && a.act != MoeActivation::kSwigluOai)
+    return make_error(ErrorCode::kUnsupported, "moe_ffn: activation %d is not supported", static_cast<int>(a.act));
+  const struct { const char* name; const Tensor& t; int64_t ne0; } b[] = {
+      {"router_bias", a.router_bias, n_expert}, {"gate_bias", a.gate_bias, n_ff}, {"up_bias", a.up_bias, n_ff},
+      {"down_bias", a.down_bias, d}};
+  for (const auto& e : b) {
+    if (!e.t.valid()) continue;
+    KILN_TRY(check("moe_ffn", e.name, e.t, DType::F32));
+    const int64_t rows = &e.t == &a.router_bias ? 1 : n_expert;
+    if (e.t.ne[0] != e.ne0 || e.t.n_rows() != rows || !e.t.is_contiguous())
+      return make_error(ErrorCode::kInvalidArgument, "moe_ffn: %s %s must be contiguous [%lld, %lld]", e.name,
+                        e.t.shape_string().c_str(), static_cast<long long>(e.ne0), static_cast<long long>(rows));
+  }
   return Status::ok();
 }
 
@@ -215,6 +232,14 @@ inline Status attention_operands(const Backend& be, const Tensor& q, const KvLay
                       dst.shape_string().c_str(), c.head_dim_v, static_cast<long long>(n_head),
                       static_cast<long long>(n_tok));
   KILN_TRY(cache_operands("attention", be, c.window > 0 ? Op::kAttentionWindow : Op::kAttention, c));
+  if (c.sinks.valid()) {
+    if (!be.supports(Op::kAttentionSinks, c.k.dtype, c.v.dtype))
+      return make_error(ErrorCode::kUnsupported, "attention: sinks are not supported by backend %s", be.name());
+    KILN_TRY(check("attention", "sinks", c.sinks, DType::F32));
+    if (c.sinks.ne[0] != n_head || c.sinks.n_rows() != 1)
+      return make_error(ErrorCode::kInvalidArgument, "attention: sinks %s must be [n_head %lld]",
+                        c.sinks.shape_string().c_str(), static_cast<long long>(n_head));
+  }
   if (c.block_size <= 0) return make_error(ErrorCode::kInvalidArgument, "attention: block_size must be > 0");
   KILN_TRY(check("attention", "block_tables", m.block_tables, DType::I32));
   KILN_TRY(check_ids("attention", "tok_table", m.tok_table, n_tok));
@@ -222,8 +247,9 @@ inline Status attention_operands(const Backend& be, const Tensor& q, const KvLay
 }
 
 // rope operands: x F32 [head_dim, n_head, n_tok] with contiguous heads and whole-float strides that do not overlap,
-// pos I32 [n_tok], n_rot even in (0, head_dim], freq_factors F32 with n_rot/2 values or unset.
-inline Status rope_operands(const Tensor& x, const Tensor& pos, const RopeParams& p) {
+// pos I32 [n_tok], n_rot even in (0, head_dim], freq_factors F32 with n_rot/2 values or unset, YaRN only where
+// the backend supports(Op::kRopeYarn).
+inline Status rope_operands(const Backend& be, const Tensor& x, const Tensor& pos, const RopeParams& p) {
   if (!x.valid() || x.dtype != DType::F32 || x.nb[0] != sizeof(float))
     return make_error(ErrorCode::kUnsupported, "rope: x must be f32 with contiguous heads");
   const int64_t hd = x.ne[0], n_head = x.ne[1], n_tok = x.ne[2];
@@ -240,6 +266,13 @@ inline Status rope_operands(const Tensor& x, const Tensor& pos, const RopeParams
     if (p.freq_factors.ne[0] < p.n_rot / 2)
       return make_error(ErrorCode::kInvalidArgument, "rope: freq_factors %s must hold n_rot/2 = %d values",
                         p.freq_factors.shape_string().c_str(), p.n_rot / 2);
+  }
+  if (p.yarn()) {
+    if (!be.supports(Op::kRopeYarn, DType::F32))
+      return make_error(ErrorCode::kUnsupported, "rope: YaRN scaling is not supported by backend %s", be.name());
+    if (p.n_ctx_orig <= 0 || !(p.attn_factor > 0) || !(p.freq_scale > 0))
+      return make_error(ErrorCode::kInvalidArgument, "rope: YaRN needs n_ctx_orig %d, attn_factor %g and "
+                        "freq_scale %g > 0", p.n_ctx_orig, p.attn_factor, p.freq_scale);
   }
   return Status::ok();
 }

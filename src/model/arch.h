@@ -27,12 +27,16 @@ struct LayerWeights {
   Tensor ffn_gate_inp;                            // [n_embd, n_expert]
   Tensor ffn_gate_exps, ffn_up_exps;              // [n_embd, n_ff_exp, n_expert]
   Tensor ffn_down_exps;                           // [n_ff_exp, n_embd, n_expert]
+  // gpt-oss: router and expert biases (f32 [n_expert], [n_ff_exp, n_expert], [n_embd, n_expert]) and the attention
+  // sinks (f32 [n_head], one logit per head in its softmax's denominator)
+  Tensor ffn_gate_inp_b, ffn_gate_exps_b, ffn_up_exps_b, ffn_down_exps_b;
+  Tensor attn_sinks;
   // gemma3: norms of the attention and FFN outputs before their residual adds
   Tensor post_attn_norm, post_ffn_norm;  // f32 [n_embd]
   // encoders (bert): the fused q/k/v projection is wqkv below (views of its rows land in wq/wk/wv) with bias bqkv;
   // biases of attn_output and the FFN, the post-norms (layer norms: weight and bias)
   Tensor bqkv;                           // f32 [3 n_embd]
-  Tensor bo, b_up, b_down;               // f32 [n_embd], [n_ff], [n_embd]
+  Tensor bo, b_up, b_down;               // f32 [n_embd], [n_ff], [n_embd] (bo: also gpt-oss's attn_output bias)
   Tensor attn_out_norm, attn_out_norm_b, layer_out_norm, layer_out_norm_b;  // f32 [n_embd]
   // qwen35 Gated DeltaNet layers (model/arch/qwen35.cpp has the shapes)
   Tensor wqkv, wz;                       // mixed q/k/v projection, output gate z
@@ -88,7 +92,7 @@ struct ArchDef {
 };
 
 const ArchDef* find_arch(std::string_view name);
-std::string supported_archs();  // "llama, qwen2, qwen3, gemma3, qwen35, qwen3moe, bert, nomic-bert"
+std::string supported_archs();  // "llama, qwen2, qwen3, gemma3, qwen35, qwen3moe, gpt-oss, bert, nomic-bert"
 
 // Common hyperparameters: general.* and <arch>.* keys (see hparams.h), then validate_hparams.
 Status read_common_hparams(const gguf::File& file, HParams& hp);

@@ -28,7 +28,8 @@ Status attend(ForwardCtx& c, int64_t il, const Tensor& q3) {
   }
   // RoPE, then the batch's K/V go into the cache; each token then attends to positions [0, pos] of its sequence
   // (the last `window` of them on a sliding-window layer).
-  const KvLayer& layer = c.kv[il];
+  KvLayer layer = c.kv[il];
+  layer.sinks = L.attn_sinks;  // gpt-oss; invalid elsewhere
   KILN_TRY(be.rope_kv_store(q3, k3, c.v, c.pos, c.rope, layer, c.slots));
   return be.attention(q3, layer, c.meta, c.attn_scale, c.attn.reshape(hp.head_dim_v, hp.n_head, n));
 }
@@ -45,16 +46,17 @@ Status self_attention(ForwardCtx& c, int64_t il) {
   if (il == hp.n_layer - 1 && c.n_out < c.n) KILN_TRY(keep_output_rows(c));
   if (c.n == 0) return Status::ok();
 
-  return project_add(c, L.wo, c.attn);  // x += wo attn
+  return project_add(c, L.wo, c.attn, L.bo);  // x += wo attn (+ bo)
 }
 
-Status project_add(ForwardCtx& c, const Tensor& W, const Tensor& a) {
+Status project_add(ForwardCtx& c, const Tensor& W, const Tensor& a, const Tensor& bias) {
   Backend& be = *c.be;
-  if (!c.comm) return be.matmul_add(W, a, Tensor{}, c.h, c.x);
+  if (!c.comm) return be.matmul_add(W, a, bias, c.h, c.x);
   // Every rank holds the same x; h = this rank's partial product, summed over the ranks, then added once. (Adding x
   // on rank 0 only and reducing x would save the add but round differently from the one-rank x + W a.)
   KILN_TRY(be.matmul(W, a, Tensor{}, c.h));
   KILN_TRY(c.comm->all_reduce_sum(c.h));
+  if (bias.valid()) KILN_TRY(be.add(c.h, bias.reshape(bias.ne[0], 1), c.h));
   return be.add(c.x, c.h, c.x);
 }
 
@@ -82,7 +84,7 @@ Status swiglu_ffn(ForwardCtx& c, int64_t il) {
   return project_add(c, L.w_down, c.g);                          // x += down g
 }
 
-Status moe_ffn(ForwardCtx& c, int64_t il, MoeGating gating, bool norm_topk) {
+Status moe_ffn(ForwardCtx& c, int64_t il, MoeGating gating, bool norm_topk, MoeActivation act) {
   if (c.n == 0) return Status::ok();
   Backend& be = *c.be;
   const LayerWeights& L = c.w->layers[il];
@@ -96,6 +98,11 @@ Status moe_ffn(ForwardCtx& c, int64_t il, MoeGating gating, bool norm_topk) {
   a.k = static_cast<int32_t>(c.hp->n_expert_used);
   a.gating = gating;
   a.norm_topk = norm_topk;
+  a.act = act;
+  a.router_bias = L.ffn_gate_inp_b;
+  a.gate_bias = L.ffn_gate_exps_b;
+  a.up_bias = L.ffn_up_exps_b;
+  a.down_bias = L.ffn_down_exps_b;
   return be.moe_ffn(a, c.x);
 }
 

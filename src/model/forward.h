@@ -68,13 +68,14 @@ Tensor strided_view(const Tensor& base, int64_t off, int64_t ne0, int64_t ne1, i
 namespace pieces {
 
 // h = rms_norm(x) * attn_norm; q/k/v projections (+ biases when the layer has them); per-head q/k RMS norm when
-// the layer has q_norm/k_norm; RoPE on q and k; K/V into the cache; paged causal attention; output projection;
-// x += result.
+// the layer has q_norm/k_norm; RoPE on q and k; K/V into the cache; paged causal attention (with the layer's
+// attn_sinks when it has them); output projection (+ bo when the layer has it); x += result.
 Status self_attention(ForwardCtx& c, int64_t il);
 
 // The core of self_attention on projections already made (c.q/c.k/c.v hold them; q3 = the query heads
 // [hd_k, n_head, n], possibly a strided view): per-head q/k norm when the layer has them, RoPE, K/V into the
-// cache, attention (sliding window from the layer's KvLayer) into c.attn. No output projection, no row selection.
+// cache, attention (sliding window from the layer's KvLayer, sinks from its attn_sinks) into c.attn. No output
+// projection, no row selection.
 Status attend(ForwardCtx& c, int64_t il, const Tensor& q3);
 
 // h = rms_norm(x) * ffn_norm; x += post_ffn_norm(down(gelu(gate(h)) * up(h))) when the layer has post_ffn_norm
@@ -84,16 +85,18 @@ Status geglu_ffn(ForwardCtx& c, int64_t il);
 // h = rms_norm(x) * ffn_norm; x += down(silu(gate(h)) * up(h)).
 Status swiglu_ffn(ForwardCtx& c, int64_t il);
 
-// h = rms_norm(x) * ffn_norm; x += the routed experts' SwiGLU FFN of h (Backend::moe_ffn: the layer's router
-// ffn_gate_inp and expert stacks, hp.n_expert_used experts per token, `gating`, renormalised top-k weights when
-// norm_topk).
-Status moe_ffn(ForwardCtx& c, int64_t il, MoeGating gating, bool norm_topk);
+// h = rms_norm(x) * ffn_norm; x += the routed experts' gated FFN of h (Backend::moe_ffn: the layer's router
+// ffn_gate_inp and expert stacks, with their biases when the layer has them, hp.n_expert_used experts per token,
+// `gating`, renormalised top-k weights when norm_topk, activation `act`).
+Status moe_ffn(ForwardCtx& c, int64_t il, MoeGating gating, bool norm_topk,
+               MoeActivation act = MoeActivation::kSwiglu);
 
 // x += o, with o = W a computed as the sum over tensor-parallel ranks of each rank's input-column slice of W times
 // its slice of a (one all-reduce of h in f32: the residual stream is f32, and a bf16 sum would round it once per
 // sublayer; the partial sums are [n_embd, n] per rank, small next to the weights each rank reads). One rank:
-// matmul_add (the backend's fused op). Uses c.h as the output buffer.
-Status project_add(ForwardCtx& c, const Tensor& W, const Tensor& a);
+// matmul_add (the backend's fused op). bias (optional, f32 [n_out]) is added once to the sum. Uses c.h as the
+// output buffer.
+Status project_add(ForwardCtx& c, const Tensor& W, const Tensor& a, const Tensor& bias = Tensor{});
 
 // Last layer, after attention: keeps only the rows of x and attn that want logits (the K/V of every token are
 // already in the cache, nothing after this point feeds another token) and shrinks the batch to them.

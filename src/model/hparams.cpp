@@ -1,5 +1,6 @@
 // Common hyperparameter keys and their validation (HParams, model/hparams.h).
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <unordered_set>
@@ -119,6 +120,33 @@ Result<int64_t> read_int_or(const gguf::File& file, const std::string& k, int64_
   return get_int_or(file, k, fallback);
 }
 
+// rope.scaling.type yarn: the factor (default 1), original context and attention factor, as llama.cpp's context
+// setup derives them (HParams). yarn_log_multiplier (DeepSeek's mscale) is refused rather than ignored.
+static Status read_yarn(const gguf::File& f, HParams& hp) {
+  KILN_ASSIGN_OR_RETURN(const float factor, f.get_f32_or(key(hp, "rope.scaling.factor"), 1.0f));
+  if (!(factor > 0))
+    return make_error(ErrorCode::kInvalidFile, "%s is %g: must be > 0", key(hp, "rope.scaling.factor").c_str(), factor);
+  KILN_ASSIGN_OR_RETURN(const float log_mul, f.get_f32_or(key(hp, "rope.scaling.yarn_log_multiplier"), 0.0f));
+  if (log_mul != 0.0f)
+    return make_error(ErrorCode::kUnsupported, "%s %g is not supported",
+                      key(hp, "rope.scaling.yarn_log_multiplier").c_str(), log_mul);
+  KILN_ASSIGN_OR_RETURN(const float attn_factor, f.get_f32_or(key(hp, "rope.scaling.attn_factor"), 1.0f));
+  if (!(attn_factor > 0))
+    return make_error(ErrorCode::kInvalidFile, "%s is %g: must be > 0", key(hp, "rope.scaling.attn_factor").c_str(),
+                      attn_factor);
+  KILN_ASSIGN_OR_RETURN(hp.n_ctx_orig_yarn, get_int_or(f, key(hp, "rope.scaling.original_context_length"), hp.n_ctx_train));
+  if (hp.n_ctx_orig_yarn <= 0 || hp.n_ctx_orig_yarn > INT32_MAX)
+    return make_error(ErrorCode::kInvalidFile, "%s is %lld: out of range",
+                      key(hp, "rope.scaling.original_context_length").c_str(),
+                      static_cast<long long>(hp.n_ctx_orig_yarn));
+  hp.rope_freq_scale = 1.0f / factor;
+  hp.rope_ext_factor = 1.0f;
+  // llama.cpp: get_mscale(factor) / (1 + 0.1 ln factor), get_mscale = 1 + 0.1 ln factor above 1, else 1; the op
+  // multiplies by 1 + 0.1 ln factor again.
+  hp.rope_attn_factor = attn_factor * (factor > 1.0f ? 1.0f : 1.0f / (1.0f + 0.1f * std::log(factor)));
+  return Status::ok();
+}
+
 Status read_common_hparams(const gguf::File& f, HParams& hp) {
   KILN_ASSIGN_OR_RETURN(hp.name, f.get_str_or("general.name", ""));
   KILN_ASSIGN_OR_RETURN(hp.n_ctx_train, get_int(f, key(hp, "context_length")));
@@ -145,9 +173,11 @@ Status read_common_hparams(const gguf::File& f, HParams& hp) {
       return make_error(ErrorCode::kInvalidFile, "%s is %g: must be > 0", key(hp, "rope.scaling.factor").c_str(),
                         factor);
     hp.rope_freq_scale = 1.0f / factor;
+  } else if (scaling == "yarn") {
+    KILN_TRY(read_yarn(f, hp));
   } else if (scaling != "none" && scaling != "llama3") {
-    // llama3 scaling is carried by rope_freqs.weight; yarn/longrope are not implemented.
-    return make_error(ErrorCode::kUnsupported, "%s '%s' is not supported (none, linear, llama3)",
+    // llama3 scaling is carried by rope_freqs.weight; longrope is not implemented.
+    return make_error(ErrorCode::kUnsupported, "%s '%s' is not supported (none, linear, llama3, yarn)",
                       key(hp, "rope.scaling.type").c_str(), scaling.c_str());
   }
   // Vocabulary size: explicit key, else the tokenizer's token list, else token_embd's rows (checked against

@@ -26,7 +26,14 @@ struct HParams {
   RopeType rope_type = RopeType::kNormal;
   int64_t n_rot = 0;           // <arch>.rope.dimension_count (defaults to head_dim_k)
   float rope_freq_base = 10000.0f;   // <arch>.rope.freq_base
-  float rope_freq_scale = 1.0f;      // 1 / <arch>.rope.scaling.factor when scaling.type is linear
+  float rope_freq_scale = 1.0f;      // 1 / <arch>.rope.scaling.factor when scaling.type is linear or yarn
+  // YaRN (rope.scaling.type yarn; backend.h RopeParams says what they do), as llama.cpp derives them: ext_factor 1,
+  // attn_factor = rope.scaling.attn_factor (1 / (1 + 0.1 ln factor) when factor <= 1), beta_fast 32, beta_slow 1,
+  // n_ctx_orig = rope.scaling.original_context_length (default context_length). ext_factor 0: no YaRN.
+  float rope_ext_factor = 0.0f;
+  float rope_attn_factor = 1.0f;
+  float yarn_beta_fast = 32.0f, yarn_beta_slow = 1.0f;
+  int64_t n_ctx_orig_yarn = 0;
   bool tied_embeddings = false;      // no output.weight: the output projection reuses token_embd.weight
 
   // ---- set by architectures that need them (defaults: a plain decoder, every layer alike) ----
@@ -35,6 +42,7 @@ struct HParams {
   // Sliding-window (local) attention layers (gemma3): <arch>.attention.sliding_window and the RoPE base of the
   // local layers (<arch>.rope.freq_base_swa); layer_swa[il] = 1 for a local layer (empty: none).
   int32_t sliding_window = 0;
+  bool attn_sinks = false;  // gpt-oss: every layer's attention has per-head sink logits (blk.N.attn_sinks.weight)
   float rope_freq_base_swa = 10000.0f;
   std::vector<uint8_t> layer_swa;
   // Hybrid models (qwen35): layer_recurrent[il] = 1 for a linear-attention (Gated DeltaNet) layer, which has no

@@ -340,6 +340,11 @@ Status State::execute() {
   c.rope.n_rot = static_cast<int32_t>(hp_.n_rot);
   c.rope.freq_base = hp_.rope_freq_base;
   c.rope.freq_scale = hp_.rope_freq_scale;
+  c.rope.ext_factor = hp_.rope_ext_factor;
+  c.rope.attn_factor = hp_.rope_attn_factor;
+  c.rope.beta_fast = hp_.yarn_beta_fast;
+  c.rope.beta_slow = hp_.yarn_beta_slow;
+  c.rope.n_ctx_orig = static_cast<int32_t>(hp_.n_ctx_orig_yarn);
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(hp_.head_dim_k));
 
   // 2. Embedding.
@@ -746,6 +751,13 @@ Status check_state(const HParams& hp, const Placement& place, const StepCaps& ca
       return make_error(ErrorCode::kUnsupported, "layer %lld of %s uses sliding-window attention, which backend %s "
                         "does not run (with -ctk %s -ctv %s)", static_cast<long long>(il), hp.arch.c_str(), be.name(),
                         dtype_name(kt), dtype_name(vt));
+    if (hp.rope_ext_factor != 0.0f && !be.supports(Op::kRopeYarn, DType::F32))
+      return make_error(ErrorCode::kUnsupported, "%s uses YaRN RoPE scaling, which backend %s does not run: place "
+                        "it on the CPU (--device cpu)", hp.arch.c_str(), be.name());
+    if (hp.attn_sinks && !be.supports(Op::kAttentionSinks, kt, vt))
+      return make_error(ErrorCode::kUnsupported, "layer %lld of %s uses attention sinks, which backend %s does not "
+                        "run (with -ctk %s -ctv %s): place it on the CPU (--device cpu)", static_cast<long long>(il),
+                        hp.arch.c_str(), be.name(), dtype_name(kt), dtype_name(vt));
     if (rec && (!be.supports(Op::kConv1dSilu, DType::F32) || !be.supports(Op::kDeltaNet, DType::F32)))
       return make_error(ErrorCode::kUnsupported, "layer %lld of %s is a Gated DeltaNet layer, which backend %s does "
                         "not run (conv1d_silu, gated_delta_net)", static_cast<long long>(il), hp.arch.c_str(),

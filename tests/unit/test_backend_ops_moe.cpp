@@ -19,8 +19,9 @@
 //   Routing is a discontinuous function: the test data are checked to keep a relative probability gap of 1e-3
 //   between every token's k-th and (k+1)-th expert (far above the ~1e-6 error of an f32 softmax), so every backend
 //   must choose the experts the double-precision oracle chooses.
-//   (3) The operand contract: bad k, shapes, aliasing and unsupported types are errors naming the operand, and
-//       supports(Op::kMoeFfn, t) says exactly which expert types run.
+//   (3) The operand contract: bad k, shapes, aliasing, bias shapes and unsupported types are errors naming the
+//       operand, and supports(Op::kMoeFfn, t) says exactly which expert types run.
+//   (4) gpt-oss's variant (softmax over the chosen logits, biases, clamped SwiGLU) against its contract in double.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -141,6 +142,92 @@ TEST_P(BackendOpsMoe, F32ExpertsMatchTheContract) {
   }
 }
 
+// gpt-oss's variant (MoeGating::kSoftmaxWeight, MoeActivation::kSwigluOai, router and expert biases), F32 experts,
+// against the contract in double: logits + bias, the k largest logits, softmax over them, per expert
+// g = gate x + gb, u = up x + ub, h = min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1), y = down h + db.
+// Same numerics argument as F32ExpertsMatchTheContract: NMSE <= 1e-10, while a dropped bias, softmax over all
+// experts or an unclamped activation moves the output by NMSE > 1e-3. The biases and gains put ~10% of g and u
+// past the clamp (counted below), so both clamps are exercised.
+TEST_P(BackendOpsMoe, OaiVariantMatchesTheContract) {
+  if (!be().supports(Op::kMoeFfn, DType::F32))
+    GTEST_SKIP() << "skipped: backend " << GetParam() << " does not run moe_ffn yet";
+  const MoeCase cases[] = {{64, 48, 8, 1, 2, false}, {64, 48, 8, 13, 4, false}, {64, 32, 4, 7, 2, false},
+                           {64, 32, 4, 33, 1, false}};
+  const float alpha = 1.702f, limit = 7.0f;
+  uint32_t seed = 300;
+  for (const MoeCase& c : cases) {
+    const std::string what = "oai " + name(c, DType::F32, DType::F32);
+    const std::vector<float> router = make_router(c, ++seed), x = randn(static_cast<size_t>(c.d * c.n_tok), ++seed);
+    const std::vector<float> rb = randn(static_cast<size_t>(c.n_expert), ++seed);
+    const std::vector<float> wg = randn(static_cast<size_t>(c.d * c.n_ff * c.n_expert), ++seed, 0.5f);
+    const std::vector<float> wu = randn(wg.size(), ++seed, 0.5f), wd = randn(wg.size(), ++seed, 0.2f);
+    const std::vector<float> gb = randn(static_cast<size_t>(c.n_ff * c.n_expert), ++seed, 3.0f);
+    const std::vector<float> ub = randn(gb.size(), ++seed, 3.0f);
+    const std::vector<float> db = randn(static_cast<size_t>(c.d * c.n_expert), ++seed);
+    const std::vector<float> acc0 = randn(static_cast<size_t>(c.d * c.n_tok), ++seed, 0.5f);
+
+    // Routing in double: the k largest biased logits, decreasing; weights = softmax over them.
+    std::vector<int> sel(static_cast<size_t>(c.n_tok * c.k));
+    std::vector<double> wt(sel.size());
+    for (int64_t t = 0; t < c.n_tok; ++t) {
+      std::vector<double> l(static_cast<size_t>(c.n_expert));
+      for (int64_t e = 0; e < c.n_expert; ++e) {
+        l[e] = rb[e];
+        for (int64_t i = 0; i < c.d; ++i) l[e] += static_cast<double>(router[e * c.d + i]) * x[t * c.d + i];
+      }
+      std::vector<int> order(static_cast<size_t>(c.n_expert));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return l[a] > l[b]; });
+      if (c.k < c.n_expert) {
+        ASSERT_GT(l[order[c.k - 1]] - l[order[c.k]], 1e-3) << what << ": a routing near-tie";
+      }
+      double sum = 0;
+      for (int j = 0; j < c.k; ++j) sum += std::exp(l[order[j]] - l[order[0]]);
+      for (int j = 0; j < c.k; ++j) {
+        sel[t * c.k + j] = order[j];
+        wt[t * c.k + j] = std::exp(l[order[j]] - l[order[0]]) / sum;
+      }
+    }
+
+    const DevTensor R = dev_f32(be(), router, c.d, c.n_expert), X = dev_f32(be(), x, c.d, c.n_tok);
+    const DevTensor G = dev_f32(be(), wg, c.d, c.n_ff, c.n_expert), U = dev_f32(be(), wu, c.d, c.n_ff, c.n_expert);
+    const DevTensor D = dev_f32(be(), wd, c.n_ff, c.d, c.n_expert), A = dev_f32(be(), acc0, c.d, c.n_tok);
+    const DevTensor RB = dev_f32(be(), rb, c.n_expert), GB = dev_f32(be(), gb, c.n_ff, c.n_expert),
+                    UB = dev_f32(be(), ub, c.n_ff, c.n_expert), DB = dev_f32(be(), db, c.d, c.n_expert);
+    Backend::MoeFfnArgs a;
+    a.x = X.t, a.router = R.t, a.gate = G.t, a.up = U.t, a.down = D.t, a.k = c.k, a.norm_topk = false;
+    a.gating = MoeGating::kSoftmaxWeight, a.act = MoeActivation::kSwigluOai;
+    a.router_bias = RB.t, a.gate_bias = GB.t, a.up_bias = UB.t, a.down_bias = DB.t;
+    KILN_ASSERT_OK(be().moe_ffn(a, A.t));
+    const std::vector<float> got = dev_read<float>(be(), A);
+
+    std::vector<double> want(acc0.begin(), acc0.end()), h(static_cast<size_t>(c.n_ff));
+    int64_t clamped = 0, values = 0;
+    for (int64_t t = 0; t < c.n_tok; ++t)
+      for (int j = 0; j < c.k; ++j) {
+        const int64_t e = sel[t * c.k + j];
+        for (int64_t f = 0; f < c.n_ff; ++f) {
+          double g = gb[e * c.n_ff + f], u = ub[e * c.n_ff + f];
+          for (int64_t i = 0; i < c.d; ++i) {
+            g += static_cast<double>(wg[(e * c.n_ff + f) * c.d + i]) * x[t * c.d + i];
+            u += static_cast<double>(wu[(e * c.n_ff + f) * c.d + i]) * x[t * c.d + i];
+          }
+          clamped += (g > limit) + (std::abs(u) > limit);
+          values += 2;
+          const double xg = std::min<double>(g, limit), yu = std::clamp<double>(u, -limit, limit);
+          h[f] = xg / (1 + std::exp(-alpha * xg)) * (yu + 1);
+        }
+        for (int64_t o = 0; o < c.d; ++o) {
+          double y = db[e * c.d + o];
+          for (int64_t f = 0; f < c.n_ff; ++f) y += static_cast<double>(wd[(e * c.d + o) * c.n_ff + f]) * h[f];
+          want[t * c.d + o] += wt[t * c.k + j] * y;
+        }
+      }
+    EXPECT_GT(clamped, values / 50) << what << ": the data must reach the clamps";
+    EXPECT_LE(nmse_d(got, want), 1e-10) << what;
+  }
+}
+
 // Expert weights of type t (F32 values for the float types, the block format's bytes otherwise).
 DevTensor upload_experts(Backend& be, DType t, int64_t n_in, int64_t n_out, int64_t n_expert, std::mt19937& rng) {
   return dev_upload(be, t, test::random_weights(t, n_in, n_out * n_expert, rng), n_in, n_out, n_expert);
@@ -245,6 +332,17 @@ TEST_P(BackendOpsMoe, OperandErrorsNameTheOperand) {
   a = ok;
   a.router = G.t;
   expect(a, A.t, ErrorCode::kInvalidArgument, "router");
+  // Biases: F32 of the operand's [width, n_expert] (router: [n_expert]).
+  a = ok;
+  a.gate_bias = R.t;  // [d, E] where [ff, E] is wanted
+  expect(a, A.t, ErrorCode::kInvalidArgument, "gate_bias");
+  a = ok;
+  a.router_bias = R.t;  // [d, E] where [E] is wanted
+  expect(a, A.t, ErrorCode::kInvalidArgument, "router_bias");
+  a = ok;
+  a.down_bias = R.t;
+  a.down_bias.dtype = DType::F16;
+  expect(a, A.t, ErrorCode::kUnsupported, "down_bias");
   expect(ok, X.t, ErrorCode::kInvalidArgument, "alias");
   // A type supports() rejects is kUnsupported from the op, naming the operand.
   for (DType t : {DType::IQ2_XXS, DType::Q8_1}) {

@@ -1,5 +1,5 @@
-// The ops Qwen3.5 and Gemma 3 added to backend.h (geglu, sigmoid_mul, sliding-window attention, conv1d_silu,
-// gated_delta_net) on every backend of the build, each against an independent scalar computation in double
+// The ops Qwen3.5, Gemma 3 and gpt-oss added to backend.h (geglu, sigmoid_mul, sliding-window attention, attention
+// sinks, YaRN rope, conv1d_silu, gated_delta_net) on every backend of the build, each against an independent scalar computation in double
 // precision written from the op contract (not from the CPU code). A backend whose supports() says no for an op
 // skips that case, naming it. Plus: the multi-section RoPE of qwen35 reduces to NeoX RoPE of the leading dims for
 // text positions.
@@ -148,6 +148,139 @@ TEST_P(BackendOpsNext, AttentionWindowSkipsPositionsOutsideIt) {
   l.window = 0;
   KILN_ASSERT_OK(be().attention(Q.t, l, m, scale, O.t));
   EXPECT_TRUE(std::isnan(dev_read<float>(be(), O)[0]));
+}
+
+// Attention sinks (gpt-oss): head h's sink logit joins its softmax's denominator and adds no value. One sequence of
+// 40 positions, every position a query (kv_len 1..40: with one key the sink takes a large share), GQA 4/2, sinks
+// above every score (the online softmax must rescale), below, and around them; with and without a window. F32
+// cache: NMSE <= 1e-10 vs the double oracle, while dropping the sinks moves the output by NMSE > 1e-2.
+TEST_P(BackendOpsNext, AttentionSinksJoinTheDenominator) {
+  const int hd = 64, n_head = 4, n_kv = 2, bs = 16, n_tok = 40;
+  const int64_t n_blocks = 4;
+  const std::vector<int32_t> table = {2, 0, 3, 1};
+  const std::vector<float> K = randn(static_cast<size_t>(n_blocks * bs * hd * n_kv), 15), V = randn(K.size(), 16);
+  const std::vector<float> q = randn(static_cast<size_t>(hd * n_head * n_tok), 17);
+  const std::vector<float> sinks = {6.0f, -2.0f, 0.5f, 1.5f};
+  KvLayer l;
+  const DevTensor KC = dev_f32(be(), K, hd * n_kv, n_blocks * bs), VC = dev_f32(be(), V, hd * n_kv, n_blocks * bs);
+  const DevTensor SK = dev_f32(be(), sinks, n_head);
+  l.k = KC.t, l.v = VC.t, l.n_head_kv = n_kv, l.head_dim_k = hd, l.head_dim_v = hd, l.block_size = bs;
+  l.sinks = SK.t;
+  std::vector<int32_t> tok_table(n_tok, 0), kv_len(n_tok);
+  for (int t = 0; t < n_tok; ++t) kv_len[t] = t + 1;
+  const DevTensor BT = dev_upload(be(), DType::I32, table, static_cast<int64_t>(table.size()), 1);
+  const DevTensor TT = dev_i32(be(), tok_table), KL = dev_i32(be(), kv_len), Z = dev_i32(be(), {0}),
+                  QS = dev_i32(be(), {0}), QL = dev_i32(be(), {n_tok}), SL = dev_i32(be(), {n_tok});
+  AttnBatch m;
+  m.block_tables = BT.t, m.tok_table = TT.t, m.kv_len = KL.t, m.seq_row = Z.t, m.seq_q_start = QS.t,
+  m.seq_q_len = QL.t, m.seq_kv_len = SL.t, m.seq_reset = Z.t, m.n_seq = 1, m.max_kv_len = 64, m.max_q_len = n_tok;
+  const DevTensor Q = dev_f32(be(), q, hd, n_head, n_tok), O = dev_alloc(be(), DType::F32, hd, n_head, n_tok);
+  const float scale = 0.125f;
+  if (!be().supports(Op::kAttentionSinks, DType::F32, DType::F32)) {
+    const Status st = be().attention(Q.t, l, m, scale, O.t);
+    EXPECT_EQ(st.code(), ErrorCode::kUnsupported) << st.to_string();
+    EXPECT_NE(st.message().find("sinks"), std::string::npos) << st.to_string();
+    GTEST_SKIP() << "skipped: backend " << GetParam() << " does not run attention sinks yet (and says so)";
+  }
+  for (int window : {0, 8}) {
+    auto oracle = [&](bool with_sinks) {
+      std::vector<double> ref(static_cast<size_t>(hd * n_head * n_tok));
+      for (int t = 0; t < n_tok; ++t)
+        for (int h = 0; h < n_head; ++h) {
+          const int g = h / (n_head / n_kv);
+          const int64_t hi = kv_len[t], lo = window > 0 ? std::max<int64_t>(0, hi - window) : 0;
+          std::vector<double> sc;
+          double mx = with_sinks ? sinks[h] : -1e300;
+          for (int64_t p = lo; p < hi; ++p) {
+            const int64_t slot = table[p / bs] * bs + p % bs;
+            double d = 0;
+            for (int i = 0; i < hd; ++i)
+              d += static_cast<double>(q[(t * n_head + h) * hd + i]) * K[(slot * n_kv + g) * hd + i];
+            sc.push_back(d * scale);
+            mx = std::max(mx, sc.back());
+          }
+          double sum = with_sinks ? std::exp(sinks[h] - mx) : 0.0;
+          for (double& x : sc) sum += (x = std::exp(x - mx));
+          for (int i = 0; i < hd; ++i) {
+            double acc = 0;
+            for (int64_t p = lo; p < hi; ++p)
+              acc += sc[p - lo] * V[((table[p / bs] * bs + p % bs) * n_kv + g) * hd + i];
+            ref[(t * n_head + h) * hd + i] = acc / sum;
+          }
+        }
+      return ref;
+    };
+    l.window = window;
+    KILN_ASSERT_OK(be().attention(Q.t, l, m, scale, O.t));
+    const std::vector<float> o = dev_read<float>(be(), O);
+    EXPECT_LE(test::nmse_d(o, oracle(true)), 1e-10) << "window " << window;
+    EXPECT_GT(test::nmse_d(o, oracle(false)), 1e-2) << "window " << window << ": the sinks must matter";
+  }
+  // Sinks must be F32 [n_head].
+  const DevTensor bad = dev_f32(be(), {1.0f, 2.0f}, 2);
+  l.sinks = bad.t;
+  const Status st = be().attention(Q.t, l, m, scale, O.t);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.message().find("sinks"), std::string::npos) << st.to_string();
+}
+
+// YaRN RoPE (gpt-oss: factor 32, original context 4096, freq_base 150000, beta_fast 32, beta_slow 1) against
+// ggml's formula in double: the pair's angle mixes the interpolated and extrapolated theta by the ramp over the
+// correction range, cos and sin times attn_factor (1 + 0.1 ln factor). The angle is built in f32 as in plain rope
+// (|d theta| <= theta_extrap (3i + 8) u), the mix and the scale add a few u: the per-element bound is
+// (theta_extrap (3i + 8) u + 16 u) mscale r for a pair of norm r. Positions up to 4095; n_rot 64 of head 64 and
+// 32 of 64 (dims past n_rot pass through unchanged); ext_factor 0 with attn_factor != 1 scales only.
+TEST_P(BackendOpsNext, RopeYarnMatchesGgmlFormula) {
+  const std::vector<int32_t> pos = {0, 1, 5, 130, 1000, 4095};
+  const int64_t n_tok = static_cast<int64_t>(pos.size()), n_head = 2;
+  const int hd = 64;
+  for (int n_rot : {64, 32})
+    for (float ext : {1.0f, 0.0f}) {
+      const std::vector<float> x = randn(static_cast<size_t>(hd * n_head * n_tok), 40 + n_rot);
+      const DevTensor X = dev_f32(be(), x, hd, n_head, n_tok), P = dev_i32(be(), pos);
+      RopeParams p;
+      p.mode = RopeMode::kNeox, p.n_rot = n_rot, p.freq_base = 150000.0f, p.freq_scale = 1.0f / 32;
+      p.ext_factor = ext, p.attn_factor = ext != 0 ? 1.0f : 0.75f, p.n_ctx_orig = 4096;
+      if (!be().supports(Op::kRopeYarn, DType::F32)) {
+        const Status st = be().rope(X.t, P.t, p);
+        EXPECT_EQ(st.code(), ErrorCode::kUnsupported) << st.to_string();
+        EXPECT_NE(st.message().find("YaRN"), std::string::npos) << st.to_string();
+        GTEST_SKIP() << "skipped: backend " << GetParam() << " does not run YaRN rope yet (and says so)";
+      }
+      KILN_ASSERT_OK(be().rope(X.t, P.t, p));
+      const std::vector<float> got = dev_read<float>(be(), X);
+      auto corr = [&](double beta) {
+        return n_rot * std::log(4096.0 / (beta * 2 * M_PI)) / (2 * std::log(150000.0));
+      };
+      const double lo = std::max(0.0, std::floor(corr(32))), hi = std::min(n_rot - 1.0, std::ceil(corr(1)));
+      const double mscale = p.attn_factor * (ext != 0 ? 1 + 0.1 * std::log(32.0) : 1.0);
+      const int half = n_rot / 2;
+      int mixed = 0;
+      for (int64_t t = 0; t < n_tok; ++t)
+        for (int64_t h = 0; h < n_head; ++h) {
+          const float* a = &x[(t * n_head + h) * hd];
+          const float* g = &got[(t * n_head + h) * hd];
+          for (int i = 0; i < half; ++i) {
+            const double extrap = pos[t] * std::pow(150000.0, -2.0 * i / n_rot);
+            double th = extrap / 32;
+            if (ext != 0) {
+              const double mix = 1 - std::min(1.0, std::max(0.0, (i - lo) / std::max(0.001, hi - lo)));
+              th = th * (1 - mix) + extrap * mix;
+              mixed += mix > 0 && mix < 1;
+            }
+            const double a0 = a[i], a1 = a[i + half];
+            const double w0 = (a0 * std::cos(th) - a1 * std::sin(th)) * mscale;
+            const double w1 = (a0 * std::sin(th) + a1 * std::cos(th)) * mscale;
+            const double tol = (extrap * (3 * i + 8) * kU + 16 * kU) * mscale * std::hypot(a0, a1);
+            EXPECT_NEAR(g[i], w0, tol) << "n_rot " << n_rot << " ext " << ext << " pos " << pos[t] << " i " << i;
+            EXPECT_NEAR(g[i + half], w1, tol) << "n_rot " << n_rot << " ext " << ext << " pos " << pos[t] << " i " << i;
+          }
+          for (int i = n_rot; i < hd; ++i) EXPECT_EQ(g[i], a[i]) << "dim " << i << " past n_rot changed";
+        }
+      if (ext != 0) {
+        EXPECT_GT(mixed, 0) << "n_rot " << n_rot << ": no pair inside the ramp";
+      }
+    }
 }
 
 // Per-sequence metadata of a step: sequences (row, first token, token count, reset).

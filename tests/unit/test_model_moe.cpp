@@ -134,13 +134,17 @@ TEST(ModelMoe, BadFilesNameTheKeyOrTensor) {
                ErrorCode::kNotFound, "tensor 'blk.0.ffn_gate_exps.weight' is missing");
 }
 
-// Forwards everything to a CPU backend except moe_ffn, which it does not run (and says so in supports()).
+// Forwards everything to a CPU backend except one op (default moe_ffn), which it does not run (and says so in
+// supports()).
 class NoMoeBackend final : public Backend {
  public:
-  NoMoeBackend() : cpu_(make_cpu_backend({1, false})) {}
-  const char* name() const override { return "no-moe"; }
+  explicit NoMoeBackend(Op refused = Op::kMoeFfn)
+      : cpu_(make_cpu_backend({1, false})), refused_(refused),
+        name_(refused == Op::kMoeFfn ? "no-moe" : std::string("no-") + op_name(refused)) {}
+  const char* name() const override { return name_.c_str(); }
   bool host_memory() const override { return true; }
-  bool supports(Op op, DType a, DType b) const override { return op != Op::kMoeFfn && cpu_->supports(op, a, b); }
+  bool supports(Op op, DType a, DType b) const override { return op != refused_ && cpu_->supports(op, a, b); }
+  Status moe_ffn(const MoeFfnArgs& a, const Tensor& acc) override { return cpu_->moe_ffn(a, acc); }
   Result<std::unique_ptr<Buffer>> alloc(size_t n) override { return cpu_->alloc(n); }
   Status write(const Tensor& d, size_t o, const void* s, size_t n) override { return cpu_->write(d, o, s, n); }
   Status read(const Tensor& s, size_t o, void* d, size_t n) override { return cpu_->read(s, o, d, n); }
@@ -171,6 +175,8 @@ class NoMoeBackend final : public Backend {
 
  private:
   std::unique_ptr<Backend> cpu_;
+  Op refused_;
+  std::string name_;
 };
 
 TEST(ModelMoe, ABackendWithoutMoeFfnRefusesTheFileBeforeImporting) {
@@ -213,6 +219,93 @@ TEST(ModelMoe, FastCpuMatchesTheReference) {
     for (size_t r = 0; r < ids.size(); ++r) mx = std::max(mx, test::nmse(la.data() + r * nv, lb.data() + r * nv, nv));
     std::printf("[moe fast-vs-ref] b=%d max NMSE %.3e\n", nb, mx);
     EXPECT_LE(mx, 1e-10) << "b=" << nb;
+  }
+}
+
+// gpt-oss (model/arch/gptoss.cpp) on the committed fixture (tests/data/models-gptoss; parity with llama.cpp is in
+// test_model_parity.cpp): the hyperparameters it derives, bad files, and backends without YaRN or sinks.
+const std::string kGptOss = "models-gptoss/fixture-gptoss-f16.gguf";
+
+// The fixture rewritten with edit_kv applied to its metadata and without the tensors drop() names.
+std::string write_gptoss(const std::string& name, const EditKv& edit_kv,
+                         const std::function<bool(const std::string&)>& drop = nullptr) {
+  static gguf::File src = gguf::File::open(test::data_path(kGptOss)).value();
+  gguf::Writer w;
+  for (const auto& kv : src.kvs()) w.set(kv.key, kv.value);
+  if (edit_kv) edit_kv(w);
+  for (const gguf::TensorInfo& t : src.tensors()) {
+    if (drop && drop(t.name)) continue;
+    EXPECT_TRUE(w.add_tensor(t.name, t.type, std::vector<int64_t>(t.ne, t.ne + t.n_dims), t.data).is_ok()) << t.name;
+  }
+  const std::string path = test::temp_dir() + "kiln-gptoss-" + name + ".gguf";
+  EXPECT_TRUE(w.write(path).is_ok());
+  return path;
+}
+
+TEST(ModelGptOss, HParamsOfTheFixture) {
+  auto m = Model::load(test::data_path(kGptOss), LoadOptions{});
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  const HParams& hp = m.value()->hparams();
+  EXPECT_EQ(hp.arch, "gpt-oss");
+  EXPECT_EQ(hp.n_expert, 4);
+  EXPECT_EQ(hp.n_expert_used, 2);
+  EXPECT_EQ(hp.n_ff_exp, 64);
+  EXPECT_EQ(hp.sliding_window, 16);
+  EXPECT_EQ(hp.layer_swa, (std::vector<uint8_t>{1, 0}));  // even layers local
+  EXPECT_EQ(hp.rope_freq_base_swa, hp.rope_freq_base);
+  EXPECT_TRUE(hp.attn_sinks);
+  EXPECT_FLOAT_EQ(hp.attn_scale, 0.125f);  // 1 / sqrt(n_rot 64)
+  // YaRN factor 32 from 4096 positions: llama.cpp's attn_factor is 1 above factor 1 (the op applies 1 + 0.1 ln 32).
+  EXPECT_FLOAT_EQ(hp.rope_freq_scale, 1.0f / 32);
+  EXPECT_EQ(hp.rope_ext_factor, 1.0f);
+  EXPECT_EQ(hp.rope_attn_factor, 1.0f);
+  EXPECT_EQ(hp.n_ctx_orig_yarn, 4096);
+  EXPECT_FALSE(hp.tied_embeddings);
+}
+
+TEST(ModelGptOss, BadFilesNameTheKeyOrTensor) {
+  expect_error(load_status(write_gptoss("nowindow", [](gguf::Writer& w) { w.remove("gpt-oss.attention.sliding_window"); })),
+               ErrorCode::kNotFound, "gpt-oss.attention.sliding_window");
+  expect_error(load_status(write_gptoss("logmul", [](gguf::Writer& w) {
+                 w.set("gpt-oss.rope.scaling.yarn_log_multiplier", 0.1f);
+               })),
+               ErrorCode::kUnsupported, "gpt-oss.rope.scaling.yarn_log_multiplier 0.1 is not supported");
+  expect_error(load_status(write_gptoss("longrope", [](gguf::Writer& w) {
+                 w.set("gpt-oss.rope.scaling.type", std::string("longrope"));
+               })),
+               ErrorCode::kUnsupported, "'longrope' is not supported (none, linear, llama3, yarn)");
+  expect_error(load_status(write_gptoss("nosinks", nullptr, [](const std::string& n) {
+                 return n == "blk.1.attn_sinks.weight";
+               })),
+               ErrorCode::kNotFound, "tensor 'blk.1.attn_sinks.weight' is missing (architecture gpt-oss needs it)");
+  expect_error(load_status(write_gptoss("nopostnorm", nullptr, [](const std::string& n) {
+                 return n == "blk.0.post_attention_norm.weight";
+               })),
+               ErrorCode::kNotFound, "tensor 'blk.0.post_attention_norm.weight' is missing");
+  expect_error(load_status(write_gptoss("noexpbias", nullptr, [](const std::string& n) {
+                 return n == "blk.0.ffn_up_exps.bias";
+               })),
+               ErrorCode::kNotFound, "tensor 'blk.0.ffn_up_exps.bias' is missing");
+}
+
+// A backend without YaRN rope or without attention sinks (the CUDA backend until it runs them) refuses the model
+// when its state is made, naming the feature, instead of running plain RoPE or sink-less softmax.
+TEST(ModelGptOss, ABackendWithoutYarnOrSinksRefusesIt) {
+  for (const auto& [op, needle] : {std::make_pair(Op::kRopeYarn, "uses YaRN RoPE scaling, which backend no-rope_yarn"),
+                                   std::make_pair(Op::kAttentionSinks,
+                                                  "layer 0 of gpt-oss uses attention sinks, which backend "
+                                                  "no-attention_sinks does not run")}) {
+    auto be = std::make_shared<NoMoeBackend>(op);
+    LoadOptions lo;
+    lo.placement.layers = {be, be};
+    lo.placement.input = lo.placement.output = be;
+    auto m = Model::load(test::data_path(kGptOss), lo);
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    KvCacheConfig kc;
+    kc.n_ctx = 64;
+    auto e = Engine::create(*m.value(), kc);
+    ASSERT_FALSE(e.is_ok()) << op_name(op);
+    expect_error(e.status(), ErrorCode::kUnsupported, needle);
   }
 }
 

@@ -62,26 +62,41 @@ const char* const kModelsQuant[] = {"fixture-llama-iq4_nl", "fixture-llama-iq4_x
 // files touchier under batching than dense ones; the limits follow from llama.cpp's own spread as everywhere.
 const char* const kModelsMoe[] = {"fixture-qwen3moe-f16", "fixture-qwen3moe-q8_0", "fixture-qwen3moe-q4_k_m"};
 
+// models-gptoss/ (own manifest, the shared prompt; committed in tests/data, made by tools/gptoss_fixture): gpt-oss,
+// 2 layers (layer 0 sliding-window 16, layer 1 full), attention sinks, q/k/v/o biases, YaRN RoPE (factor 32),
+// 4 experts, top 2 by biased router logit with the softmax over the 2, expert biases, clamped SwiGLU. F16, and
+// MXFP4 experts (llama-quantize MXFP4_MOE: every other matrix Q8_0).
+const char* const kModelsGptOss[] = {"fixture-gptoss-f16", "fixture-gptoss-mxfp4"};
+
 std::vector<std::string> all_stems() {
   std::vector<std::string> v(std::begin(kModels), std::end(kModels));
   v.insert(v.end(), std::begin(kModelsNext), std::end(kModelsNext));
   v.insert(v.end(), std::begin(kModelsMqa), std::end(kModelsMqa));
   v.insert(v.end(), std::begin(kModelsQuant), std::end(kModelsQuant));
   v.insert(v.end(), std::begin(kModelsMoe), std::end(kModelsMoe));
+  v.insert(v.end(), std::begin(kModelsGptOss), std::end(kModelsGptOss));
   return v;
 }
 
 // Why `device` cannot run fixture `stem` ("" when it can): the mixture-of-experts fixtures need a backend whose
-// moe_ffn runs (supports(Op::kMoeFfn)); the CUDA backend does not have one yet.
+// moe_ffn runs (supports(Op::kMoeFfn)), gpt-oss also YaRN rope and attention sinks; the CUDA backend does not have
+// them yet.
 std::string cannot_run(const std::string& stem, const std::string& device) {
-  if (std::find(std::begin(kModelsMoe), std::end(kModelsMoe), stem) == std::end(kModelsMoe)) return "";
-  static std::map<std::string, bool> moe;
-  auto it = moe.find(device);
-  if (it == moe.end()) {
+  const bool gptoss = std::find(std::begin(kModelsGptOss), std::end(kModelsGptOss), stem) != std::end(kModelsGptOss);
+  if (!gptoss && std::find(std::begin(kModelsMoe), std::end(kModelsMoe), stem) == std::end(kModelsMoe)) return "";
+  static std::map<std::string, std::pair<bool, bool>> ops;  // device -> (moe_ffn, YaRN and sinks)
+  auto it = ops.find(device);
+  if (it == ops.end()) {
     auto be = create_backend(device, BackendOptions{});
-    it = moe.emplace(device, be.is_ok() && be.value()->supports(Op::kMoeFfn, DType::F16)).first;
+    const bool ok = be.is_ok();
+    it = ops.emplace(device, std::make_pair(ok && be.value()->supports(Op::kMoeFfn, DType::F16),
+                                            ok && be.value()->supports(Op::kRopeYarn, DType::F32) &&
+                                                be.value()->supports(Op::kAttentionSinks, DType::F16, DType::F16)))
+             .first;
   }
-  return it->second ? "" : "backend " + device + " does not run moe_ffn (mixture-of-experts models) yet";
+  if (!it->second.first) return "backend " + device + " does not run moe_ffn (mixture-of-experts models) yet";
+  if (gptoss && !it->second.second) return "backend " + device + " does not run YaRN rope and attention sinks yet";
+  return "";
 }
 
 // Rows of a fixture's logits.bin: prompt + greedy ids (known before the files are read: it sizes the test cases).
@@ -92,9 +107,10 @@ int n_rows(const std::string& stem) {
 using kiln::test::read_ids;
 
 // Where a model's files are: tests/data when committed there, else the fixtures dir ("" when neither); models/,
-// models-next/, models-mqa/, models-quant/ or models-moe/ (each with its own manifest.json and prompt.txt).
+// models-next/, models-mqa/, models-quant/, models-gptoss/ or models-moe/ (each with its own manifest.json and
+// prompt.txt).
 std::string model_dir(const std::string& stem) {
-  for (const char* sub : {"models", "models-next", "models-mqa", "models-quant"})
+  for (const char* sub : {"models", "models-next", "models-mqa", "models-quant", "models-gptoss"})
     if (std::filesystem::exists(test::data_path(std::string(sub) + "/" + stem + ".gguf")))
       return test::data_path(sub);
   const std::string fx = test::fixtures_dir();

@@ -295,7 +295,7 @@ Status CpuBackend::matmul_group(const Tensor& x, const MatmulOut* outs, int n) {
 }
 
 Status CpuBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
-  KILN_TRY(op_checks::rope_operands(x, pos, p));
+  KILN_TRY(op_checks::rope_operands(*this, x, pos, p));
   const int64_t n_head = x.ne[1], n_tok = x.ne[2];
   const float* ff = p.freq_factors.valid() ? static_cast<const float*>(p.freq_factors.data) : nullptr;
   const int32_t* ps = static_cast<const int32_t*>(pos.data);
@@ -304,6 +304,18 @@ Status CpuBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p)
   // in f32 (as ggml does, so the angles agree bit for bit).
   const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   const bool neox = p.mode == RopeMode::kNeox;
+  // YaRN (backend.h, RopeParams), in ggml's f32 steps: the correction range [lo, hi] of pair indices and the
+  // magnitude scale of cos and sin.
+  float lo = 0, hi = 0, mscale = p.attn_factor;
+  if (p.ext_factor != 0.0f) {
+    auto corr = [&](float beta) {
+      return static_cast<float>(p.n_rot) * std::log(static_cast<float>(p.n_ctx_orig) / (beta * 2 * static_cast<float>(M_PI))) /
+             (2 * std::log(p.freq_base));
+    };
+    lo = std::max(0.0f, std::floor(corr(p.beta_fast)));
+    hi = std::min(static_cast<float>(p.n_rot - 1), std::ceil(corr(p.beta_slow)));
+    mscale *= 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
+  }
   auto run_tokens = [&](int64_t b, int64_t e) {
     // cos/sin of each rotated pair for one token (n_rot <= head_dim; heads of up to 512 stay on the stack).
     float stack_cs[512];
@@ -312,9 +324,15 @@ Status CpuBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p)
     for (int64_t t = b; t < e; ++t) {
       float theta = static_cast<float>(ps[t]);
       for (int i = 0; i < half; ++i) {
-        const float th = p.freq_scale * (ff ? theta / ff[i] : theta);
-        cs[2 * i] = std::cos(th);
-        cs[2 * i + 1] = std::sin(th);
+        const float extrap = ff ? theta / ff[i] : theta;
+        float th = p.freq_scale * extrap;
+        if (p.ext_factor != 0.0f) {
+          const float y = (static_cast<float>(i) - lo) / std::max(0.001f, hi - lo);
+          const float mix = (1 - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
+          th = th * (1 - mix) + extrap * mix;
+        }
+        cs[2 * i] = std::cos(th) * mscale;
+        cs[2 * i + 1] = std::sin(th) * mscale;
         theta *= theta_scale;
       }
       for (int64_t h = 0; h < n_head; ++h) {
@@ -422,6 +440,7 @@ Status CpuBackend::attention(const Tensor& q, const KvLayer& c, const AttnBatch&
   a.scale = scale;
   if (c.window < 0) return make_error(ErrorCode::kInvalidArgument, "attention: window %d must be >= 0", c.window);
   a.window = c.window;
+  a.sinks = c.sinks.valid() ? static_cast<const float*>(c.sinks.data) : nullptr;
   if (reference_)
     attention_ref(a);
   else
@@ -653,7 +672,7 @@ Status CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 
 bool CpuBackend::supports(Op op, DType a, DType b) const {
   return op_checks::supports_op(op, a, b, op_checks::any_cache_pair, matmul_supports, can_dequantize, matmul_supports,
-                                /*encoder_ops=*/true);
+                                /*encoder_ops=*/true, /*oai_ops=*/true);
 }
 
 }  // namespace cpu

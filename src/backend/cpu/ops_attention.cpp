@@ -56,7 +56,8 @@ void attention_ref(const AttnArgs& a) {
         s[j] = d * a.scale;
         mx = std::max(mx, s[j]);
       }
-      float sum = 0;
+      if (a.sinks) mx = std::max(mx, a.sinks[h]);
+      float sum = a.sinks ? std::exp(a.sinks[h] - mx) : 0.0f;
       for (int64_t j = lo; j < len; ++j) {
         s[j] = std::exp(s[j] - mx);
         sum += s[j];
@@ -153,6 +154,18 @@ void attention_fast(const AttnArgs& a, ThreadPool& pool, std::vector<std::vector
             else
               vk.axpy_f32(ar, vbuf + static_cast<size_t>(j) * a.hd_v, p, a.hd_v);
           }
+        }
+      }
+      // Sinks (as llama.cpp's flash attention, after the last block): the sink logit joins the running max and sum.
+      for (int r = 0; a.sinks && len > 0 && r < n_rep; ++r) {
+        const float sk = a.sinks[g * n_rep + r];
+        if (sk > M[r]) {
+          const float f = std::exp(M[r] - sk);
+          vk.scale_f32(acc + static_cast<size_t>(r) * a.hd_v, f, a.hd_v);
+          S[r] = S[r] * f + 1.0f;
+          M[r] = sk;
+        } else {
+          S[r] += std::exp(sk - M[r]);
         }
       }
       for (int r = 0; r < n_rep; ++r) {

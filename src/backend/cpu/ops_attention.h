@@ -26,6 +26,7 @@ struct AttnArgs {
   const int32_t* kv_len = nullptr;
   float scale = 1.0f;
   int32_t window = 0;  // > 0: token t reads positions [max(0, kv_len[t] - window), kv_len[t]) only (KvLayer::window)
+  const float* sinks = nullptr;  // optional [n_head]: head h's sink logit joins its softmax denominator (KvLayer::sinks)
 };
 
 // Scalar reference: per (token, head), all scores, then max, exp, sum, weighted sum of V (two passes).

@@ -27,12 +27,13 @@ namespace {
 // llama.cpp clamps the sum of the selected weights to the smallest normal f16 before dividing by it.
 constexpr float kMinWeightSum = 6.103515625e-5f;
 
-// One token's routing from its router logits (overwritten with the probabilities): softmax_row (the softmax op's
-// row: max-subtracted exp in f32, the sum in double, one f32 reciprocal), then the k largest probabilities in
-// decreasing order (ties: the lower index), their weights optionally divided by their sum (summed exactly, rounded
-// once). sel always receives k distinct experts in [0, n_expert), whatever the logits hold (NaN included).
-void route_token(float* p, int64_t n_expert, int k, bool norm, int32_t* sel, float* w) {
-  softmax_row(p, p, n_expert);
+// One token's routing from its router logits (kSoftmax: overwritten with the probabilities, softmax_row: the
+// softmax op's row, max-subtracted exp in f32, the sum in double, one f32 reciprocal), then the k largest values in
+// decreasing order (ties: the lower index), their weights (kSoftmaxWeight: softmax_row over the k chosen logits)
+// optionally divided by their sum (summed exactly, rounded once). sel always receives k distinct experts in
+// [0, n_expert), whatever the logits hold (NaN included).
+void route_token(float* p, int64_t n_expert, int k, MoeGating gating, bool norm, int32_t* sel, float* w) {
+  if (gating == MoeGating::kSoftmax) softmax_row(p, p, n_expert);
   for (int j = 0; j < k; ++j) {
     int64_t best = -1;
     for (int64_t e = 0; e < n_expert; ++e) {
@@ -43,11 +44,28 @@ void route_token(float* p, int64_t n_expert, int k, bool norm, int32_t* sel, flo
     sel[j] = static_cast<int32_t>(best);
     w[j] = p[best];
   }
+  if (gating == MoeGating::kSoftmaxWeight) softmax_row(w, w, k);
   if (!norm) return;
   double s = 0;
   for (int j = 0; j < k; ++j) s += w[j];
   const float sf = std::max(static_cast<float>(s), kMinWeightSum);
   for (int j = 0; j < k; ++j) w[j] /= sf;
+}
+
+const float* bias_data(const Tensor& t) { return t.valid() ? static_cast<const float*>(t.data) : nullptr; }
+
+void add_row(float* x, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] + b[i];
+}
+
+// gpt-oss's clamped SwiGLU (MoeActivation::kSwigluOai), in ggml's f32 steps: x = min(g, limit),
+// y = clamp(u, -limit, limit), out = x / (1 + exp(alpha * -x)) * (y + 1).
+void swiglu_oai_row(const float* g, const float* u, float* out, int64_t n, float alpha, float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = std::min(g[i], limit);
+    const float y = std::clamp(u[i], -limit, limit);
+    out[i] = x / (1.0f + std::exp(alpha * (-x))) * (y + 1.0f);
+  }
 }
 
 MatmulArgs plane_args(const Tensor& w, int64_t e, const float* x, int64_t n_tok, float* y) {
@@ -112,8 +130,14 @@ Status CpuBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
   lg.y = logits;
   lg.y_stride = static_cast<size_t>(n_expert);
   KILN_TRY(reference_ ? matmul_ref(lg) : cpu::matmul(lg, pool_));
+  const float* rb = bias_data(a.router_bias);
   parallel(n, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) route_token(logits + t * n_expert, n_expert, k, a.norm_topk, sel + t * k, wt + t * k);
+    for (int64_t t = b; t < e; ++t) {
+      float* l = logits + t * n_expert;
+      if (rb)
+        for (int64_t i = 0; i < n_expert; ++i) l[i] = l[i] + rb[i];
+      route_token(l, n_expert, k, a.gating, a.norm_topk, sel + t * k, wt + t * k);
+    }
   });
 
   std::vector<MatmulArgs> mm;
@@ -144,10 +168,23 @@ Status CpuBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
     KILN_TRY(cpu::matmul_group(mm.data(), static_cast<int>(mm.size()), pool_));
   }
 
-  // g = silu(g) * u on every row, then the down products.
+  // Slot s's row of g/u/y is row[s]; its expert sel[s]. Gate and up biases, then the activation on every row, then
+  // the down products and their bias.
+  const float* gb = bias_data(a.gate_bias);
+  const float* ub = bias_data(a.up_bias);
+  const float* db = bias_data(a.down_bias);
   const VecKernels& vk = reference_ ? vec_kernels_scalar() : vec_kernels();
   parallel(nk, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) vk.swiglu(g + r * n_ff, u + r * n_ff, g + r * n_ff, n_ff);
+    for (int64_t s = b; s < e; ++s) {
+      float* gr = g + row[s] * n_ff;
+      float* ur = u + row[s] * n_ff;
+      if (gb) add_row(gr, gb + sel[s] * n_ff, n_ff);
+      if (ub) add_row(ur, ub + sel[s] * n_ff, n_ff);
+      if (a.act == MoeActivation::kSwigluOai)
+        swiglu_oai_row(gr, ur, gr, n_ff, a.oai_alpha, a.oai_limit);
+      else
+        vk.swiglu(gr, ur, gr, n_ff);
+    }
   });
   if (reference_) {
     for (int64_t s = 0; s < nk; ++s) KILN_TRY(matmul_ref(plane_args(a.down, sel[s], g + s * n_ff, 1, y + s * d)));
@@ -158,6 +195,11 @@ Status CpuBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
       if (cnt > 0) mm.push_back(plane_args(a.down, e, g + r0 * n_ff, cnt, y + r0 * d));
     }
     KILN_TRY(cpu::matmul_group(mm.data(), static_cast<int>(mm.size()), pool_));
+  }
+  if (db) {
+    parallel(nk, [&](int64_t b, int64_t e) {
+      for (int64_t s = b; s < e; ++s) add_row(y + row[s] * d, db + sel[s] * d, d);
+    });
   }
 
   // acc_t += (y_0 w_0 + y_1 w_1) + ... in slot order, each product rounded to f32 before its add.

@@ -586,7 +586,7 @@ Status CudaBackend::matmul_swiglu(const Tensor& w_gate, const Tensor& w_up, cons
 }
 
 Status CudaBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
-  KILN_TRY(op_checks::rope_operands(x, pos, p));
+  KILN_TRY(op_checks::rope_operands(*this, x, pos, p));
   const int64_t hd = x.ne[0], n_head = x.ne[1], n_tok = x.ne[2];
   const float* ff = p.freq_factors.valid() ? static_cast<const float*>(p.freq_factors.data) : nullptr;
   KILN_TRY(use());
@@ -604,8 +604,8 @@ Status CudaBackend::rope_kv_store(const Tensor& q, const Tensor& k, const Tensor
   if ((ct != DType::F16 && ct != DType::F32) || cache.v.dtype != ct || !q.valid() || !k.valid() || q.ne[0] != k.ne[0] ||
       q.ne[2] != k.ne[2] || k.nb[1] != k.ne[0] * sizeof(float))
     return Backend::rope_kv_store(q, k, v, pos, p, cache, slots);
-  KILN_TRY(op_checks::rope_operands(q, pos, p));
-  KILN_TRY(op_checks::rope_operands(k, pos, p));
+  KILN_TRY(op_checks::rope_operands(*this, q, pos, p));
+  KILN_TRY(op_checks::rope_operands(*this, k, pos, p));
   const Tensor k2 = k.reshape(k.ne[0] * k.ne[1], k.ne[2]);
   KILN_TRY(op_checks::kv_store_operands(*this, k2, v, cache, slots));
   const float* ff = p.freq_factors.valid() ? static_cast<const float*>(p.freq_factors.data) : nullptr;

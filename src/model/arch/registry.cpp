@@ -11,6 +11,7 @@ extern const ArchDef kArchQwen3;
 extern const ArchDef kArchGemma3;
 extern const ArchDef kArchQwen35;
 extern const ArchDef kArchQwen3Moe;
+extern const ArchDef kArchGptOss;
 extern const ArchDef kArchBert;
 extern const ArchDef kArchNomicBert;
 
@@ -22,6 +23,7 @@ const ArchDef* const kArchs[] = {
     &kArchGemma3,
     &kArchQwen35,
     &kArchQwen3Moe,
+    &kArchGptOss,
     &kArchBert,
     &kArchNomicBert,
 };

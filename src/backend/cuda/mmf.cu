@@ -30,10 +30,15 @@ namespace {
 constexpr int kMmfSplitKc = 4;  // super-blocks per split when shared memory allows
 
 // Q6_K's units are 3584 bytes (Q4_K's 2304): fewer warps keep the rings inside the same room (not measured yet).
-// wg (wgmma, sm_90a builds on 9.0 devices): two warpgroups; 16- to 64-token tiles.
+// wg (wgmma, sm_90a builds on 9.0 devices): two warpgroups, ring 3, for 64-token tiles only. mmf_bench on the H100
+// (2026-12-07, best geometry and S of each family per shape, ms, wgmma / mma.sync), 64 tokens: qkv 0.0316 / 0.0307,
+// o 0.0199 / 0.0198, gate+up 0.0923 / 0.0973, down 0.0600 / 0.0661, Q6_K down 0.0823 / 0.0871 (the layer's GEMMs
+// ~5% faster); 32 tokens: qkv 0.0201 / 0.0172, gate+up 0.0609 / 0.0628, down 0.0318 / 0.0358 (no clear win); 16
+// tokens: wgmma 0-11% slower except Q6_K down. Overlapping the MMAs alone moved little: the step stays bound by the
+// per-unit chain (ring wait, the Row loads, dequantization) at 2 warps per scheduler.
 template <class F>
 constexpr MmfGeo mmf_geo(int nt, bool wg) {
-  if (wg && nt >= 2) return F::kType == DType::Q6_K ? MmfGeo{8, 3, 1, true} : MmfGeo{8, 4, 1, true};
+  if (wg && nt == 8) return MmfGeo{8, 3, 1, true};
   if constexpr (F::kType == DType::Q6_K) return nt == 8 ? MmfGeo{8, 3, 1, false} : MmfGeo{12, 3, 1, false};
   return nt == 8 ? MmfGeo{8, 4, 1, false} : MmfGeo{16, 3, 1, false};
 }

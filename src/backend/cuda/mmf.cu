@@ -64,44 +64,45 @@ int device_attr(AttrSlot slot) {
 int sms() { return std::max(1, device_attr(kSms)); }
 int smem_optin() { return device_attr(kSmemOptin); }
 std::atomic<bool> g_wg_allowed{true};  // mmf_set_wgmma
-// wgmma runs on compute capability 9.0 exactly (sm_90a code), when the build compiled it.
+// wgmma runs on compute capability 9.0 exactly (sm_90a code), when the build compiled it (the table's kernel exists).
 bool wg_here() {
+  constexpr MmfGeo W = mmf_geo<MmfQ4K>(8, true);
   return g_wg_allowed.load(std::memory_order_relaxed) && device_attr(kCcMajor) == 9 && device_attr(kCcMinor) == 0 &&
-         mmf_wg_kernel(DType::Q4_K, 8, 8, 4) != nullptr;
+         mmf_wg_kernel(DType::Q4_K, 8, W.warps, W.ring) != nullptr;
 }
 // Bytes of the block's activation chunk: BN tokens x kc super-blocks, in the mma.sync or the wgmma layout.
 int x_bytes(const MmfGeo& g, int kc, int nt) { return g.wg ? mmf_wg_x_bytes(kc, nt) : 8 * nt * mmf_x_pitch(kc); }
 
 int nt_for(int64_t n_tok) { return n_tok <= 8 ? 1 : n_tok <= 16 ? 2 : n_tok <= 32 ? 4 : 8; }
 
+// geo: mmf_geo<F>(NT, ...); the mma.sync kernels are instantiated here, the wgmma ones in sm90a/mmf_wgmma.cu.
 template <class F, int NT>
-Status launch_nt(const MmfArgs& a, int gx, int zt, int smem, bool wg, cudaStream_t s) {
+Status launch_nt(const MmfArgs& a, int gx, int zt, int smem, const MmfGeo& geo, cudaStream_t s) {
   constexpr MmfGeo G = mmf_geo<F>(NT, false);
-  const MmfGeo W = mmf_geo<F>(NT, true);
-  const void* k = wg ? mmf_wg_kernel(F::kType, NT, W.warps, W.ring)
-                     : reinterpret_cast<const void*>(mmf_kernel<F, G.warps, G.mt, NT, G.ring>);
+  const void* k = geo.wg ? mmf_wg_kernel(F::kType, NT, geo.warps, geo.ring)
+                         : reinterpret_cast<const void*>(mmf_kernel<F, G.warps, G.mt, NT, G.ring>);
   if (k == nullptr) return make_error(ErrorCode::kInternal, "mmf: no wgmma kernel for %d-token tiles", 8 * NT);
-  static thread_local int done_dev[2] = {-1, -1};
+  static thread_local int done_dev[2] = {-1, -1};  // per kernel: mma.sync, wgmma
   int dev = 0;
   KILN_CUDA_TRY(cudaGetDevice(&dev));
-  if (done_dev[wg] != dev) {
+  if (done_dev[geo.wg] != dev) {
     KILN_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_optin()));
-    done_dev[wg] = dev;
+    done_dev[geo.wg] = dev;
   }
   MmfArgs args = a;
   void* params[] = {&args};
-  KILN_CUDA_TRY(cudaLaunchKernel(k, dim3(static_cast<unsigned>(gx), static_cast<unsigned>(a.n_split), static_cast<unsigned>(zt)),
-                                 dim3(32 * (wg ? W.warps : G.warps)), params, static_cast<size_t>(smem), s));
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(a.n_split), static_cast<unsigned>(zt));
+  KILN_CUDA_TRY(cudaLaunchKernel(k, grid, dim3(32 * geo.warps), params, static_cast<size_t>(smem), s));
   return Status::ok();
 }
 
 template <class F>
-Status launch_type(const MmfArgs& a, int gx, int zt, int smem, int nt, bool wg, cudaStream_t s) {
+Status launch_type(const MmfArgs& a, int gx, int zt, int smem, int nt, const MmfGeo& geo, cudaStream_t s) {
   switch (nt) {
-    case 1: return launch_nt<F, 1>(a, gx, zt, smem, false, s);
-    case 2: return launch_nt<F, 2>(a, gx, zt, smem, wg, s);
-    case 4: return launch_nt<F, 4>(a, gx, zt, smem, wg, s);
-    default: return launch_nt<F, 8>(a, gx, zt, smem, wg, s);
+    case 1: return launch_nt<F, 1>(a, gx, zt, smem, geo, s);
+    case 2: return launch_nt<F, 2>(a, gx, zt, smem, geo, s);
+    case 4: return launch_nt<F, 4>(a, gx, zt, smem, geo, s);
+    default: return launch_nt<F, 8>(a, gx, zt, smem, geo, s);
   }
 }
 
@@ -127,7 +128,7 @@ Status launch_segs(const MmfGroup& grp, const MmfSeg* segs, int n_seg, int64_t n
   const int smem = geo.warps * geo.ring * geo.mt * F::kUnitBytes + x_bytes(geo, kc_max, nt);
   const int64_t per_split = std::max<int64_t>(1, sms() / (static_cast<int64_t>(S) * zt));
   const int gx = static_cast<int>(std::min<int64_t>(per_split, (n_tiles + geo.warps - 1) / geo.warps));
-  return launch_type<F>(a, gx, zt, smem, nt, geo.wg, s);
+  return launch_type<F>(a, gx, zt, smem, nt, geo, s);
 }
 
 }  // namespace

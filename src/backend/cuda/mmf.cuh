@@ -220,9 +220,9 @@ const void* mmf_wg_kernel(DType t, int nt, int warps, int ring);
 // With wg, the 4 warps of a warpgroup take 4 consecutive tiles (64 rows) and multiply them together: one
 // wgmma.m64nNk16 (N = BN tokens) per fragment, A = the four warps' dequantized fragments from registers (wgmma's
 // register A fragment is mma.sync m16n8k16's, per warp), B = the activations read by the tensor cores from shared
-// memory. wgmma is asynchronous: the next fragment is dequantized while this one multiplies (what the mma.sync
-// loop could not overlap: its 64-token step waited on the dequantize -> MMA chain). A is double-buffered; a
-// fragment's registers are rewritten only after wgmma.wait_group 1 saw its wgmma done.
+// memory. wgmma is asynchronous: the next fragment is dequantized while this one multiplies (5-10% on the long
+// products at 64 tokens on the H100: mmf.cu's ledger). A is double-buffered; a fragment's registers are rewritten
+// only after wgmma.wait_group 1 saw its wgmma done.
 // Activation layout (wgmma's K-major canonical layout without swizzle): per k-step ks (16 per super-block, 16 K
 // columns each) NT blocks of 256 bytes (token group n8 = 8 tokens), each two 128-byte core matrices (K columns
 // 0..7, 8..15: LBO 128, SBO 256), 8 token rows of 16 bytes. Column 2t + j (j < 2) of a core matrix kh holds

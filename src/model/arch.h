@@ -115,6 +115,12 @@ void add_moe_specs(const HParams& hp, Weights& w, std::vector<TensorSpec>& m);
 // Reads <arch>.expert_count (required, in [1, 1024]), expert_used_count (required, in [1, expert_count]) and
 // expert_feed_forward_length (default: feed_forward_length / expert_used_count, as llama.cpp) into hp.
 Status read_moe_hparams(const gguf::File& file, HParams& hp);
+// <arch>.attention.sliding_window (default 0: none; beyond int32 kInvalidFile) into hp.sliding_window.
+Status read_sliding_window(const gguf::File& file, HParams& hp);
+// The local layers of an interleaved-window model: <arch>.attention.sliding_window_pattern (a number, default
+// `fallback_pattern`: every pattern-th layer is global, 0 all local) into hp.layer_swa, <arch>.rope.freq_base_swa
+// (default `fallback_base`, > 0) into hp.rope_freq_base_swa.
+Status read_swa_layers(const gguf::File& file, HParams& hp, int64_t fallback_pattern, float fallback_base);
 // ArchDef::finish for the common case: no output.weight means the output projection is token_embd (tied).
 Status tie_output_to_embedding(const HParams& hp, Weights& w, HParams& hp_out);
 

@@ -289,6 +289,30 @@ void add_moe_specs(const HParams& hp, Weights& w, std::vector<TensorSpec>& m) {
   }
 }
 
+Status read_sliding_window(const gguf::File& f, HParams& hp) {
+  const std::string a = hp.arch + ".";
+  KILN_ASSIGN_OR_RETURN(const int64_t window, read_int_or(f, a + "attention.sliding_window", 0));
+  if (window < 0 || window > INT32_MAX)
+    return make_error(ErrorCode::kInvalidFile, "%sattention.sliding_window is %lld: out of range", a.c_str(),
+                      static_cast<long long>(window));
+  hp.sliding_window = static_cast<int32_t>(window);
+  return Status::ok();
+}
+
+Status read_swa_layers(const gguf::File& f, HParams& hp, int64_t fallback_pattern, float fallback_base) {
+  const std::string a = hp.arch + ".";
+  KILN_ASSIGN_OR_RETURN(const int64_t pattern, read_int_or(f, a + "attention.sliding_window_pattern", fallback_pattern));
+  if (pattern < 0)
+    return make_error(ErrorCode::kInvalidFile, "%sattention.sliding_window_pattern is %lld", a.c_str(),
+                      static_cast<long long>(pattern));
+  hp.layer_swa.assign(static_cast<size_t>(hp.n_layer), 0);
+  for (int64_t il = 0; il < hp.n_layer; ++il) hp.layer_swa[il] = pattern == 0 || il % pattern < pattern - 1;
+  KILN_ASSIGN_OR_RETURN(hp.rope_freq_base_swa, f.get_f32_or(a + "rope.freq_base_swa", fallback_base));
+  if (!(hp.rope_freq_base_swa > 0))
+    return make_error(ErrorCode::kInvalidFile, "%srope.freq_base_swa %g must be > 0", a.c_str(), hp.rope_freq_base_swa);
+  return Status::ok();
+}
+
 Status read_moe_hparams(const gguf::File& f, HParams& hp) {
   constexpr int64_t kMaxExperts = 1024;  // llama.cpp's LLAMA_MAX_EXPERTS
   const std::string count = key(hp, "expert_count"), used = key(hp, "expert_used_count"),

@@ -26,23 +26,8 @@ namespace {
 Status read_hparams(const gguf::File& f, HParams& hp) {
   hp.rope_type = RopeType::kNeox;
   const std::string a = hp.arch + ".";
-  KILN_ASSIGN_OR_RETURN(const int64_t window, read_int_or(f, a + "attention.sliding_window", 0));
-  if (window < 0 || window > INT32_MAX)
-    return make_error(ErrorCode::kInvalidFile, "%sattention.sliding_window is %lld: out of range", a.c_str(),
-                      static_cast<long long>(window));
-  hp.sliding_window = static_cast<int32_t>(window);
-  if (hp.sliding_window > 0) {
-    KILN_ASSIGN_OR_RETURN(const int64_t pattern, read_int_or(f, a + "attention.sliding_window_pattern", 6));
-    if (pattern < 0)
-      return make_error(ErrorCode::kInvalidFile, "%sattention.sliding_window_pattern is %lld", a.c_str(),
-                        static_cast<long long>(pattern));
-    hp.layer_swa.assign(static_cast<size_t>(hp.n_layer), 0);
-    for (int64_t il = 0; il < hp.n_layer; ++il) hp.layer_swa[il] = pattern == 0 || il % pattern < pattern - 1;
-    KILN_ASSIGN_OR_RETURN(hp.rope_freq_base_swa, f.get_f32_or(a + "rope.freq_base_swa", 10000.0f));
-    if (!(hp.rope_freq_base_swa > 0))
-      return make_error(ErrorCode::kInvalidFile, "%srope.freq_base_swa %g must be > 0", a.c_str(),
-                        hp.rope_freq_base_swa);
-  }
+  KILN_TRY(read_sliding_window(f, hp));
+  if (hp.sliding_window > 0) KILN_TRY(read_swa_layers(f, hp, /*fallback_pattern=*/6, /*fallback_base=*/10000.0f));
   KILN_ASSIGN_OR_RETURN(const float softcap, f.get_f32_or(a + "final_logit_softcapping", 0.0f));
   if (softcap != 0.0f)
     return make_error(ErrorCode::kUnsupported, "%sfinal_logit_softcapping %g is not supported", a.c_str(), softcap);

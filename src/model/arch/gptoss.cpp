@@ -34,20 +34,8 @@ Status read_hparams(const gguf::File& f, HParams& hp) {
   const std::string a = hp.arch + ".";
   if (!f.has(a + "attention.sliding_window"))
     return make_error(ErrorCode::kNotFound, "missing metadata key '%sattention.sliding_window'", a.c_str());
-  KILN_ASSIGN_OR_RETURN(const int64_t window, read_int_or(f, a + "attention.sliding_window", 0));
-  if (window < 0 || window > INT32_MAX)
-    return make_error(ErrorCode::kInvalidFile, "%sattention.sliding_window is %lld: out of range", a.c_str(),
-                      static_cast<long long>(window));
-  hp.sliding_window = static_cast<int32_t>(window);
-  KILN_ASSIGN_OR_RETURN(const int64_t pattern, read_int_or(f, a + "attention.sliding_window_pattern", 2));
-  if (pattern < 0)
-    return make_error(ErrorCode::kInvalidFile, "%sattention.sliding_window_pattern is %lld", a.c_str(),
-                      static_cast<long long>(pattern));
-  hp.layer_swa.assign(static_cast<size_t>(hp.n_layer), 0);
-  for (int64_t il = 0; il < hp.n_layer; ++il) hp.layer_swa[il] = pattern == 0 || il % pattern < pattern - 1;
-  KILN_ASSIGN_OR_RETURN(hp.rope_freq_base_swa, f.get_f32_or(a + "rope.freq_base_swa", hp.rope_freq_base));
-  if (!(hp.rope_freq_base_swa > 0))
-    return make_error(ErrorCode::kInvalidFile, "%srope.freq_base_swa %g must be > 0", a.c_str(), hp.rope_freq_base_swa);
+  KILN_TRY(read_sliding_window(f, hp));
+  KILN_TRY(read_swa_layers(f, hp, /*fallback_pattern=*/2, /*fallback_base=*/hp.rope_freq_base));
   hp.attn_scale = 1.0f / std::sqrt(static_cast<float>(hp.n_rot));
   hp.attn_sinks = true;
   return Status::ok();

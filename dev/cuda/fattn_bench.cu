@@ -1,12 +1,15 @@
-// Attention prefill micro-benchmark: fattn_mma.cu (tensor cores) vs attention.cu (the split-KV kernel), one
-// sequence of q_len tokens from position 0, causal, f16 cache, random inputs, block size 16 (shuffled blocks).
+// Attention prefill micro-benchmark: the flash-attention prefill kernels (sm90a/fattn_wgmma.cu on 9.0 devices for
+// hd 64/128, and fattn_mma.cu's mma.sync kernel) vs attention.cu (the split-KV kernel), one sequence of q_len
+// tokens after `depth` cached positions, causal, f16 cache, random inputs, block size 16 (shuffled blocks).
 // Shapes: hd 128 with 32 query / 8 KV heads (llama3-8b), hd 256 with 16 / 8 (Gemma 3 / Qwen3.5 class), hd 64 with
-// 32 / 8; q_len 512, 4096, 16384. Median of >= 5 timed runs after a warm-up (CUDA events); TFLOP/s counts the causal
-// work 4 * q_len * (kv_len / 2) * hd * n_head (two matmuls of 2 flops per multiply-add, half the square).
-// Usage: fattn_bench [--quick]   (--quick: skip attention.cu at 16384, which takes seconds per run)
-// Columns: median ms and TFLOP/s of each kernel, the speedup, and (q_len <= 4096) the NMSE between the two outputs
-// (expected ~1e-7: fattn rounds P to f16; a layout bug shows as ~1). "-1" ms: the kernel was not run (fattn_mma not
-// selectable on this device, e.g. hd 256 on sm_86/89).
+// 32 / 8; q_len 512, 4096, 16384 from position 0, and 512 at depth 32768 / 131072 (a prefill chunk deep in a long
+// prompt). Median of >= 5 timed runs after a warm-up (CUDA events); TFLOP/s counts the causal work
+// 4 * q_len * (depth + q_len / 2) * hd * n_head (two matmuls of 2 flops per multiply-add).
+// Usage: fattn_bench [--quick]   (--quick: skip attention.cu where kv reaches 16384, which takes seconds per run)
+// Columns: median ms and TFLOP/s of wgmma ("-1": not on this device / head dim), its software-pipelined variant
+// (launched directly: fattn_wg_kernel(d, true)), mma.sync and attention.cu, the
+// wgmma / mma.sync speedup, and (q_len <= 4096) the NMSE of each prefill kernel against attention.cu (expected
+// ~1e-7: the prefill kernels round P to f16; a layout bug shows as ~1).
 // Built by dev/cuda/CMakeLists.txt when KILN_CUDA=ON (target fattn_bench).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -19,6 +22,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cuda/fattn_mma.cuh"
 #include "backend/cuda/launch.h"
 #include "bench_util.cuh"
 
@@ -42,7 +46,7 @@ __global__ void fill_f16(__half* p, size_t n, uint32_t seed) {
 }
 
 struct Shape {
-  int hd, n_head, n_kv, q_len;
+  int hd, n_head, n_kv, q_len, depth;
 };
 
 }  // namespace
@@ -56,18 +60,19 @@ int main(int argc, char** argv) {
   const int cc = prop.major * 10 + prop.minor;
   if (!attention_init(prop.sharedMemPerBlockOptin).is_ok()) return std::printf("attention_init failed\n"), 1;
   std::printf("device %s (sm_%d, %d SMs)\n", prop.name, cc, prop.multiProcessorCount);
-  std::printf("%-5s %-7s %-6s %-10s %10s %10s %10s %10s %8s\n", "hd", "heads", "q_len", "", "fattn ms", "TFLOP/s",
-              "attn ms", "TFLOP/s", "speedup");
-  const Shape shapes[] = {{128, 32, 8, 512}, {128, 32, 8, 4096}, {128, 32, 8, 16384}, {256, 16, 8, 512},
-                          {256, 16, 8, 4096}, {256, 16, 8, 16384}, {64, 32, 8, 512},   {64, 32, 8, 4096},
-                          {64, 32, 8, 16384}};
+  std::printf("%-5s %-7s %-6s %-7s %9s %8s %9s %8s %9s %8s %9s %8s %8s\n", "hd", "heads", "q_len", "depth",
+              "wgmma ms", "TFLOP/s", "pipe ms", "TFLOP/s", "mma ms", "TFLOP/s", "attn ms", "TFLOP/s", "wg/mma");
+  const Shape shapes[] = {{128, 32, 8, 512, 0},      {128, 32, 8, 4096, 0},    {128, 32, 8, 16384, 0},
+                          {128, 32, 8, 512, 32768},  {128, 32, 8, 512, 131072}, {256, 16, 8, 512, 0},
+                          {256, 16, 8, 4096, 0},     {256, 16, 8, 16384, 0},  {64, 32, 8, 512, 0},
+                          {64, 32, 8, 4096, 0},      {64, 32, 8, 16384, 0}};
   cudaStream_t st;
   CK(cudaStreamCreate(&st));
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   for (const Shape& s : shapes) {
-    const int bs = 16, n_blocks = (s.q_len + bs - 1) / bs;
+    const int bs = 16, kv_total = s.depth + s.q_len, n_blocks = (kv_total + bs - 1) / bs;
     const size_t n_slots = static_cast<size_t>(n_blocks) * bs, kv_row = static_cast<size_t>(s.n_kv) * s.hd;
     __half *k = nullptr, *v = nullptr;
     float *q = nullptr, *o = nullptr, *scratch = nullptr;
@@ -84,7 +89,7 @@ int main(int argc, char** argv) {
     std::iota(tb.begin(), tb.end(), 0);
     std::shuffle(tb.begin(), tb.end(), std::mt19937(5));
     std::vector<int32_t> tt(s.q_len, 0), kl(s.q_len);
-    for (int t = 0; t < s.q_len; ++t) kl[t] = t + 1;
+    for (int t = 0; t < s.q_len; ++t) kl[t] = s.depth + t + 1;
     const int32_t sq[3] = {0, 0, s.q_len};  // seq_row, seq_q_start, seq_q_len
     CK(cudaMalloc(&table, tb.size() * 4));
     CK(cudaMalloc(&tok_table, tt.size() * 4));
@@ -100,16 +105,26 @@ int main(int argc, char** argv) {
     p.k_slot_bytes = p.v_slot_bytes = kv_row * 2, p.k_head_bytes = p.v_head_bytes = static_cast<size_t>(s.hd) * 2;
     p.kv_type = DType::F16, p.n_tok = s.q_len, p.n_head = s.n_head, p.n_head_kv = s.n_kv, p.hd_k = p.hd_v = s.hd;
     p.block_size = bs, p.tables = table, p.table_stride = n_blocks, p.tok_table = tok_table, p.kv_len = kv_len;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(s.hd)), p.max_kv_len = s.q_len, p.n_sm = prop.multiProcessorCount;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(s.hd)), p.max_kv_len = kv_total, p.n_sm = prop.multiProcessorCount;
     p.seq_row = seq, p.seq_q_start = seq + 1, p.seq_q_len = seq + 2, p.n_seq = 1, p.max_q_len = s.q_len;
     const size_t sc = attention_scratch_floats(p);
     if (sc) CK(cudaMalloc(&scratch, sc * 4));
-    const double flops = 4.0 * s.q_len * (s.q_len / 2.0) * s.hd * s.n_head;
-    auto time = [&](bool fa, int reps) -> double {
+    const double flops = 4.0 * s.q_len * (s.depth + s.q_len / 2.0) * s.hd * s.n_head;
+    // which: 0 attention.cu, 1 the selected prefill kernel, 2 the pipelined wgmma variant (launched directly)
+    auto time = [&](int which, int reps) -> double {
       std::vector<float> ms;
       for (int i = 0; i < reps + 1; ++i) {
         CK(cudaEventRecord(e0, st));
-        const Status r = fa ? launch_fattn_mma(p, st) : launch_attention(p, scratch, st);
+        Status r = Status::ok();
+        if (which == 2) {
+          AttnParams args = p;
+          FaGeo geo = fa_geo(p);
+          void* params[] = {&args, &geo};
+          const dim3 grid(static_cast<unsigned>(geo.q_tiles), static_cast<unsigned>(p.n_head_kv * geo.n_hchunk));
+          CK(cudaLaunchKernel(fattn_wg_kernel(s.hd, true), grid, dim3(kFaThreads), params, fattn_wg_smem(s.hd), st));
+        } else {
+          r = which == 1 ? launch_fattn_mma(p, st) : launch_attention(p, scratch, st);
+        }
         if (!r.is_ok()) return std::printf("launch failed: %s\n", r.to_string().c_str()), -1.0;
         CK(cudaEventRecord(e1, st));
         CK(cudaEventSynchronize(e1));
@@ -121,28 +136,45 @@ int main(int argc, char** argv) {
       return ms[ms.size() / 2];
     };
     const bool fa_ok = fattn_mma_selected(p, cc, prop.sharedMemPerBlockOptin);
-    const double t_fa = fa_ok ? time(true, 7) : -1.0;
-    std::vector<float> o_fa;
-    if (fa_ok && s.q_len <= 4096) {
-      o_fa.resize(qn);
-      CK(cudaMemcpy(o_fa.data(), o, qn * 4, cudaMemcpyDeviceToHost));
+    const bool small = kv_total <= 4096;
+    auto grab = [&](std::vector<float>& out) {
+      if (!small) return;
+      out.resize(qn);
+      CK(cudaMemcpy(out.data(), o, qn * 4, cudaMemcpyDeviceToHost));
+    };
+    std::vector<float> o_wg, o_pipe, o_mma, o_ref;
+    double t_wg = -1.0, t_pipe = -1.0, t_mma = -1.0;
+    if (fa_ok) {
+      fattn_set_wgmma(true);
+      if (fattn_wg_selected(p)) {
+        t_wg = time(1, 7), grab(o_wg);
+        const void* kp = fattn_wg_kernel(s.hd, true);
+        if (kp && cudaFuncSetAttribute(kp, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(fattn_wg_smem(s.hd))) == cudaSuccess)
+          t_pipe = time(2, 7), grab(o_pipe);
+      }
+      fattn_set_wgmma(false);
+      t_mma = time(1, 7), grab(o_mma);
+      fattn_set_wgmma(true);
     }
-    const bool skip_ref = quick && s.q_len >= 16384;
-    const double t_ref = skip_ref ? -1.0 : time(false, 5);
-    double nmse = -1.0;  // fattn_mma vs attention.cu on the same inputs (a sanity check, not the test)
-    if (!o_fa.empty() && !skip_ref) {
-      std::vector<float> o_ref(qn);
-      CK(cudaMemcpy(o_ref.data(), o, qn * 4, cudaMemcpyDeviceToHost));
+    const bool skip_ref = quick && kv_total >= 16384;
+    const double t_ref = skip_ref ? -1.0 : time(0, 5);
+    if (!skip_ref) grab(o_ref);
+    auto nmse = [&](const std::vector<float>& a) {  // a prefill kernel vs attention.cu (a sanity check, not the test)
+      if (a.empty() || o_ref.empty()) return -1.0;
       double num = 0, den = 0;
-      for (size_t i = 0; i < qn; ++i) num += (o_fa[i] - o_ref[i]) * double(o_fa[i] - o_ref[i]), den += o_ref[i] * double(o_ref[i]);
-      nmse = den > 0 ? num / den : num;
-    }
+      for (size_t i = 0; i < qn; ++i) num += (a[i] - o_ref[i]) * double(a[i] - o_ref[i]), den += o_ref[i] * double(o_ref[i]);
+      return den > 0 ? num / den : num;
+    };
+    auto tf = [&](double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0; };
     char hs[16];
     std::snprintf(hs, sizeof hs, "%d/%d", s.n_head, s.n_kv);
-    std::printf("%-5d %-7s %-6d %-10s %10.3f %10.1f %10.3f %10.1f %7.2fx", s.hd, hs, s.q_len, "causal", t_fa,
-                t_fa > 0 ? flops / (t_fa * 1e-3) / 1e12 : 0.0, t_ref, t_ref > 0 ? flops / (t_ref * 1e-3) / 1e12 : 0.0,
-                t_fa > 0 && t_ref > 0 ? t_ref / t_fa : 0.0);
-    if (nmse >= 0) std::printf("   nmse %.2e", nmse);
+    std::printf("%-5d %-7s %-6d %-7d %9.3f %8.1f %9.3f %8.1f %9.3f %8.1f %9.3f %8.1f %7.2fx", s.hd, hs, s.q_len,
+                s.depth, t_wg, tf(t_wg), t_pipe, tf(t_pipe), t_mma, tf(t_mma), t_ref, tf(t_ref),
+                t_wg > 0 && t_mma > 0 ? t_mma / t_wg : 0.0);
+    if (nmse(o_wg) >= 0) std::printf("   nmse wg %.2e", nmse(o_wg));
+    if (nmse(o_pipe) >= 0) std::printf("   nmse pipe %.2e", nmse(o_pipe));
+    if (nmse(o_mma) >= 0) std::printf("   nmse mma %.2e", nmse(o_mma));
     std::printf("\n");
     std::fflush(stdout);
     cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(o), cudaFree(table), cudaFree(tok_table), cudaFree(kv_len);

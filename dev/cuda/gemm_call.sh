@@ -17,6 +17,8 @@
 #   chunk   matmul_select_bench on Q4_K with 16..128 MiB of dequantized-weight scratch (rows per cuBLAS call)
 #   e2e_next  qwen3.5-9b and gemma3-12b pp512, kiln and llama.cpp
 #   ekiln   kiln alone (no llama.cpp build needed): pp512 / tg128 and P sequences decoding, 2 rounds
+#   fattn   the flash-attention prefill tests (both kernels on 9.0 devices) and dev/cuda/fattn_bench --quick
+#   depth   kiln vs llama.cpp at depth $DEPTHS (default 32768): pp512 and tg32 after filling the cache, 2 rounds
 #   prof    where a P-sequence decode step goes (P in $PROF_NP, default 64): GPU time against the host interval
 #           (KILN_CUDA_GRAPH_STATS), then per kernel (nsys with graph nodes traced, else ncu's duration of each
 #           launch, graphs off), summed by kernel name over the profiled steps
@@ -84,6 +86,11 @@ if has san; then
     echo "== compute-sanitizer $tool rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/san_$tool.log" | tail -1)"
   done
 fi
+if has fattn; then
+  timeout 300 $B/tests/test_backend_cuda_fattn > "$OUT/fattn_test.log" 2>&1; echo "== fattn tests rc=$? $(el) s"
+  grep -hE "^\[  (FAILED|PASSED) |Failure|Which is|NMSE|worst" "$OUT/fattn_test.log" | head -30
+  timeout 300 $B/dev/cuda/fattn_bench --quick 2>&1 | tee "$OUT/fattn_bench.txt"; echo "== fattn_bench $(el) s"
+fi
 if has ekiln; then
   [ -f $M ] || $K synth --shape llama3-8b --type q4_k_m -o $M >/dev/null || exit 1
   for r in 1 2; do
@@ -109,7 +116,7 @@ if has prof; then
   done | tee "$OUT/prof.txt"
   echo "== prof $(el) s"
 fi
-if has e2e || has e2e_next || has big; then
+if has e2e || has e2e_next || has big || has depth; then
   for i in $(seq 1 60); do [ -f /tmp/peer-build.done ] || [ ! -d /tmp/peer-src ] && break; sleep 5; done
   echo "== peer build $(el) s"; cp /tmp/peer-build.log "$OUT/" 2>/dev/null
   [ -x $L/llama-bench ] || { tail -5 /tmp/peer-build.log 2>/dev/null; echo "no llama.cpp"; }
@@ -130,6 +137,16 @@ if has e2e; then
       echo "llama.cpp np round $r: $(grep -E '^\|' "$OUT/batched_$r.txt" | tail -n +3 | awk -F'|' '{print "np"$4+0, $9+0}' | tr '\n' ';')"; }
   done | tee -a "$OUT/e2e.txt"
   echo "== e2e np $(el) s"
+fi
+if has depth; then  # pp512 / tg32 at depth, kiln and llama.cpp in turn
+  [ -f $M ] || $K synth --shape llama3-8b --type q4_k_m -o $M >/dev/null || exit 1
+  for d in ${DEPTHS:-32768}; do
+    for r in 1 2; do
+      echo "kiln d$d round $r: $(kb -p 512 -n 32 -d $d -r 2)"
+      [ -x $L/llama-bench ] && echo "llama.cpp d$d round $r: $($L/llama-bench -m $M -p 512 -n 32 -d $d -r 2 -ngl 99 -fa 1 2>&1 | grep -E '(pp|tg)[0-9]' | awk -F'|' '{print $(NF-2), $(NF-1)}' | tr -s ' ' | tr '\n' ';')"
+    done
+  done | tee "$OUT/depth.txt"
+  echo "== depth $(el) s"
 fi
 if has big; then  # 2048-token steps on both sides (kiln -b 2048, llama.cpp -ub 2048), 2 rounds
   [ -f $M ] || $K synth --shape llama3-8b --type q4_k_m -o $M >/dev/null || exit 1

@@ -44,6 +44,23 @@ using test::randn;
 
 float r16(float x) { return fp16_to_f32(f32_to_fp16(x)); }
 
+}  // namespace
+namespace cuda {
+void fattn_set_wgmma(bool allowed);  // fattn_mma.cu: whether 9.0 devices take the wgmma kernel (head dims 64 / 128)
+}  // namespace cuda
+namespace {
+
+// Every GPU case runs on each prefill kernel: the wgmma one where the device has it (9.0, head dims 64 / 128), then
+// the mma.sync one (fattn_set_wgmma(false)). Elsewhere both passes run mma.sync.
+std::string g_kernel;
+struct KernelChoice {
+  explicit KernelChoice(bool wg) {
+    cuda::fattn_set_wgmma(wg);
+    g_kernel = wg ? "[wgmma if 9.0] " : "[mma.sync] ";
+  }
+  ~KernelChoice() { cuda::fattn_set_wgmma(true), g_kernel.clear(); }
+};
+
 struct SeqSpec {
   int q_len;  // tokens in this step
   int depth;  // positions already in the cache before the step (chunked prefill at depth)
@@ -221,7 +238,8 @@ Result_ run_case(Backend& be, const Case& c, bool poison_outside, bool also_deco
 }
 
 // The checks every case gets: no NaN, zero rows for kv_len 0, the per-element bound, NMSE <= 1e-6.
-void check(const Case& c, const Result_& r, const std::string& what) {
+void check(const Case& c, const Result_& r, const std::string& what_case) {
+  const std::string what = g_kernel + what_case;
   const size_t row = static_cast<size_t>(c.hd) * c.n_head;
   size_t bad = 0, nan = 0, nonzero_pad = 0;
   double worst = 0;
@@ -253,11 +271,14 @@ void check(const Case& c, const Result_& r, const std::string& what) {
 // repack or a broken row reduction shows up here as NMSE ~0.1-1, before any paging / GQA / masking question.
 TEST(CudaFattn, LaneMapsOnTheSmallestShape) {
   NEED_GPU();
-  for (int depth : {0, 16, 48}) {
-    Case c{64, 1, 1, 16, 0, {{16, depth}}};
-    c.seed = 3 + depth;
-    const Result_ r = run_case(gpu, c, false, false);
-    check(c, r, "lane maps " + name_of(c));
+  for (const bool wg : {true, false}) {
+    const KernelChoice kc(wg);
+    for (int depth : {0, 16, 48}) {
+      Case c{64, 1, 1, 16, 0, {{16, depth}}};
+      c.seed = 3 + depth;
+      const Result_ r = run_case(gpu, c, false, false);
+      check(c, r, "lane maps " + name_of(c));
+    }
   }
 }
 
@@ -266,19 +287,22 @@ TEST(CudaFattn, LaneMapsOnTheSmallestShape) {
 // head dim, GQA 1/4/8, window 0 and 40, block sizes 16 and 7 (a KV tile spans several blocks, not aligned).
 TEST(CudaFattn, AwkwardShapesMatchTheOracle) {
   NEED_GPU();
-  uint32_t seed = 100;
-  for (int hd : {64, 128, 256})
-    for (int rep : {1, 4, 8})
-      for (int bs : {16, 7})
-        for (int window : {0, 40}) {
-          const int n_kv = rep == 8 ? 1 : 2;
-          Case c{hd, rep * n_kv, n_kv, bs, window, {{17, 0}, {65, 0}, {130, 170}, {15, 48}, {1, 14}, {63, 2}}};
-          c.padded_entry = true;
-          c.pad_tokens = 2;
-          c.seed = seed++;
-          const Result_ r = run_case(gpu, c, false, false);
-          check(c, r, name_of(c));
-        }
+  for (const bool wg : {true, false}) {
+    const KernelChoice kc(wg);
+    uint32_t seed = 100;
+    for (int hd : {64, 128, 256})
+      for (int rep : {1, 4, 8})
+        for (int bs : {16, 7})
+          for (int window : {0, 40}) {
+            const int n_kv = rep == 8 ? 1 : 2;
+            Case c{hd, rep * n_kv, n_kv, bs, window, {{17, 0}, {65, 0}, {130, 170}, {15, 48}, {1, 14}, {63, 2}}};
+            c.padded_entry = true;
+            c.pad_tokens = 2;
+            c.seed = seed++;
+            const Result_ r = run_case(gpu, c, false, false);
+            check(c, r, name_of(c));
+          }
+  }
 }
 
 // Geometries off the common path: GQA 3 (64 / 3 = 21 tokens per CTA, one dead row per CTA), 16 (4 tokens per CTA)
@@ -286,43 +310,52 @@ TEST(CudaFattn, AwkwardShapesMatchTheOracle) {
 // (16 bytes of padding after each head row) and one sequence entirely of one token.
 TEST(CudaFattn, UnusualGqaGeometriesAndStridedQ) {
   NEED_GPU();
-  struct G { int hd, n_head, n_kv; };
-  for (const G& g : {G{128, 6, 2}, G{64, 16, 1}, G{64, 96, 1}, G{256, 12, 4}}) {
-    Case c{g.hd, g.n_head, g.n_kv, 16, 0, {{40, 0}, {1, 20}, {23, 9}}};
-    c.padded_entry = true, c.pad_tokens = 1, c.seed = 300 + g.n_head, c.q_row_pad = 16;
-    check(c, run_case(gpu, c, false, false), "geometry " + name_of(c));
+  for (const bool wg : {true, false}) {
+    const KernelChoice kc(wg);
+    struct G { int hd, n_head, n_kv; };
+    for (const G& g : {G{128, 6, 2}, G{64, 16, 1}, G{64, 96, 1}, G{256, 12, 4}}) {
+      Case c{g.hd, g.n_head, g.n_kv, 16, 0, {{40, 0}, {1, 20}, {23, 9}}};
+      c.padded_entry = true, c.pad_tokens = 1, c.seed = 300 + g.n_head, c.q_row_pad = 16;
+      check(c, run_case(gpu, c, false, false), "geometry " + name_of(c));
+    }
   }
 }
 
 // One long prompt (300 tokens, several query tiles and KV tiles) and the same at depth 300 (600 positions).
 TEST(CudaFattn, LongPromptAndChunkedPrefillAtDepth) {
   NEED_GPU();
-  for (int hd : {128, 256})
-    for (int depth : {0, 300}) {
-      Case c{hd, 8, 2, 16, 0, {{300, depth}}};
-      c.seed = 7 + depth + hd;
-      const Result_ r = run_case(gpu, c, false, false);
-      check(c, r, "long " + name_of(c));
-    }
+  for (const bool wg : {true, false}) {
+    const KernelChoice kc(wg);
+    for (int hd : {128, 256})
+      for (int depth : {0, 300}) {
+        Case c{hd, 8, 2, 16, 0, {{300, depth}}};
+        c.seed = 7 + depth + hd;
+        const Result_ r = run_case(gpu, c, false, false);
+        check(c, r, "long " + name_of(c));
+      }
+  }
 }
 
 // Prefill (fattn_mma) and decode (attention.cu's split-KV kernel, every token its own entry of q_len 1) on the same
 // tokens agree: both within the oracle's bound, and with each other to NMSE 1e-6 (attention.cu keeps P in f32).
 TEST(CudaFattn, PrefillAndDecodeKernelsAgree) {
   NEED_GPU();
-  for (int hd : {64, 128, 256})
-    for (int window : {0, 33}) {
-      Case c{hd, 8, 2, 16, window, {{65, 0}, {40, 100}}};
-      c.seed = 50 + hd + window;
-      c.pad_tokens = 1;
-      const Result_ r = run_case(gpu, c, false, true);
-      check(c, r, "prefill " + name_of(c));
-      Result_ d = r;
-      d.got = r.got_decode;
-      check(c, d, "decode " + name_of(c));
-      std::vector<double> ref(r.got.begin(), r.got.end());
-      EXPECT_LE(test::nmse_d(r.got_decode, ref), 1e-6) << "decode vs prefill " << name_of(c);
-    }
+  for (const bool wg : {true, false}) {
+    const KernelChoice kc(wg);
+    for (int hd : {64, 128, 256})
+      for (int window : {0, 33}) {
+        Case c{hd, 8, 2, 16, window, {{65, 0}, {40, 100}}};
+        c.seed = 50 + hd + window;
+        c.pad_tokens = 1;
+        const Result_ r = run_case(gpu, c, false, true);
+        check(c, r, "prefill " + name_of(c));
+        Result_ d = r;
+        d.got = r.got_decode;
+        check(c, d, "decode " + name_of(c));
+        std::vector<double> ref(r.got.begin(), r.got.end());
+        EXPECT_LE(test::nmse_d(r.got_decode, ref), 1e-6) << g_kernel << "decode vs prefill " << name_of(c);
+      }
+  }
 }
 
 // Sliding window, skipped not masked: only positions from each sequence's earliest window start on are stored;
@@ -330,17 +363,20 @@ TEST(CudaFattn, PrefillAndDecodeKernelsAgree) {
 // NaN somewhere. Window 24 < the lengths, also with a tile of positions wholly before every window.
 TEST(CudaFattn, WindowSkipsPositionsOutsideIt) {
   NEED_GPU();
-  for (int hd : {64, 128, 256})
-    for (int bs : {16, 7}) {
-      Case c{hd, 4, 1, bs, 24, {{70, 150}, {33, 0}, {20, 40}}};
-      c.seed = 77 + hd + bs;
-      c.padded_entry = true;
-      const Result_ r = run_case(gpu, c, true, true);
-      check(c, r, "window prefill " + name_of(c));
-      Result_ d = r;
-      d.got = r.got_decode;
-      check(c, d, "window decode " + name_of(c));
-    }
+  for (const bool wg : {true, false}) {
+    const KernelChoice kc(wg);
+    for (int hd : {64, 128, 256})
+      for (int bs : {16, 7}) {
+        Case c{hd, 4, 1, bs, 24, {{70, 150}, {33, 0}, {20, 40}}};
+        c.seed = 77 + hd + bs;
+        c.padded_entry = true;
+        const Result_ r = run_case(gpu, c, true, true);
+        check(c, r, "window prefill " + name_of(c));
+        Result_ d = r;
+        d.got = r.got_decode;
+        check(c, d, "window decode " + name_of(c));
+      }
+  }
 }
 
 // The harness itself (oracle, bound, poison, padding) on the CPU reference backend, which runs everywhere: its f16

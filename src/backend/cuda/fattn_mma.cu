@@ -44,16 +44,16 @@
 // which this kernel does not. Known limit: in a mixed step (one long prompt beside decode tokens) a decode sequence
 // deep in its cache runs as one CTA per KV head over its whole range here (no KV split).
 // Host check of the lane maps above (no GPU): dev/cuda/fattn_lane_maps.py.
+// On 9.0 devices, head dims 64 and 128 run the wgmma kernel instead (sm90a/fattn_wgmma.cu: same CTA geometry,
+// masks and numerics; fattn_wg_selected below decides). The pieces both kernels share are in fattn_mma.cuh.
 #include <algorithm>
+#include <atomic>
 #include <climits>
 
-#include "backend/cuda/common.cuh"
-#include "backend/cuda/launch.h"
+#include "backend/cuda/fattn_mma.cuh"
 
 namespace kiln::cuda {
 namespace {
-
-constexpr int kFaWarps = 4, kFaThreads = kFaWarps * kWarp, kFaRows = 16 * kFaWarps;  // rows per CTA
 
 // KV tile positions per head dim. Limiting resource: registers per thread (S accumulators = BC / 2 f32 per lane,
 // beside D / 2 f32 of output). 64/128: BC 64 (S 32 regs); 256: BC 32 (S 16 regs: O alone is 128).
@@ -77,35 +77,6 @@ constexpr size_t fa_smem(int d) {
 }
 static_assert(2 * fa_bc(64) >= kFaRows && 2 * fa_bc(128) >= kFaRows, "Q staging must fit in stage 1");
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-#endif
-}
 __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -121,25 +92,6 @@ __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #endif
 }
-__device__ __forceinline__ uint32_t pack_h2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);  // lo -> bits 0-15 (the lower column)
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-struct FaGeo {
-  int hpc, tpc, n_hchunk, q_tiles;
-};
-
-FaGeo fa_geo(const AttnParams& p) {
-  FaGeo g;
-  const int n_rep = p.n_head / p.n_head_kv;
-  g.hpc = std::min(n_rep, kFaRows);
-  g.tpc = kFaRows / g.hpc;
-  g.n_hchunk = ceil_div(n_rep, g.hpc);
-  g.q_tiles = ceil_div(std::max(p.max_q_len, 1), g.tpc);
-  return g;
-}
-
 // Register / shared-memory ledger per instance (128 threads, __launch_bounds__(128, 2)). Planned per lane (32-bit
 // registers), then measured with nvcc 13.0 -Xptxas -v -O3 (registers / stack frame / spill stores+loads):
 //   D = 64,  BC 64: Q frags 16 + O 32 + S 32 (+ P 16 transient) = 96 + addressing / row state.
@@ -173,68 +125,18 @@ __global__ void __launch_bounds__(kFaThreads, fa_min_blocks(D)) fattn_kernel(Att
   extern __shared__ __align__(16) uint8_t fa_smem_raw[];
   __half* kvs = reinterpret_cast<__half*>(fa_smem_raw);  // stage s: K at kvs + s * 2 * BC * LD, V after it
   __half* qs = kvs + (fa_q_in_regs(D) ? 2 : 4) * BC * LD;  // [64][LD]: aliases stage 1, or after the stages
-  __shared__ int s_lo, s_hi;
 
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
-  const int gq = lane >> 2, gc = lane & 3;
-  const int seq = blockIdx.x / geo.q_tiles;
-  const int qt = geo.q_tiles - 1 - static_cast<int>(blockIdx.x % geo.q_tiles);
-  const int g = blockIdx.y / geo.n_hchunk, hc = blockIdx.y % geo.n_hchunk;
-  const int n_rep = p.n_head / p.n_head_kv;
-  const int q_len = p.seq_q_len[seq];
-  if (qt * geo.tpc >= q_len) return;  // whole CTA past the sequence (uniform: before any barrier)
-  const int q0 = p.seq_q_start[seq] + qt * geo.tpc;
-  const int n_q = min(geo.tpc, q_len - qt * geo.tpc);
-  const int32_t* table = p.tables + static_cast<int64_t>(p.seq_row[seq]) * p.table_stride;
-
-  // Row -> (token, head); -1 token: dead row.
-  auto row_tok = [&](int r) -> int {
-    const int i = r / geo.hpc, j = r % geo.hpc;
-    return (i < n_q && hc * geo.hpc + j < n_rep) ? q0 + i : -1;
-  };
-  auto row_head = [&](int r) { return g * n_rep + hc * geo.hpc + r % geo.hpc; };
-
-  if (tid == 0) s_lo = INT_MAX, s_hi = 0;
-  // Q -> f16 shared (dead rows zero).
-  for (int i = tid; i < kFaRows * (D / 2); i += kFaThreads) {
-    const int r = i / (D / 2), d = 2 * (i % (D / 2));
-    const int t = row_tok(r);
-    float x0 = 0.0f, x1 = 0.0f;
-    if (t >= 0) {
-      const float* qr = p.q + static_cast<size_t>(t) * p.q_tok_stride + static_cast<size_t>(row_head(r)) * p.q_head_stride;
-      x0 = qr[d], x1 = qr[d + 1];
-    }
-    *reinterpret_cast<__half2*>(qs + r * LD + d) = __floats2half2_rn(x0, x1);
-  }
-  // This lane's two rows (g, g + 8 of the warp's 16): [lo, hi); dead / kv_len-0 rows: hi = 0.
-  int lo[2], hi[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int t = row_tok(warp * 16 + gq + 8 * h);
-    const int L = t >= 0 ? p.kv_len[t] : 0;
-    hi[h] = L;
-    lo[h] = (p.window > 0 && L > p.window) ? L - p.window : 0;
-  }
-  // Warp bounds over live rows: union [w_lo, w_hi), intersection [w_lo_max, w_hi_min).
-  int w_lo = INT_MAX, w_hi = 0, w_lo_max = 0, w_hi_min = INT_MAX;
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-    if (hi[h] > 0) w_lo = min(w_lo, lo[h]), w_hi = max(w_hi, hi[h]), w_lo_max = max(w_lo_max, lo[h]), w_hi_min = min(w_hi_min, hi[h]);
-#pragma unroll
-  for (int o = 4; o < 32; o <<= 1) {  // lanes of one row agree already (bits 0-1); reduce over g
-    w_lo = min(w_lo, __shfl_xor_sync(0xffffffffu, w_lo, o));
-    w_hi = max(w_hi, __shfl_xor_sync(0xffffffffu, w_hi, o));
-    w_lo_max = max(w_lo_max, __shfl_xor_sync(0xffffffffu, w_lo_max, o));
-    w_hi_min = min(w_hi_min, __shfl_xor_sync(0xffffffffu, w_hi_min, o));
-  }
-  // A warp with a dead / empty row never takes the mask-free path (that row must stay -inf; it is written as 0).
-  if (__any_sync(0xffffffffu, hi[0] == 0 || hi[1] == 0)) w_lo_max = INT_MAX;
-  __syncthreads();  // s_lo / s_hi initialized
-  if (lane == 0 && w_hi > 0) atomicMin(&s_lo, w_lo), atomicMax(&s_hi, w_hi);
-  __syncthreads();  // Q tile and the CTA range ready
-  const int kv_begin = s_lo, kv_end = s_hi;
+  FaCta c;
+  if (!fa_cta(p, geo, c)) return;
+  fa_stage_q<D, LD>(p, geo, c, qs);
+  const FaRows w = fa_rows(p, geo, c, warp, lane);
+  int kv_begin, kv_end;
+  fa_cta_range(w, lane, kv_begin, kv_end);  // its barrier also publishes the Q tile
   const int t_first = kv_end > 0 ? kv_begin / BC * BC : 0;
   const int n_tiles = kv_end > 0 ? ceil_div(kv_end - t_first, BC) : 0;
+  const int32_t* table = c.table;
+  const int g = c.g;
 
   // Q fragments (A operand) in registers for D <= 128.
   uint32_t qf[fa_q_in_regs(D) ? KQ : 1][4];
@@ -252,20 +154,17 @@ __global__ void __launch_bounds__(kFaThreads, fa_min_blocks(D)) fattn_kernel(Att
     __half* ks = kvs + stage * 2 * BC * LD;
     __half* vs = ks + BC * LD;
     for (int i = tid; i < BC * CH; i += kFaThreads) {  // staging loop over the thread count
-      const int r = i / CH, c = i % CH, pos = base + r;
+      const int r = i / CH, ch = i % CH, pos = base + r;
       const bool ok = pos >= kv_begin && pos < kv_end;
       const uint8_t* kp = p.k;
       const uint8_t* vp = p.v;
       if (ok) {
-        // Block size a power of two (the runtime's 16): shift and mask instead of an integer division per row.
-        const int blk = bs_shift >= 0 ? pos >> bs_shift : pos / p.block_size;
-        const int off = bs_shift >= 0 ? pos & (p.block_size - 1) : pos % p.block_size;
-        const int64_t slot = static_cast<int64_t>(table[blk]) * p.block_size + off;
-        kp += slot * p.k_slot_bytes + g * p.k_head_bytes + c * 16;
-        vp += slot * p.v_slot_bytes + g * p.v_head_bytes + c * 16;
+        const int64_t slot = fa_slot(table, pos, p.block_size, bs_shift);
+        kp += slot * p.k_slot_bytes + g * p.k_head_bytes + ch * 16;
+        vp += slot * p.v_slot_bytes + g * p.v_head_bytes + ch * 16;
       }
-      cp_async16(smem_u32(ks + r * LD + c * 8), kp, ok);
-      cp_async16(smem_u32(vs + r * LD + c * 8), vp, ok);
+      cp_async16(smem_u32(ks + r * LD + ch * 8), kp, ok);
+      cp_async16(smem_u32(vs + r * LD + ch * 8), vp, ok);
     }
     cp_async_commit();
   };
@@ -286,9 +185,9 @@ __global__ void __launch_bounds__(kFaThreads, fa_min_blocks(D)) fattn_kernel(Att
     }
     __syncthreads();
     const int base = t_first + j * BC;
-    const bool skip = base >= w_hi || base + BC <= w_lo;  // warp-uniform: every live row masks the whole tile
+    const bool skip = w.skip(base, BC);  // warp-uniform: every live row masks the whole tile
     if (!skip) {
-      const bool full = base >= w_lo_max && base + BC <= w_hi_min;  // no row masks any element
+      const bool full = w.full(base, BC);  // no row masks any element
       const __half* ks = kvs + (j & 1) * 2 * BC * LD;
       const __half* vs = ks + BC * LD;
       // S = Q K^T.
@@ -312,41 +211,8 @@ __global__ void __launch_bounds__(kFaThreads, fa_min_blocks(D)) fattn_kernel(Att
           mma16816(s[n + 1], a, b2, b3);
         }
       }
-      // Scale, mask, row max (4-lane butterfly).
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int n = 0; n < NS; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float v = s[n][e] * sl2;
-          if (!full) {
-            const int pos = base + n * 8 + 2 * gc + (e & 1), h = e >> 1;
-            if (pos < lo[h] || pos >= hi[h]) v = -INFINITY;
-          }
-          s[n][e] = v;
-          mx[e >> 1] = fmaxf(mx[e >> 1], v);
-        }
-      float alpha[2], mu[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float m_new = fmaxf(m_run[h], mx[h]);
-        alpha[h] = m_new == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new);  // m_run -inf, m_new finite: 0
-        mu[h] = m_new == -INFINITY ? 0.0f : m_new;                        // no -inf - -inf
-        m_run[h] = m_new;
-      }
-      float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int n = 0; n < NS; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float pe = exp2f(s[n][e] - mu[e >> 1]);  // masked: exp2(-inf) = 0
-          s[n][e] = pe;
-          rs[e >> 1] += pe;
-        }
-      l_run[0] = l_run[0] * alpha[0] + rs[0];
-      l_run[1] = l_run[1] * alpha[1] + rs[1];
+      float alpha[2];
+      fa_softmax<NS>(s, base, full, w, sl2, m_run, l_run, alpha, lane);
       bool rescale = true;
       if constexpr (fa_skip_unit_rescale(D)) rescale = !__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f);
       if (rescale) {
@@ -358,10 +224,7 @@ __global__ void __launch_bounds__(kFaThreads, fa_min_blocks(D)) fattn_kernel(Att
 #pragma unroll
       for (int kk = 0; kk < BC / 16; ++kk) {
         uint32_t a[4];
-        a[0] = pack_h2(s[2 * kk][0], s[2 * kk][1]);
-        a[1] = pack_h2(s[2 * kk][2], s[2 * kk][3]);
-        a[2] = pack_h2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[3] = pack_h2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        fa_p_frag<NS>(s, kk, a);
 #pragma unroll
         for (int n = 0; n < NO; n += 2) {
           uint32_t b0, b1, b2, b3;
@@ -374,23 +237,7 @@ __global__ void __launch_bounds__(kFaThreads, fa_min_blocks(D)) fattn_kernel(Att
     __syncthreads();  // stage (j & 1) is overwritten by the load of tile j + 2
   }
 
-  // Output: O / l per row (full row sum: butterfly over the row's 4 lanes); dead rows are not written.
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-    l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = warp * 16 + gq + 8 * h;
-    const int t = row_tok(r);
-    if (t < 0) continue;
-    const float inv = (hi[h] > 0 && l_run[h] > 0.0f) ? 1.0f / l_run[h] : 0.0f;
-    float* dst = p.dst + (static_cast<size_t>(t) * p.n_head + row_head(r)) * D;
-#pragma unroll
-    for (int n = 0; n < NO; ++n)
-      *reinterpret_cast<float2*>(dst + n * 8 + 2 * gc) = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
-  }
+  fa_store<D>(p, geo, c, w, o, l_run, warp, lane);
 }
 
 // Rows of tokens with kv_len 0 (padding, inside or outside every sequence): zeros, as attention.cu writes them.
@@ -409,6 +256,12 @@ Status launch_d(const AttnParams& p, cudaStream_t s) {
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }
+
+// The wgmma kernels (sm90a/fattn_wgmma.cu) run on compute capability 9.0 exactly, for head dims 64 and 128, when the
+// build has them and fattn_mma_init could give them their shared memory (per device: head dim 64, 128).
+constexpr int kMaxDev = 16;
+bool g_wg_ready[kMaxDev][2] = {};
+std::atomic<bool> g_wg_allowed{true};  // fattn_set_wgmma
 
 }  // namespace
 
@@ -435,7 +288,28 @@ Status fattn_mma_init(size_t max_smem) {
     KILN_CUDA_TRY(cudaFuncSetAttribute(fattn_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fa_smem(128))));
   if (fattn_mma_smem_bytes(256) <= max_smem)
     KILN_CUDA_TRY(cudaFuncSetAttribute(fattn_kernel<256>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fa_smem(256))));
+  int dev = 0, major = 0, minor = 0;
+  KILN_CUDA_TRY(cudaGetDevice(&dev));
+  KILN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  KILN_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (dev < kMaxDev) {
+    for (const int d : {64, 128}) {
+      const void* k = fattn_wg_kernel(d);
+      const bool fits = k != nullptr && major == 9 && minor == 0 && fattn_wg_smem(d) + 1024 <= max_smem;
+      if (fits)
+        KILN_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fattn_wg_smem(d))));
+      g_wg_ready[dev][d == 128] = fits;
+    }
+  }
   return Status::ok();
+}
+
+void fattn_set_wgmma(bool allowed) { g_wg_allowed.store(allowed, std::memory_order_relaxed); }
+
+bool fattn_wg_selected(const AttnParams& p) {
+  if (!g_wg_allowed.load(std::memory_order_relaxed) || (p.hd_k != 64 && p.hd_k != 128)) return false;
+  int dev = 0;
+  return cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < kMaxDev && g_wg_ready[dev][p.hd_k == 128];
 }
 
 Status launch_fattn_mma(const AttnParams& p, cudaStream_t s) {
@@ -443,6 +317,14 @@ Status launch_fattn_mma(const AttnParams& p, cudaStream_t s) {
   fattn_zero_padded<<<static_cast<unsigned>(p.n_tok), 128, 0, s>>>(p.kv_len, p.dst, p.n_head * p.hd_v);
   KILN_CUDA_LAUNCH_CHECK();
   if (p.n_seq == 0) return Status::ok();
+  if (fattn_wg_selected(p)) {
+    AttnParams args = p;
+    FaGeo geo = fa_geo(p);
+    void* params[] = {&args, &geo};
+    const dim3 grid(static_cast<unsigned>(p.n_seq * geo.q_tiles), static_cast<unsigned>(p.n_head_kv * geo.n_hchunk));
+    KILN_CUDA_TRY(cudaLaunchKernel(fattn_wg_kernel(p.hd_k), grid, dim3(kFaThreads), params, fattn_wg_smem(p.hd_k), s));
+    return Status::ok();
+  }
   switch (p.hd_k) {
     case 64: return launch_d<64>(p, s);
     case 128: return launch_d<128>(p, s);
@@ -450,5 +332,10 @@ Status launch_fattn_mma(const AttnParams& p, cudaStream_t s) {
     default: return make_error(ErrorCode::kUnsupported, "fattn_mma: head dim %d", p.hd_k);
   }
 }
+
+#ifndef KILN_CUDA_SM90A
+const void* fattn_wg_kernel(int, bool) { return nullptr; }  // the build has no sm_90a code
+size_t fattn_wg_smem(int) { return 0; }
+#endif
 
 }  // namespace kiln::cuda

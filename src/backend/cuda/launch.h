@@ -366,5 +366,10 @@ bool fattn_mma_selected(const AttnParams& p, int cc, size_t smem_optin);
 size_t fattn_mma_smem_bytes(int head_dim);
 Status fattn_mma_init(size_t max_smem);
 Status launch_fattn_mma(const AttnParams& p, cudaStream_t s);
+// Whether a selected launch runs the wgmma kernel (sm90a/fattn_wgmma.cu: 9.0 devices, head dims 64 / 128, when the
+// build has it) rather than the mma.sync one; fattn_set_wgmma(false) keeps every launch on mma.sync (tests compare
+// the two; default true).
+bool fattn_wg_selected(const AttnParams& p);
+void fattn_set_wgmma(bool allowed);
 
 }  // namespace kiln::cuda

@@ -31,6 +31,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda/mmq_common.cuh"
+#include "backend/cuda/wgmma.cuh"
 
 namespace kiln::cuda {
 
@@ -229,89 +230,12 @@ const void* mmf_wg_kernel(DType t, int nt, int warps, int ring);
 // element 4f + 2kh + j of lane range t, as the A fragments do (quad_ft), so a core matrix row gathers four 4-byte
 // pairs, written by st.shared when the chunk is loaded (not cp.async: 16-byte copies would keep the file's order).
 constexpr int mmf_wg_x_bytes(int kc, int nt) { return kc * 8 * nt * 512; }
-__device__ __forceinline__ uint64_t mmf_wg_desc(uint32_t saddr) {
-  return static_cast<uint64_t>((saddr >> 4) & 0x3FFF) | (static_cast<uint64_t>(128 >> 4) << 16) |
-         (static_cast<uint64_t>(256 >> 4) << 32);  // no swizzle (bits 62-63 zero), base offset 0
-}
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define KILN_MMF_WG 1
-constexpr bool kMmfWgHere = true;
-#else
-constexpr bool kMmfWgHere = false;
-#endif
-__device__ __forceinline__ void mmf_wg_fence() {
-#ifdef KILN_MMF_WG
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void mmf_wg_commit() {
-#ifdef KILN_MMF_WG
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-template <int N>
-__device__ __forceinline__ void mmf_wg_wait() {
-#ifdef KILN_MMF_WG
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
-}
-// A register's value, read here: the epilogue works on copies, never on registers a wgmma may still own.
-__device__ __forceinline__ float mmf_reg_copy(float x) {
-  float y;
-  asm volatile("mov.b32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-// Shared memory written by st.shared becomes visible to wgmma (the async proxy) after this fence and a barrier.
-__device__ __forceinline__ void mmf_wg_proxy_fence() {
-#ifdef KILN_MMF_WG
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-// d[nt][i] = (add ? d[nt][i] : 0) + A (this warp's 16 rows) x B (the descriptor's 16 x 8NT tile): the accumulator
-// layout of NT mma.sync m16n8 tiles (d[nt][i]: row g + 8 (i / 2), token 8 nt + 2t + i % 2). A tile's first wgmma
-// starts the sums (add 0): only wgmmas write the accumulators, so none is moved or zeroed between them.
-#define KILN_WG_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
-template <int NT>
-__device__ __forceinline__ void mmf_wg_mma(float (&d)[NT][4], const uint32_t (&a)[4], uint64_t desc, int add) {
-#ifdef KILN_MMF_WG
-  if constexpr (NT == 8) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-        : KILN_WG_D4(0), KILN_WG_D4(1), KILN_WG_D4(2), KILN_WG_D4(3), KILN_WG_D4(4), KILN_WG_D4(5), KILN_WG_D4(6),
-          KILN_WG_D4(7)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(add));
-  } else if constexpr (NT == 4) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15},"
-        " {%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
-        : KILN_WG_D4(0), KILN_WG_D4(1), KILN_WG_D4(2), KILN_WG_D4(3)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(add));
-  } else if constexpr (NT == 1) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1, 0;\n}\n"
-        : KILN_WG_D4(0)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(add));
-  } else {
-    static_assert(NT == 2, "wgmma tiles of 8, 16, 32 or 64 tokens");
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1,"
-        " 0;\n}\n"
-        : KILN_WG_D4(0), KILN_WG_D4(1)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(add));
-  }
-#endif
-}
-#undef KILN_WG_D4
+__device__ __forceinline__ uint64_t mmf_wg_desc(uint32_t saddr) { return wg_desc(saddr, 128, 256); }
 
 template <class F, int WARPS, int MT, int NT, int R, bool WG = false>
 __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (WG && !kMmfWgHere) {  // compiled for another target than sm_90a: never launched there
+  if constexpr (WG && !kWgHere) {  // compiled for another target than sm_90a: never launched there
     __trap();
     return;
   }
@@ -348,7 +272,7 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
         *reinterpret_cast<uint32_t*>(dst + 128) = w[2 * h + 1];
       }
     }
-    mmf_wg_proxy_fence();
+    wg_proxy_fence();
   } else {
     const int per_tok = kc * 32;
     for (int i = static_cast<int>(threadIdx.x); i < BN * per_tok; i += 32 * WARPS) {
@@ -455,10 +379,10 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
           uint32_t(&A)[4] = wa[f & 1];  // wgmma f - 2, its last reader, is done (wait_group 1 after f - 1)
           F::frag(ra[0], f, &A[0], &A[2]);
           F::frag(rb[0], f, &A[1], &A[3]);
-          mmf_wg_fence();
-          mmf_wg_mma<NT>(acc[0], A, desc + static_cast<uint64_t>((f * NT * 256) >> 4), f > 0 || c_sb > 0);
-          mmf_wg_commit();
-          mmf_wg_wait<1>();
+          wg_fence();
+          wg_mma<NT>(acc[0], A, desc + static_cast<uint64_t>((f * NT * 256) >> 4), f > 0 || c_sb > 0);
+          wg_commit();
+          wg_wait<1>();
         }
       }
       const uint32_t xo = c_sb * 576;
@@ -486,7 +410,7 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
     // The tile's K range is done: store (S = 1) or hand in the partial. The sums leave the accumulators first
     // (with wg: after wait_group 0, in code every lane runs, so no wgmma register is touched on a divergent path,
     // which would make ptxas serialize the wgmmas).
-    if constexpr (WG) mmf_wg_wait<0>();
+    if constexpr (WG) wg_wait<0>();
     float res[MT][NT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -494,7 +418,7 @@ __global__ void __launch_bounds__(32 * WARPS, 1) mmf_kernel(const MmfArgs a) {
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          res[mt][nt][i] = WG ? mmf_reg_copy(acc[mt][nt][i]) : acc[mt][nt][i];
+          res[mt][nt][i] = WG ? wg_reg_copy(acc[mt][nt][i]) : acc[mt][nt][i];
           if constexpr (!WG) acc[mt][nt][i] = 0.0f;
         }
     const int tile = wid + c_tile++ * wstride;

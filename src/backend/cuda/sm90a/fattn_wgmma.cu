@@ -1,0 +1,214 @@
+// Flash-attention prefill on wgmma (sm_90a): the same problem, CTA geometry, row map, masks and numerics as
+// fattn_mma.cu's mma.sync kernel (read its header first), for head dims 64 and 128; fattn_mma.cu's selector picks
+// this kernel on 9.0 devices.
+//
+// A CTA is one warpgroup: its 64 query rows are the M of every wgmma (warp w owns rows 16w..16w+15, as in the
+// mma.sync kernel, so the row map, the softmax on fragments and the store are shared: fattn_mma.cuh).
+// Per KV tile of BC = 64 positions:
+//   S = Q K^T: D/16 wgmma.m64n64k16, A = Q fragments from registers (loaded once), B = the K tile from shared memory;
+//   online softmax on S's registers (wgmma's accumulator is, per warp, the mma.sync C fragments);
+//   O += P V: BC/16 wgmma.m64nDk16, A = P converted in registers (the C -> A identity of fattn_mma.cu), B = the V tile
+//   from shared memory, read MN-major (transposed: d contiguous).
+// Shared memory: a ring of 3 stages of (K, V) tiles, filled by cp.async 2 tiles ahead. Both tiles use one layout,
+// wgmma's canonical no-swizzle layout in 128-byte core matrices of 8 positions x 8 dims (16 contiguous bytes per
+// position): core matrix (pg, dg) = positions 8pg..8pg+7, dims 8dg..8dg+7 at byte (pg * D/8 + dg) * 128, position
+// row pos % 8 at +16 (pos % 8). Read as K-major B of Q K^T (N = positions, K = dims): LBO (next dim group) 128, SBO
+// (next position group) 16 D. Read as MN-major B of P V (K = positions, N = dims): LBO (next position group) 16 D,
+// SBO (next dim group) 128. A 16-byte chunk i of the tile (i = (pg * D/8 + dg) * 8 + pos % 8) lands at byte 16 i:
+// consecutive threads fill consecutive rows of one core matrix (no bank conflicts) and read 64 contiguous bytes of
+// each of 8 positions per warp instruction.
+// Order per tile j (one barrier): wait for tile j's copies, fence them to the async proxy, barrier (every thread is
+// also past tile j - 1's wgmmas: stage (j + 2) % 3 = tile j - 1's is free), issue the copies of tile j + 2, S wgmmas,
+// wait, softmax, O *= alpha, P V wgmmas, wait. The tensor cores idle during the softmax of one CTA; the other CTAs
+// on the SM (2 at D 128, 3 at D 64) fill them.
+// Every tile of the CTA's range is computed by all 4 warps (wgmma is warpgroup-wide): a warp whose rows all mask a
+// tile gets p = 0 and factor 1 from the masks, as fattn_mma.cu's skipped tile leaves them.
+//
+// Ledger (per lane: Q D/4 + S 32 + O D/2 registers, + 16 for P's fragments; measured with nvcc 13.0 -Xptxas -v,
+// sm_90a: no spills, no injected warpgroup waits):
+//   D 128: planned 144 + addressing, measured 199 registers; shared 3 x 32 KB = 96 KB -> 2 CTAs (8 warps) per SM:
+//          shared memory is the limit (227 KB); __launch_bounds__(128, 2).
+//   D 64:  planned 96 + addressing, measured 140 registers; shared 3 x 16 KB = 48 KB; registers are the limit:
+//          __launch_bounds__(128, 3) (4 CTAs would cap them at 128: ptxas spilled 24 bytes).
+#include "backend/cuda/fattn_mma.cuh"
+#include "backend/cuda/wgmma.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int kWgBc = 64, kWgStages = 3;
+constexpr size_t wg_tile_bytes(int d) { return static_cast<size_t>(kWgBc) * d * 2; }  // K or V
+constexpr size_t wg_smem(int d) { return kWgStages * 2 * wg_tile_bytes(d); }
+constexpr int wg_min_blocks(int d, bool) { return d <= 64 ? 3 : 2; }
+static_assert(kFaRows * (128 + 8) * 2 <= 2 * wg_tile_bytes(128) && kFaRows * (64 + 8) * 2 <= 2 * wg_tile_bytes(64),
+              "the Q staging must fit in stage 2");
+
+template <int D, bool PIPE>
+__global__ void __launch_bounds__(kFaThreads, wg_min_blocks(D, PIPE)) fattn_wg(AttnParams p, FaGeo geo) {
+  if constexpr (!kWgHere) {  // compiled for another target than sm_90a: never launched there
+    __trap();
+  } else {
+    constexpr int BC = kWgBc, LD = D + 8, NS = BC / 8, NO = D / 8, KQ = D / 16, CH = D / 8;
+    constexpr uint32_t kTile = static_cast<uint32_t>(wg_tile_bytes(D)), kStage = 2 * kTile;
+    extern __shared__ __align__(128) uint8_t fa_wg_smem[];
+    const uint32_t s_base = smem_u32(fa_wg_smem);
+    // Q staging [64][D + 8] f16 (ldmatrix-friendly) in stage 2, first written by the copies of tile 2.
+    __half* qs = reinterpret_cast<__half*>(fa_wg_smem + 2 * kStage);
+
+    const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid / kWarp, 0), lane = tid % kWarp;
+    FaCta c;
+    if (!fa_cta(p, geo, c)) return;
+    fa_stage_q<D, LD>(p, geo, c, qs);
+    const FaRows w = fa_rows(p, geo, c, warp, lane);
+    int kv_begin, kv_end;
+    fa_cta_range(w, lane, kv_begin, kv_end);  // its barrier also publishes the Q tile
+    const int t_first = kv_end > 0 ? kv_begin / BC * BC : 0;
+    const int n_tiles = kv_end > 0 ? ceil_div(kv_end - t_first, BC) : 0;
+
+    uint32_t qf[KQ][4];
+    {
+      const int lm = lane >> 3, lr = lane & 7;  // ldmatrix: matrix id, row within it
+      const uint32_t q_base = smem_u32(qs + (warp * 16 + (lm & 1) * 8 + lr) * LD + (lm >> 1) * 8);
+#pragma unroll
+      for (int k = 0; k < KQ; ++k) ldsm_x4(q_base + k * 32, qf[k][0], qf[k][1], qf[k][2], qf[k][3]);
+    }
+
+    const int bs_shift = (p.block_size & (p.block_size - 1)) == 0 ? __ffs(p.block_size) - 1 : -1;
+    const uint8_t* kg = p.k + static_cast<size_t>(c.g) * p.k_head_bytes;
+    const uint8_t* vg = p.v + static_cast<size_t>(c.g) * p.v_head_bytes;
+    // K and V of tile j into stage j % 3 (K first, V after it); ld_k / ld_v pick which.
+    auto load_tile = [&](int j, bool ld_k, bool ld_v) {
+      const int base = t_first + j * BC;
+      const uint32_t ks = s_base + static_cast<uint32_t>(j % kWgStages) * kStage, vs = ks + kTile;
+#pragma unroll
+      for (int it = 0; it < BC * CH / kFaThreads; ++it) {
+        const int i = tid + it * kFaThreads;
+        const int ch = (i >> 3) % CH, pos = base + (i / (8 * CH)) * 8 + (i & 7);
+        const bool ok = pos >= kv_begin && pos < kv_end;
+        const int64_t slot = ok ? fa_slot(c.table, pos, p.block_size, bs_shift) : 0;
+        if (ld_k) cp_async16(ks + 16 * i, ok ? kg + slot * p.k_slot_bytes + ch * 16 : p.k, ok);
+        if (ld_v) cp_async16(vs + 16 * i, ok ? vg + slot * p.v_slot_bytes + ch * 16 : p.v, ok);
+      }
+    };
+    auto k_desc_of = [&](int j) {
+      return wg_desc(s_base + static_cast<uint32_t>(j % kWgStages) * kStage, 128, 16 * D);
+    };
+    auto v_desc_of = [&](int j) {
+      return wg_desc(s_base + static_cast<uint32_t>(j % kWgStages) * kStage + kTile, 16 * D, 128);
+    };
+
+    float o[NO][4];
+#pragma unroll
+    for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float s[NS][4];  // each tile's first wgmma overwrites it (add 0); zeroed once so no register is read unset
+#pragma unroll
+    for (int n = 0; n < NS; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    const float sl2 = p.scale * 1.4426950408889634f;
+
+    if constexpr (!PIPE) {
+      if (n_tiles > 0) load_tile(0, true, true);
+      cp_async_commit();
+      if (n_tiles > 1) load_tile(1, true, true);
+      cp_async_commit();
+      for (int j = 0; j < n_tiles; ++j) {
+        cp_async_wait<1>();  // tile j's copies (this thread's); tile j + 1's may be in flight
+        wg_proxy_fence();
+        __syncthreads();
+        if (j + 2 < n_tiles) load_tile(j + 2, true, true);
+        cp_async_commit();  // one group per iteration, empty or not: wait_group 1 then always means tile j + 1
+        const int base = t_first + j * BC;
+        const uint64_t k_desc = k_desc_of(j);
+        wg_fence();
+#pragma unroll
+        for (int k = 0; k < KQ; ++k) wg_mma<NS, 0>(s, qf[k], k_desc + ((k * 256) >> 4), k > 0);
+        wg_commit();
+        wg_wait<0>();
+
+        float alpha[2];
+        fa_softmax<NS>(s, base, w.full(base, BC), w, sl2, m_run, l_run, alpha, lane);
+#pragma unroll
+        for (int n = 0; n < NO; ++n) o[n][0] *= alpha[0], o[n][1] *= alpha[0], o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+
+        uint32_t pa[BC / 16][4];  // every A fragment first: no register of a wgmma's operands written between them
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; ++kk) fa_p_frag<NS>(s, kk, pa[kk]);
+        const uint64_t v_desc = v_desc_of(j);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; ++kk) wg_mma<NO, 1>(o, pa[kk], v_desc + ((kk * 32 * D) >> 4), 1);
+        wg_commit();
+        wg_wait<0>();
+      }
+    } else {
+      // Software pipeline: tile j's S wgmmas and tile j - 1's P V wgmmas are in flight together, and tile j's
+      // softmax runs while P V (j - 1) multiplies. P j - 1 waits in registers as its f16 A fragments (pa), converted
+      // at the end of step j - 1, so S has one register set. Copy group i (committed in step i) holds K of tile
+      // i + 2 and V of tile i + 1; the prologue's two groups hold K 0, and K 1 + V 0. Step j needs K j and V j - 1
+      // (group j - 2: wait_group 1), overwrites K j - 1's stage (S j - 1 done in step j - 1) and V j - 2's (P V j - 2
+      // done in step j - 1).
+      uint32_t pa[BC / 16][4];
+      load_tile(0, true, false);
+      cp_async_commit();
+      if (n_tiles > 1) load_tile(1, true, false);
+      if (n_tiles > 0) load_tile(0, false, true);
+      cp_async_commit();
+      auto pv = [&](int jp) {  // issue P V of tile jp (P in pa)
+        const uint64_t v_desc = v_desc_of(jp);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; ++kk) wg_mma<NO, 1>(o, pa[kk], v_desc + ((kk * 32 * D) >> 4), 1);
+        wg_commit();
+      };
+      for (int j = 0; j < n_tiles; ++j) {
+        cp_async_wait<1>();
+        wg_proxy_fence();
+        __syncthreads();
+        if (j + 2 < n_tiles) load_tile(j + 2, true, false);
+        if (j + 1 < n_tiles) load_tile(j + 1, false, true);
+        cp_async_commit();
+        const uint64_t k_desc = k_desc_of(j);
+        wg_fence();
+#pragma unroll
+        for (int k = 0; k < KQ; ++k) wg_mma<NS, 0>(s, qf[k], k_desc + ((k * 256) >> 4), k > 0);
+        wg_commit();
+        if (j > 0) {
+          pv(j - 1);
+          wg_wait<1>();  // S j done; P V j - 1 may still run
+        } else {
+          wg_wait<0>();
+        }
+        const int base = t_first + j * BC;
+        float alpha[2];
+        fa_softmax<NS>(s, base, w.full(base, BC), w, sl2, m_run, l_run, alpha, lane);
+        wg_wait<0>();  // P V j - 1 done: O may be rescaled, pa rewritten
+#pragma unroll
+        for (int n = 0; n < NO; ++n) o[n][0] *= alpha[0], o[n][1] *= alpha[0], o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; ++kk) fa_p_frag<NS>(s, kk, pa[kk]);
+      }
+      if (n_tiles > 0) {  // P V of the last tile
+        cp_async_wait<0>();
+        wg_proxy_fence();
+        __syncthreads();
+        pv(n_tiles - 1);
+        wg_wait<0>();
+      }
+    }
+    cp_async_wait<0>();  // no copy outlives the CTA (the last groups are empty)
+    fa_store<D>(p, geo, c, w, o, l_run, warp, lane);
+  }
+}
+
+}  // namespace
+
+const void* fattn_wg_kernel(int d, bool pipe) {
+  switch (d) {
+    case 64: return pipe ? reinterpret_cast<const void*>(fattn_wg<64, true>) : reinterpret_cast<const void*>(fattn_wg<64, false>);
+    case 128: return pipe ? reinterpret_cast<const void*>(fattn_wg<128, true>) : reinterpret_cast<const void*>(fattn_wg<128, false>);
+    default: return nullptr;
+  }
+}
+size_t fattn_wg_smem(int d) { return d == 64 || d == 128 ? wg_smem(d) : 0; }
+
+}  // namespace kiln::cuda

@@ -39,8 +39,8 @@ std::string canonical_call_header(const std::string& m) {
   const size_t ch = m.find(kChannel);
   if (msg == std::string::npos || ch == std::string::npos || ch > msg) return {};
   const auto recipient = [](std::string_view part) -> std::string {
-    const size_t to = part.find("to=");
-    if (to == std::string_view::npos || (to > 0 && part[to - 1] != ' ')) return {};
+    const size_t to = part.find("to=");  // a space before it is canonical, not promised (the grammar's is optional)
+    if (to == std::string_view::npos) return {};
     size_t e = to + 3;
     while (e < part.size() && part[e] != ' ' && part[e] != '<') ++e;
     return std::string(part.substr(to + 3, e - to - 3));

@@ -632,6 +632,9 @@ TEST(ToolFormats, HarmonyRepliesSplitIntoReasoningContentAndCalls) {
     EXPECT_EQ(r.content, "");
     expect_calls(r.tool_calls, {kCalls[0]}, c);
   }
+  r = tpl::parse_reply("<|channel|>commentaryto=functions.get_weather<|constrain|>json<|message|>{\"city\": \"Paris\", "
+                       "\"days\": 2}", o);  // the header's whitespace left out, as the grammar allows
+  expect_calls(r.tool_calls, {kCalls[0]}, "compact");
   r = tpl::parse_reply(call2 + "<|call|>", o);
   expect_calls(r.tool_calls, {kCalls[1]}, call2);
   EXPECT_EQ(r.content, "");

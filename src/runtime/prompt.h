@@ -118,7 +118,9 @@ class ChatPrompt {
   bool prompt_opens_reasoning(const std::string& rendered_prompt) const;
   // The text that closes a thinking block as the template writes it in an earlier assistant turn: the closing marker
   // with the whitespace around it (Qwen3: "\n</think>\n\n"); "\n" + marker + "\n\n" when the template does not show
-  // reasoning of earlier turns. "" without reasoning markers. A reasoning budget forces it (runtime/reasoning.h).
+  // reasoning of earlier turns. Headed messages (harmony): the marker and the next message's start
+  // ("<|end|><|start|>assistant"), the model writing the next header. "" without reasoning markers. A reasoning
+  // budget forces it (runtime/reasoning.h).
   const std::string& reasoning_close() const { return reasoning_close_; }
   // The template's tool-call format (tool_formats.h); null when it writes none the table knows.
   const tpl::ToolFormat* tool_format() const { return reply_.tool_format; }

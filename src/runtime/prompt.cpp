@@ -87,6 +87,11 @@ bool writes_reasoning(const std::string& src, const tpl::ReplyOptions& o) {
   return src.find(o.think_end) != std::string::npos || src.find(o.think_begin) != std::string::npos;
 }
 
+std::string trim_left_ws(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \n\t\r");
+  return b == std::string::npos ? std::string() : s.substr(b);
+}
+
 std::string rtrim(std::string s) {
   while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\t' || s.back() == '\r')) s.pop_back();
   return s;
@@ -130,6 +135,8 @@ Result<ChatPrompt> ChatPrompt::create(const Tokenizer& tok, const ChatPromptOpti
                                             : std::string("the model's chat template (--chat-template-file FILE or "
                                                           "--chat-template NAME replaces it)"));
     p.reply_ = tpl::reply_options_for_template(p.source_);
+    p.reads_thinking_ = p.source_.find("message.thinking") != std::string::npos &&
+                        p.source_.find("reasoning_content") == std::string::npos;
     p.reasoning_ = writes_reasoning(p.source_, p.reply_);
     p.reply_.extract_reasoning = p.reasoning_;
     if (p.reasoning_) p.reasoning_close_ = p.probe_reasoning_close();
@@ -190,7 +197,15 @@ Result<std::string> ChatPrompt::render(const json& messages, const json& tools, 
     if (request_kwargs.is_object())
       for (const auto& [k, v] : request_kwargs.items()) ro.kwargs[k] = v;  // the request's win over the server's
     ro.template_name = name_;
-    return tpl::render_chat(source_, messages, ro);
+    if (!reads_thinking_) return tpl::render_chat(source_, messages, ro);
+    // The template reads an assistant message's reasoning as `thinking` (gpt-oss's): reasoning_content is that.
+    json msgs = messages;
+    if (msgs.is_array())
+      for (json& m : msgs)
+        if (m.is_object() && m.contains("reasoning_content") && m["reasoning_content"].is_string() &&
+            !m.contains("thinking"))
+          m["thinking"] = m["reasoning_content"];
+    return tpl::render_chat(source_, msgs, ro);
   }
   KILN_ASSIGN_OR_RETURN(std::vector<ChatMessage> msgs, to_chat_messages(messages));
   if (path_ == ChatPath::kPlain) return render_plain(msgs, add_generation_prompt);
@@ -211,7 +226,7 @@ std::vector<int32_t> ChatPrompt::tokenize(const std::string& rendered, bool add_
 // writes it, when it is the closing marker and whitespace only.
 std::string ChatPrompt::probe_reasoning_close() const {
   const std::string& end = reply_.think_end;
-  const std::string fallback = "\n" + end + "\n\n";
+  const std::string fallback = reply_.message_start.empty() ? "\n" + end + "\n\n" : end + reply_.message_start;
   static constexpr std::string_view kR = "kiln-reasoning-probe", kC = "kiln-content-probe";
   json msgs = json::array();
   msgs.push_back({{"role", "user"}, {"content", "q"}});
@@ -221,9 +236,19 @@ std::string ChatPrompt::probe_reasoning_close() const {
   const size_t r = text->find(kR);
   const size_t c = r == std::string::npos ? r : text->find(kC, r);
   if (c == std::string::npos) return fallback;
-  const std::string between = text->substr(r + kR.size(), c - r - kR.size());
+  std::string between = text->substr(r + kR.size(), c - r - kR.size());
   const size_t m = between.find(end);
   if (m == std::string::npos) return fallback;
+  const std::string& next = reply_.message_start;
+  if (!next.empty()) {  // headed messages: the close ends the reasoning message and starts the next one, whose
+                        // header the model writes (the answer's, or a tool call's)
+    const size_t at = between.find(next, m + end.size());
+    if (at == std::string::npos) return fallback;
+    between.resize(at + next.size());
+    for (size_t i = m + end.size(); i < at; ++i)
+      if (std::string_view(" \n\t\r").find(between[i]) == std::string_view::npos) return fallback;
+    return trim_left_ws(between.substr(0, m)).empty() ? between : fallback;
+  }
   for (size_t i = 0; i < between.size(); ++i)
     if ((i < m || i >= m + end.size()) && std::string_view(" \n\t\r").find(between[i]) == std::string_view::npos)
       return fallback;
@@ -350,7 +375,9 @@ ReplyStream::ReplyStream(const ChatPrompt& prompt, bool in_reasoning, bool want_
 ReplyStream::ReplyStream(const ChatPrompt& prompt, const ReplyContext& ctx)
     : prompt_(&prompt), ctx_(ctx), begin_(prompt.reply_options().think_begin), end_(prompt.reply_options().think_end),
       state_(!prompt.has_reasoning() ? kContent : ctx.opened_reasoning ? kReasoning : kStart) {
-  if (!ctx.want_tools) return;
+  messages_ = prompt.has_reasoning() && !prompt.reply_options().message_start.empty();
+  new_block_ = messages_;
+  if (messages_ || !ctx.want_tools) return;
   const tpl::ToolFormat* f = prompt.tool_format();
   if (!f) {  // the common formats parse_reply tries
     tool_markers_ = {"<tool_call>", "[TOOL_CALLS]", "<|python_tag|>"};
@@ -410,7 +437,75 @@ void ReplyStream::emit_content(Delta* d, bool final) {
   pending_.erase(0, pending_.size() - keep);
 }
 
+void ReplyStream::step_messages(Delta* d, bool final) {
+  const tpl::ReplyOptions& o = prompt_->reply_options();
+  // A body's text: leading whitespace dropped, "\n\n" before a second body of its kind (parse_reply's join).
+  const auto body = [&](std::string text, std::string* out, std::string* streamed) {
+    if (new_block_) {
+      text.erase(0, skip_ws(text));
+      if (text.empty()) return;
+      if (!streamed->empty()) text = "\n\n" + text;
+      new_block_ = false;
+    }
+    *out += text;
+    *streamed += text;
+  };
+  for (;;) {
+    if (holding_) return;
+    if (state_ == kStart) {
+      const size_t ws = skip_ws(pending_);
+      const std::string t = pending_.substr(ws);
+      bool matched = false, prefix = false;
+      const auto take = [&](const std::string& m, State next) {
+        if (matched || m.empty()) return;
+        if (t.compare(0, m.size(), m) == 0) {
+          pending_.erase(0, ws + m.size());
+          state_ = next;
+          new_block_ = matched = true;
+        } else if (m.compare(0, t.size(), t) == 0) {
+          prefix = true;
+        }
+      };
+      take(o.message_start, kStart);
+      take(o.think_begin, kReasoning);
+      for (const std::string& h : o.content_headers) take(h, kContent);
+      if (matched) continue;
+      if (t.empty() || (prefix && !final)) return;  // may still become a header
+      holding_ = true;  // a tool call, or text that is no message: parse_reply decides at finish()
+      return;
+    }
+    // a body: up to the first end marker or the next message's start; a possible start of one waits
+    size_t e = pending_.find(o.message_start), marker = 0;
+    for (const std::string& m : o.message_ends)
+      if (const size_t at = pending_.find(m); at < e) e = at, marker = m.size();
+    std::string* out = state_ == kReasoning ? &d->reasoning : &d->content;
+    std::string* streamed = state_ == kReasoning ? &streamed_reasoning_ : &streamed_content_;
+    if (e != std::string::npos) {
+      body(rtrim(pending_.substr(0, e)), out, streamed);
+      pending_.erase(0, e + marker);
+      if (state_ == kReasoning) d->reasoning_ended = true;
+      state_ = kStart;
+      continue;
+    }
+    size_t keep = 0;
+    if (!final) {
+      keep = partial_tail(pending_, o.message_start);
+      for (const std::string& m : o.message_ends) keep = std::max(keep, partial_tail(pending_, m));
+      // trailing whitespace waits too: parse_reply trims each body
+      while (keep < pending_.size() &&
+             std::string_view(" \n\t\r").find(pending_[pending_.size() - 1 - keep]) != std::string_view::npos)
+        ++keep;
+    }
+    std::string text = pending_.substr(0, pending_.size() - keep);
+    if (final) text.erase(text.find_last_not_of(" \n\t\r") + 1);  // npos + 1 == 0: all whitespace
+    body(text, out, streamed);
+    pending_.erase(0, pending_.size() - keep);
+    return;
+  }
+}
+
 void ReplyStream::step(Delta* d, bool final) {
+  if (messages_) return step_messages(d, final);
   for (;;) {
     if (state_ == kStart) {
       const size_t ws = skip_ws(pending_);
@@ -458,6 +553,8 @@ ReplyStream::Delta ReplyStream::finish() {
   d.tool_calls = r.tool_calls;
   if (r.content.compare(0, streamed_content_.size(), streamed_content_) == 0)
     d.content += r.content.substr(streamed_content_.size());
+  if (messages_ && r.reasoning_content.compare(0, streamed_reasoning_.size(), streamed_reasoning_) == 0)
+    d.reasoning += r.reasoning_content.substr(streamed_reasoning_.size());  // reasoning after a held message
   pending_.clear();
   return d;
 }

@@ -118,7 +118,9 @@ class ChatPrompt {
   bool prompt_opens_reasoning(const std::string& rendered_prompt) const;
   // The text that closes a thinking block as the template writes it in an earlier assistant turn: the closing marker
   // with the whitespace around it (Qwen3: "\n</think>\n\n"); "\n" + marker + "\n\n" when the template does not show
-  // reasoning of earlier turns. "" without reasoning markers. A reasoning budget forces it (runtime/reasoning.h).
+  // reasoning of earlier turns. Headed messages (harmony): the marker and the next message's start
+  // ("<|end|><|start|>assistant"), the model writing the next header. "" without reasoning markers. A reasoning
+  // budget forces it (runtime/reasoning.h).
   const std::string& reasoning_close() const { return reasoning_close_; }
   // The template's tool-call format (tool_formats.h); null when it writes none the table knows.
   const tpl::ToolFormat* tool_format() const { return reply_.tool_format; }
@@ -148,13 +150,16 @@ class ChatPrompt {
   nlohmann::ordered_json kwargs_ = nlohmann::ordered_json::object();
   tpl::ReplyOptions reply_;
   bool reasoning_ = false;
+  bool reads_thinking_ = false;  // the template reads an assistant's reasoning as `thinking`, not reasoning_content
   std::string reasoning_close_;
 };
 
 // A reply split as it streams (kiln chat, run --chat, the server's SSE chunks): reasoning and content, holding
 // back text that may be the start of a marker; with tools, content from the first tool-call marker on (or a bare
 // JSON object opening the content, Llama 3.1's form) is held until finish(), which parses the whole reply as
-// ChatPrompt::parse_reply does and returns the tool calls and whatever content was held but is not one.
+// ChatPrompt::parse_reply does and returns the tool calls and whatever content was held but is not one. Replies of
+// headed messages (harmony) stream each reasoning and content message's body ("\n\n" between bodies of one kind,
+// as parse_reply joins them); from the first other message (a tool call) on, everything is held for finish().
 class ReplyStream {
  public:
   struct Delta {
@@ -174,6 +179,7 @@ class ReplyStream {
  private:
   enum State { kStart, kReasoning, kContent };
   void step(Delta* d, bool final);
+  void step_messages(Delta* d, bool final);
   void emit_content(Delta* d, bool final);
 
   const ChatPrompt* prompt_;
@@ -183,6 +189,10 @@ class ReplyStream {
   bool bare_json_ = false;  // a '{' opening the content starts a tool call (Llama 3.1)
   State state_;
   bool after_reasoning_ = false, content_started_ = false, holding_ = false;
+  // Headed messages (tpl::ReplyOptions::message_start): kStart reads a header; a message that is neither reasoning
+  // nor content is held (with all that follows) until finish(). new_block_: the next text starts a message body.
+  bool messages_ = false, new_block_ = false;
+  std::string streamed_reasoning_;
   std::string pending_, text_, streamed_content_;
 };
 

@@ -141,8 +141,8 @@ class Builder {
     }
     std::string root = body;
     if (!rq_.think_end.empty()) {
-      const std::string think = add("think", not_containing(rq_.think_end) + " " + lit(rq_.think_end) +
-                                                 " [ \\t\\r\\n]{0,8}");
+      const std::string after = rq_.think_after.empty() ? "[ \\t\\r\\n]{0,8}" : lit(rq_.think_after);
+      const std::string think = add("think", not_containing(rq_.think_end) + " " + lit(rq_.think_end) + " " + after);
       if (rq_.opened_reasoning) root = think + " " + body;
       else if (!rq_.think_begin.empty()) root = "(" + lit(rq_.think_begin) + " " + think + ")? " + body;
     }

@@ -4,6 +4,7 @@
 // so what the grammar writes the parser reads back.
 //
 //   root ::= [reasoning block] calls        the calls inside the format's section, when it has one
+//                                           (harmony: the analysis message, then "<|start|>assistant")
 //   calls ::= call (call_sep call)*         one call only without `parallel` (or when the format holds one)
 //   call ::= call-0 | call-1 | ...          one alternative per allowed function
 //
@@ -29,6 +30,9 @@ struct ToolGrammarRequest {
   bool parallel = true;            // more than one call allowed
   // A reasoning block that may (or, when opened, must) come first: the template's markers ("" none).
   std::string think_begin, think_end;
+  // What follows the closed block instead of whitespace: the next message's start where a reply is headed messages
+  // (harmony's "<|start|>assistant", tpl::ReplyOptions::message_start); "" none.
+  std::string think_after;
   bool opened_reasoning = false;   // the prompt opened the block: the reply starts inside it
   bool opened_tool_call = false;   // the prompt wrote the format's opener: the reply continues the first call
 };

@@ -461,6 +461,7 @@ std::optional<ApiError> tool_choice_grammar(const ChatPrompt& chat, const ToolRe
   if (chat.has_reasoning() && !closed) {
     rq.think_begin = chat.reply_options().think_begin;
     rq.think_end = end;
+    rq.think_after = chat.reply_options().message_start;
   }
   rq.opened_reasoning = out->reply.opened_reasoning;
   rq.opened_tool_call = out->reply.opened_tool_call;

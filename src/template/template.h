@@ -100,6 +100,15 @@ struct ReplyOptions {
   // open the block in the generation prompt, like Qwen3 and DeepSeek-R1, leave only the closing tag).
   std::string think_begin = "<think>", think_end = "</think>";
   bool extract_reasoning = true;
+  // Replies as a sequence of headed messages (harmony, gpt-oss): every message after the first opens with
+  // `message_start` ("<|start|>assistant"); a reasoning message is think_begin ... think_end (several may come), a
+  // content message one of `content_headers` ... think_end (the final answer and commentary preambles), any other
+  // message (a tool call: its recipient in the role or the channel header) is read by the tool format. Headers and
+  // ends are not part of reasoning or content; the bodies of several messages of one kind join with "\n\n".
+  // Empty: the reply is one text with at most one reasoning block.
+  std::string message_start;
+  std::vector<std::string> content_headers;
+  std::vector<std::string> message_ends;  // what ends a message (think_end first)
 };
 
 // Never fails: malformed tool-call text stays in content.

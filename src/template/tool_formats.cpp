@@ -105,6 +105,16 @@ const Spec kSpecs[] = {
      .section = "]<]minimax[>[<tool_call>\n${CALLS}]<]minimax[>[</tool_call>",
      .call = "]<]minimax[>[<invoke name=\"${NAME}\">${PARAMS}]<]minimax[>[</invoke>\n",
      .param = "]<]minimax[>[<${KEY}>${VALUE}]<]minimax[>[</${KEY}>"},
+    {.name = "harmony",
+     .families = "gpt-oss (OpenAI's harmony format)",
+     .markers = {{"<|channel|>", "<|message|>", "to=functions."}, {"<|channel|>", "<|message|>", "\"functions.\""}},
+     // The model's own form: the recipient in the channel header. The template renders earlier calls with it in the
+     // role header (" to=functions.NAME<|channel|>commentary json<|message|>"); parse_reply reads both (reply.cpp).
+     // <|call|> ends generation, so a reply holds one call.
+     .call = "<|channel|>commentary to=functions.${NAME} <|constrain|>json<|message|>${ARGS}",
+     .call_sep = "<|call|><|start|>assistant",
+     .parallel = false,
+     .trigger = "<|channel|>commentary to="},  // "<|channel|>commentary" alone opens a preamble too
     {.name = "muse-glimmer",
      .families = "Muse Glimmer (ATEM)",
      .markers = {{"<atem:function_calls>"}},

@@ -365,4 +365,79 @@ TEST(ChatPrompt, ReplyStreamSplitsAsParseReply) {
   EXPECT_EQ(s.content, "Plain {braces} text");
 }
 
+// gpt-oss's template (harmony): replies stream as parse_reply splits them, header texts never in a delta; a call
+// comes at finish(); the reasoning budget's close ends the analysis message and starts the next; reasoning_content
+// sent back reaches the template as its `thinking`, and a conversation with a call and its result renders as the
+// template writes it.
+TEST(ChatPrompt, HarmonyStreamsAndRendersCalls) {
+  auto tok = tokenizer_of(base_model());
+  kiln::ChatPromptOptions o;
+  o.template_source = kiln::test::slurp(kiln::test::data_path("templates/openai-gpt-oss-120b.jinja"));
+  auto g = kiln::ChatPrompt::create(*tok, o);
+  ASSERT_TRUE(g.is_ok()) << g.status().to_string();
+  ASSERT_TRUE(g->has_reasoning());
+  ASSERT_NE(g->tool_format(), nullptr);
+  EXPECT_EQ(g->tool_format()->name, "harmony");
+  EXPECT_EQ(g->reasoning_close(), "<|end|><|start|>assistant");
+  const std::string think = "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant";
+  const std::string two = think + "<|channel|>analysis<|message|> Again. <|end|><|start|>assistant<|channel|>final"
+                                  "<|message|>The answer <is> 4.<|return|>";
+  for (const bool tools : {false, true}) {
+    Streamed s = stream_bytes(*g, two, false, tools);
+    const auto parsed = g->parse_reply(two, tools);
+    EXPECT_EQ(s.reasoning, "Think.\n\nAgain.");
+    EXPECT_EQ(s.reasoning, parsed.reasoning_content);
+    EXPECT_EQ(s.content, "The answer <is> 4.");
+    EXPECT_EQ(s.content, parsed.content);
+    EXPECT_EQ(s.reasoning_ends, 2);
+    EXPECT_TRUE(s.calls.empty());
+  }
+  const std::string call = think + "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+                                   "{\"city\": \"Paris\"}";
+  Streamed s = stream_bytes(*g, call, false, true);
+  EXPECT_EQ(s.reasoning, "Think.");
+  EXPECT_EQ(s.content, "");
+  ASSERT_EQ(s.calls.size(), 1u);
+  EXPECT_EQ(s.calls[0].name, "get_weather");
+  EXPECT_EQ(s.calls[0].arguments, "{\"city\":\"Paris\"}");
+  // a preamble streams before the call; a malformed call is content at the end
+  s = stream_bytes(*g, "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant to=functions.f"
+                       "<|channel|>commentary json<|message|>{}", false, true);
+  EXPECT_EQ(s.content, "Checking.");
+  ASSERT_EQ(s.calls.size(), 1u);
+  EXPECT_EQ(s.calls[0].name, "f");
+  s = stream_bytes(*g, think + "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\":", false, true);
+  EXPECT_TRUE(s.calls.empty());
+  EXPECT_EQ(s.content, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\":");
+  // Messages sent back: the call's reasoning (as reasoning_content), the call, its result, then the answer.
+  const json msgs = json::parse(R"([
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "reasoning_content": "Need the tool.",
+     "tool_calls": [{"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}])");
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+    "description": "The weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])");
+  auto text = g->render(msgs, tools);
+  ASSERT_TRUE(text.is_ok()) << text.status().to_string();
+  EXPECT_NE(text->find("type get_weather = (_: {\ncity?: string,\n}) => any;"), std::string::npos) << *text;
+  EXPECT_NE(text->find("<|start|>user<|message|>Weather in Paris?<|end|>"
+                       "<|start|>assistant<|channel|>analysis<|message|>Need the tool.<|end|>"
+                       "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
+                       "{\"city\": \"Paris\"}<|call|>"
+                       "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>\"sunny\"<|end|>"
+                       "<|start|>assistant"),
+            std::string::npos) << *text;
+  EXPECT_TRUE(text->ends_with("<|start|>assistant"));
+  // what the model wrote, as assistant_message returns it, renders back as that call
+  const auto reply = g->parse_reply(call, true);
+  json back = json::array({msgs[0]});
+  back.push_back(g->assistant_message(reply));
+  auto again = g->render(back, tools);
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_NE(again->find("<|channel|>analysis<|message|>Think.<|end|><|start|>assistant to=functions.get_weather"
+                        "<|channel|>commentary json<|message|>{\"city\": \"Paris\"}<|call|>"),
+            std::string::npos) << *again;
+}
+
 }  // namespace

@@ -296,5 +296,50 @@ TEST(ServeToolChoiceFormats, UnenforceableRequestsAre400) {
   EXPECT_EQ(q.stop(SIGTERM), 0) << q.log();
 }
 
+// gpt-oss's template (harmony) on the gpt-oss fixture (random weights): a forced call is accepted and answered as
+// a valid call, non-streamed and streamed; "auto" answers with the shape of a chat reply.
+TEST(ServeToolChoiceFormats, HarmonyOnTheGptOssFixture) {
+  test::ServeProcess s;
+  ASSERT_TRUE(s.start({"-m", test::data_path("models-gptoss/fixture-gptoss-f16.gguf"), "-t", "2", "-c", "2048",
+                       "--chat-template-file", test::data_path("templates/openai-gpt-oss-120b.jinja")}))
+      << s.log();
+  json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}}, {"tools", kTools},
+               {"max_tokens", 200}, {"temperature", 1.0}, {"seed", 3}, {"tool_choice", "required"},
+               {"reasoning_budget_tokens", 0}};
+  HttpResponse r = test::http(s.port, "POST", "/v1/chat/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json c = r.j()["choices"][0];
+  EXPECT_EQ(c["finish_reason"], "tool_calls") << r.body;
+  ASSERT_EQ(c["message"]["tool_calls"].size(), 1u) << r.body;
+  const json& call = c["message"]["tool_calls"][0];
+  EXPECT_TRUE(validates(call["function"]["name"], call["function"]["arguments"])) << r.body;
+  body["stream"] = true;
+  r = test::http(s.port, "POST", "/v1/chat/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::string finish, name, args;
+  for (const std::string& e : test::sse_events(r.body)) {
+    if (e == "[DONE]") continue;
+    const json j = json::parse(e);
+    if (j["choices"].empty()) continue;
+    const json& ch = j["choices"][0];
+    if (ch["finish_reason"].is_string()) finish = ch["finish_reason"];
+    if (!ch.contains("delta") || !ch["delta"].contains("tool_calls")) continue;
+    const json& f = ch["delta"]["tool_calls"][0]["function"];
+    if (f.contains("name")) name += f["name"].get<std::string>();
+    args += f.value("arguments", "");
+  }
+  EXPECT_EQ(finish, "tool_calls") << r.body;
+  EXPECT_TRUE(validates(name, args)) << r.body;
+  body.erase("stream");
+  body.erase("tool_choice");
+  body["max_tokens"] = 8;
+  r = test::http(s.port, "POST", "/v1/chat/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  c = r.j()["choices"][0];
+  EXPECT_TRUE(c["message"]["content"].is_string() || c["message"]["content"].is_null()) << r.body;
+  EXPECT_TRUE(c["finish_reason"].is_string()) << r.body;
+  EXPECT_EQ(s.stop(SIGTERM), 0) << s.log();
+}
+
 }  // namespace
 }  // namespace kiln

@@ -107,6 +107,7 @@ const std::map<std::string, std::string> kExpected = {
     {"mistralai-Ministral-3-14B-Reasoning-2512", "mistral-args"},
     {"moonshotai-Kimi-K2", "kimi-k2"},
     {"muse-glimmer", "muse-glimmer"},
+    {"openai-gpt-oss-120b", "harmony"},
     {"openbmb-MiniCPM5-1B", "minicpm5"},
     {"poolside-Laguna-S-2.1", "glm"},
     {"poolside-Laguna-XS-2.1", "glm"},
@@ -296,7 +297,19 @@ TEST(ToolFormats, EveryFormatIsUsedAndNamedOnce) {
 
 // The calls of format f in text: all of them, or (formats whose calls open the reply) those of the first assistant
 // turn that starts with one.
-std::vector<tpl::ToolCall> calls_in(const ToolFormat& f, const std::string& text) {
+std::vector<tpl::ToolCall> calls_in(const ToolFormat& f, const std::string& text, const std::string& src) {
+  if (f.name == "harmony") {  // each call is an assistant message of its own, read as a reply is
+    tpl::ReplyOptions o = tpl::reply_options_for_template(src);
+    o.tools = kTools;
+    std::vector<tpl::ToolCall> out;
+    const std::string start = "<|start|>assistant";
+    for (size_t at = text.find(start); at != std::string::npos; at = text.find(start, at + 1)) {
+      const size_t b = at + start.size(), e = text.find("<|start|>", b);
+      for (const auto& c : tpl::parse_reply(text.substr(b, e == std::string::npos ? e : e - b), o).tool_calls)
+        out.push_back(c);
+    }
+    return out;
+  }
   std::string t = text;
   if (f.at_start) {
     const size_t at = t.find("{\"name\"");
@@ -340,7 +353,7 @@ std::string render_calls(const std::string& src, const ToolFormat& f, std::strin
       *log += " [" + text.status().message() + "]";
       continue;
     }
-    const size_t n = calls_in(f, *text).size();
+    const size_t n = calls_in(f, *text, src).size();
     *log += " [rendered, " + std::to_string(n) + " calls]";
     if (n == want.size()) return *text;
   }
@@ -357,9 +370,12 @@ TEST(ToolFormats, RenderedConversationsParseAndHoldTheCanonicalText) {
     std::string log;
     const std::string text = render_calls(src, *f, &log);
     ASSERT_FALSE(text.empty()) << name << ":" << log;
-    expect_calls(calls_in(*f, text), calls_for(*f), name);
+    expect_calls(calls_in(*f, text, src), calls_for(*f), name);
     std::string c = no_ws(canonical(*f, calls_for(*f)));
     if (f->name == "functionary-v3.2") c = c.substr(3);  // the first ">>>" is the generation prompt's
+    if (f->name == "harmony")  // gpt-oss's template writes the recipient in the role header, without <|constrain|>
+      c = no_ws("<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>" +
+                py_json(kCalls[0].args));
     EXPECT_NE(no_ws(text).find(c), std::string::npos) << name << ": no canonical text " << c << " in\n" << text;
     ++n;
   }
@@ -581,6 +597,109 @@ TEST(ToolFormats, MalformedCallsStayContentAndIdsAreFresh) {
   const auto s = parse(*tpl::tool_format_by_name("mistral-call-id"), "[TOOL_CALLS]f[CALL_ID]a1B2c3D4e[ARGS]{}");
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].id, "a1B2c3D4e");
+}
+
+// gpt-oss's harmony format: a reply is headed messages after the generation prompt's "<|start|>assistant".
+// Analysis messages are reasoning, final (and commentary preambles) content, a commentary message to
+// functions.NAME a call, its recipient in the channel header (the model's form) or in the role header (the
+// template's); header texts never reach the content, a malformed call stays there verbatim.
+TEST(ToolFormats, HarmonyRepliesSplitIntoReasoningContentAndCalls) {
+  const std::string src = test::slurp(test::data_path("templates/openai-gpt-oss-120b.jinja"));
+  tpl::ReplyOptions o = tpl::reply_options_for_template(src);
+  ASSERT_NE(o.tool_format, nullptr);
+  EXPECT_EQ(o.tool_format->name, "harmony");
+  EXPECT_EQ(o.think_begin, "<|channel|>analysis<|message|>");
+  o.tools = kTools;
+  const std::string think = "<|channel|>analysis<|message|>The user wants weather.<|end|>";
+  const std::string call1 = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+                            "{\"city\": \"Paris\", \"days\": 2}";
+  const std::string call2 = " to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Lima\", \"days\": 1}";
+  // reasoning and the answer
+  tpl::ParsedReply r = tpl::parse_reply(think + "<|start|>assistant<|channel|>final<|message|>It is sunny.", o);
+  EXPECT_EQ(r.reasoning_content, "The user wants weather.");
+  EXPECT_EQ(r.content, "It is sunny.");
+  EXPECT_TRUE(r.tool_calls.empty());
+  // two analysis messages, a preamble and the answer (ended by <|return|> where it is shown)
+  r = tpl::parse_reply(think + "<|start|>assistant<|channel|>analysis<|message|>More.<|end|><|start|>assistant"
+                               "<|channel|>commentary<|message|>Let me look.<|end|><|start|>assistant<|channel|>final"
+                               "<|message|>Done.<|return|>", o);
+  EXPECT_EQ(r.reasoning_content, "The user wants weather.\n\nMore.");
+  EXPECT_EQ(r.content, "Let me look.\n\nDone.");
+  // one call after reasoning, either header order, <|call|> shown or not
+  for (const std::string& c : {call1, call1 + "<|call|>"}) {
+    r = tpl::parse_reply(think + "<|start|>assistant" + c, o);
+    EXPECT_EQ(r.reasoning_content, "The user wants weather.");
+    EXPECT_EQ(r.content, "");
+    expect_calls(r.tool_calls, {kCalls[0]}, c);
+  }
+  r = tpl::parse_reply("<|channel|>commentaryto=functions.get_weather<|constrain|>json<|message|>{\"city\": \"Paris\", "
+                       "\"days\": 2}", o);  // the header's whitespace left out, as the grammar allows
+  expect_calls(r.tool_calls, {kCalls[0]}, "compact");
+  r = tpl::parse_reply(call2 + "<|call|>", o);
+  expect_calls(r.tool_calls, {kCalls[1]}, call2);
+  EXPECT_EQ(r.content, "");
+  // two calls; parallel_tool_calls false keeps the first
+  r = tpl::parse_reply(think + "<|start|>assistant" + call1 + "<|call|><|start|>assistant" + call2, o);
+  expect_calls(r.tool_calls, kCalls, "two calls");
+  EXPECT_EQ(r.content, "");
+  expect_calls(parse(*o.tool_format, call1 + "<|call|><|start|>assistant" + call1), {kCalls[0], kCalls[0]}, "table");
+  o.parallel_tool_calls = false;
+  r = tpl::parse_reply(call1 + "<|call|><|start|>assistant" + call2, o);
+  expect_calls(r.tool_calls, {kCalls[0]}, "parallel false");
+  o.parallel_tool_calls = true;
+  // malformed: unbalanced arguments, a builtin recipient, text that is no message: content, never a failure
+  const std::string bad = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":";
+  r = tpl::parse_reply(think + "<|start|>assistant" + bad, o);
+  EXPECT_TRUE(r.tool_calls.empty());
+  EXPECT_EQ(r.content, bad);
+  EXPECT_EQ(r.reasoning_content, "The user wants weather.");
+  const std::string browser = "<|channel|>analysis to=browser.search code<|message|>{\"query\": \"x\"}";
+  r = tpl::parse_reply(browser, o);
+  EXPECT_TRUE(r.tool_calls.empty());
+  EXPECT_EQ(r.content, browser);
+  r = tpl::parse_reply("Hello there.", o);
+  EXPECT_EQ(r.content, "Hello there.");
+  EXPECT_EQ(r.reasoning_content, "");
+  // cut off while thinking: all reasoning
+  r = tpl::parse_reply("<|channel|>analysis<|message|>Hmm, the", o);
+  EXPECT_EQ(r.reasoning_content, "Hmm, the");
+  EXPECT_EQ(r.content, "");
+  // without tools (no format) a call message stays content
+  o.tool_format = nullptr;
+  r = tpl::parse_reply(think + "<|start|>assistant" + call1, o);
+  EXPECT_TRUE(r.tool_calls.empty());
+  EXPECT_EQ(r.content, call1);
+}
+
+// The forced call's grammar: an analysis message may come first and must then start the next message; the call is
+// the model's header form with arguments valid against the schema.
+TEST(ToolFormats, HarmonyGrammarWritesTheCommentaryHeader) {
+  const ToolFormat& f = *tpl::tool_format_by_name("harmony");
+  ToolGrammarRequest rq;
+  rq.names = {"get_weather", "search"};
+  rq.parallel = false;
+  rq.think_begin = "<|channel|>analysis<|message|>";
+  rq.think_end = "<|end|>";
+  rq.think_after = "<|start|>assistant";
+  auto g = tool_call_gbnf(f, kTools, rq);
+  ASSERT_TRUE(g) << g.status().message();
+  const Compiled c(*g);
+  const std::string call = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}";
+  EXPECT_TRUE(c.accepts(call));
+  EXPECT_TRUE(c.accepts("<|channel|>analysis<|message|>plan <|en d|><|end|><|start|>assistant" + call));
+  EXPECT_TRUE(c.accepts("<|channel|>commentary to=functions.search <|constrain|>json<|message|>{\"query\": \"kiln\"}"));
+  EXPECT_FALSE(c.accepts("<|channel|>analysis<|message|>plan<|end|>" + call));  // no next message
+  EXPECT_FALSE(c.accepts("<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+                         "{\"city\": \"Paris\", \"days\": \"two\"}"));
+  EXPECT_FALSE(c.accepts("<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{}"));
+  EXPECT_FALSE(c.accepts("<|channel|>final<|message|>Sunny."));
+  EXPECT_FALSE(c.accepts(call + "<|call|><|start|>assistant" + call));  // one call
+  // what the grammar writes, the reply parser reads
+  tpl::ReplyOptions o = tpl::reply_options_for_template(test::slurp(test::data_path("templates/openai-gpt-oss-120b.jinja")));
+  const auto r = tpl::parse_reply("<|channel|>analysis<|message|>plan<|end|><|start|>assistant" + call, o);
+  ASSERT_EQ(r.tool_calls.size(), 1u);
+  EXPECT_EQ(r.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r.reasoning_content, "plan");
 }
 
 // A vocabulary where a format's markers are control tokens (as Mistral's [TOOL_CALLS] and [ARGS] are, and most

@@ -45,9 +45,11 @@ using test::randn;
 float r16(float x) { return fp16_to_f32(f32_to_fp16(x)); }
 
 }  // namespace
+#ifdef KILN_HAVE_CUDA
 namespace cuda {
 void fattn_set_wgmma(bool allowed);  // fattn_mma.cu: whether 9.0 devices take the wgmma kernel (head dims 64 / 128)
 }  // namespace cuda
+#endif
 namespace {
 
 // Every GPU case runs on each prefill kernel: the wgmma one where the device has it (9.0, head dims 64 / 128), then
@@ -55,10 +57,17 @@ namespace {
 std::string g_kernel;
 struct KernelChoice {
   explicit KernelChoice(bool wg) {
+#ifdef KILN_HAVE_CUDA
     cuda::fattn_set_wgmma(wg);
+#endif
     g_kernel = wg ? "[wgmma if 9.0] " : "[mma.sync] ";
   }
-  ~KernelChoice() { cuda::fattn_set_wgmma(true), g_kernel.clear(); }
+  ~KernelChoice() {
+#ifdef KILN_HAVE_CUDA
+    cuda::fattn_set_wgmma(true);
+#endif
+    g_kernel.clear();
+  }
 };
 
 struct SeqSpec {

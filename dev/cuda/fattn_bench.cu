@@ -5,12 +5,12 @@
 // 32 / 8; q_len 512, 4096, 16384 from position 0, and 512 at depth 32768 / 131072 (a prefill chunk deep in a long
 // prompt). Median of >= 5 timed runs after a warm-up (CUDA events); TFLOP/s counts the causal work
 // 4 * q_len * (depth + q_len / 2) * hd * n_head (two matmuls of 2 flops per multiply-add).
+// Columns: the selected kernel's median ms and TFLOP/s, then TFLOP/s of each wgmma variant (fattn_mma.cuh
+// FaWgVariant: 1 or 2 warpgroups per CTA, with or without the software pipeline; 0: not on this device / head dim),
+// mma.sync (fattn_set_wgmma(false)) and attention.cu; and where kv <= 4096 the NMSE of each against attention.cu
+// (expected ~1e-7: the prefill kernels round P to f16; a layout bug shows as ~1).
 // Then a decode table: attention.cu's split-KV kernel at depth, in KV bytes per second (decode_table).
 // Usage: fattn_bench [--quick]   (--quick: skip attention.cu where kv reaches 16384, which takes seconds per run)
-// Columns: median ms and TFLOP/s of wgmma ("-1": not on this device / head dim), its software-pipelined variant
-// (launched directly: fattn_wg_kernel(d, true)), mma.sync and attention.cu, the
-// wgmma / mma.sync speedup, and (q_len <= 4096) the NMSE of each prefill kernel against attention.cu (expected
-// ~1e-7: the prefill kernels round P to f16; a layout bug shows as ~1).
 // Built by dev/cuda/CMakeLists.txt when KILN_CUDA=ON (target fattn_bench).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -125,8 +125,8 @@ int main(int argc, char** argv) {
   const int cc = prop.major * 10 + prop.minor;
   if (!attention_init(prop.sharedMemPerBlockOptin).is_ok()) return std::printf("attention_init failed\n"), 1;
   std::printf("device %s (sm_%d, %d SMs)\n", prop.name, cc, prop.multiProcessorCount);
-  std::printf("%-5s %-7s %-6s %-7s %9s %8s %9s %8s %9s %8s %9s %8s %8s\n", "hd", "heads", "q_len", "depth",
-              "wgmma ms", "TFLOP/s", "pipe ms", "TFLOP/s", "mma ms", "TFLOP/s", "attn ms", "TFLOP/s", "wg/mma");
+  std::printf("%-5s %-7s %-6s %-7s %9s %8s %8s %8s %8s %8s %8s %8s   (TFLOP/s)\n", "hd", "heads", "q_len", "depth",
+              "sel ms", "sel", "wg1", "wg1pipe", "wg2", "wg2pipe", "mma", "attn");
   const Shape shapes[] = {{128, 32, 8, 512, 0},      {128, 32, 8, 4096, 0},    {128, 32, 8, 16384, 0},
                           {128, 32, 8, 512, 32768},  {128, 32, 8, 512, 131072}, {256, 16, 8, 512, 0},
                           {256, 16, 8, 4096, 0},     {256, 16, 8, 16384, 0},  {64, 32, 8, 512, 0},
@@ -175,21 +175,15 @@ int main(int argc, char** argv) {
     const size_t sc = attention_scratch_floats(p);
     if (sc) CK(cudaMalloc(&scratch, sc * 4));
     const double flops = 4.0 * s.q_len * (s.depth + s.q_len / 2.0) * s.hd * s.n_head;
-    // which: 0 attention.cu, 1 the selected prefill kernel, 2 the pipelined wgmma variant (launched directly)
+    // which: 0 attention.cu, 1 the selected prefill kernel (launch_fattn_mma), 2 wgmma variant `var` directly
+    FaWgVariant var{1, false};
     auto time = [&](int which, int reps) -> double {
       std::vector<float> ms;
       for (int i = 0; i < reps + 1; ++i) {
         CK(cudaEventRecord(e0, st));
-        Status r = Status::ok();
-        if (which == 2) {
-          AttnParams args = p;
-          FaGeo geo = fa_geo(p);
-          void* params[] = {&args, &geo};
-          const dim3 grid(static_cast<unsigned>(geo.q_tiles), static_cast<unsigned>(p.n_head_kv * geo.n_hchunk));
-          CK(cudaLaunchKernel(fattn_wg_kernel(s.hd, true), grid, dim3(kFaThreads), params, fattn_wg_smem(s.hd), st));
-        } else {
-          r = which == 1 ? launch_fattn_mma(p, st) : launch_attention(p, scratch, st);
-        }
+        const Status r = which == 2 ? launch_fattn_wg(p, var, st)
+                         : which == 1 ? launch_fattn_mma(p, st)
+                                      : launch_attention(p, scratch, st);
         if (!r.is_ok()) return std::printf("launch failed: %s\n", r.to_string().c_str()), -1.0;
         CK(cudaEventRecord(e1, st));
         CK(cudaEventSynchronize(e1));
@@ -207,17 +201,14 @@ int main(int argc, char** argv) {
       out.resize(qn);
       CK(cudaMemcpy(out.data(), o, qn * 4, cudaMemcpyDeviceToHost));
     };
-    std::vector<float> o_wg, o_pipe, o_mma, o_ref;
-    double t_wg = -1.0, t_pipe = -1.0, t_mma = -1.0;
+    const FaWgVariant vars[4] = {{1, false}, {1, true}, {2, false}, {2, true}};
+    std::vector<float> o_var[4], o_mma, o_ref;
+    double t_sel = -1.0, t_var[4] = {-1.0, -1.0, -1.0, -1.0}, t_mma = -1.0;
     if (fa_ok) {
       fattn_set_wgmma(true);
-      if (fattn_wg_selected(p)) {
-        t_wg = time(1, 7), grab(o_wg);
-        const void* kp = fattn_wg_kernel(s.hd, true);
-        if (kp && cudaFuncSetAttribute(kp, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(fattn_wg_smem(s.hd))) == cudaSuccess)
-          t_pipe = time(2, 7), grab(o_pipe);
-      }
+      t_sel = time(1, 7);
+      if (fattn_wg_selected(p))
+        for (int i = 0; i < 4; ++i) var = vars[i], t_var[i] = time(2, 7), grab(o_var[i]);
       fattn_set_wgmma(false);
       t_mma = time(1, 7), grab(o_mma);
       fattn_set_wgmma(true);
@@ -234,12 +225,11 @@ int main(int argc, char** argv) {
     auto tf = [&](double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0; };
     char hs[16];
     std::snprintf(hs, sizeof hs, "%d/%d", s.n_head, s.n_kv);
-    std::printf("%-5d %-7s %-6d %-7d %9.3f %8.1f %9.3f %8.1f %9.3f %8.1f %9.3f %8.1f %7.2fx", s.hd, hs, s.q_len,
-                s.depth, t_wg, tf(t_wg), t_pipe, tf(t_pipe), t_mma, tf(t_mma), t_ref, tf(t_ref),
-                t_wg > 0 && t_mma > 0 ? t_mma / t_wg : 0.0);
-    if (nmse(o_wg) >= 0) std::printf("   nmse wg %.2e", nmse(o_wg));
-    if (nmse(o_pipe) >= 0) std::printf("   nmse pipe %.2e", nmse(o_pipe));
-    if (nmse(o_mma) >= 0) std::printf("   nmse mma %.2e", nmse(o_mma));
+    std::printf("%-5d %-7s %-6d %-7d %9.3f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f", s.hd, hs, s.q_len, s.depth,
+                t_sel, tf(t_sel), tf(t_var[0]), tf(t_var[1]), tf(t_var[2]), tf(t_var[3]), tf(t_mma), tf(t_ref));
+    for (int i = 0; i < 4; ++i)
+      if (nmse(o_var[i]) >= 0) std::printf(" nmse%d %.1e", i, nmse(o_var[i]));
+    if (nmse(o_mma) >= 0) std::printf(" nmse-mma %.1e", nmse(o_mma));
     std::printf("\n");
     std::fflush(stdout);
     cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(o), cudaFree(table), cudaFree(tok_table), cudaFree(kv_len);

@@ -1,4 +1,5 @@
-// The CUDA tensor-core flash-attention prefill kernel (src/backend/cuda/fattn_mma.cu), reached through
+// The CUDA tensor-core flash-attention prefill kernels (src/backend/cuda/fattn_mma.cu and, on 9.0 devices, each
+// variant of sm90a/fattn_wgmma.cu), reached through
 // Backend::attention on cuda:0 with an f16 cache, head dims 64/128/256 and steps of max_q_len >= kFattnMinQ (16),
 // against an f64 host oracle; the split-KV kernel (attention.cu) on the same tokens; sliding windows with the slots
 // outside every window poisoned. Skipped (visibly) without a GPU. (On an sm_75 device the selector routes these
@@ -48,23 +49,29 @@ float r16(float x) { return fp16_to_f32(f32_to_fp16(x)); }
 #ifdef KILN_HAVE_CUDA
 namespace cuda {
 void fattn_set_wgmma(bool allowed);  // fattn_mma.cu: whether 9.0 devices take the wgmma kernel (head dims 64 / 128)
+void fattn_force_wg_variant(int index);  // which of its variants (fattn_mma.cuh kFaWgVariants; -1: the table's)
 }  // namespace cuda
 #endif
 namespace {
 
-// Every GPU case runs on each prefill kernel: the wgmma one where the device has it (9.0, head dims 64 / 128), then
-// the mma.sync one (fattn_set_wgmma(false)). Elsewhere both passes run mma.sync.
+// Every GPU case runs on each prefill kernel: the four wgmma variants where the device has them (9.0, head dims
+// 64 / 128: 1 or 2 warpgroups per CTA, with or without the software pipeline), then the mma.sync kernel
+// (fattn_set_wgmma(false)). Elsewhere every pass runs mma.sync.
+constexpr int kKernels[] = {0, 1, 2, 3, -1};  // variant index; -1: mma.sync
 std::string g_kernel;
 struct KernelChoice {
-  explicit KernelChoice(bool wg) {
+  explicit KernelChoice(int k) {
 #ifdef KILN_HAVE_CUDA
-    cuda::fattn_set_wgmma(wg);
+    cuda::fattn_set_wgmma(k >= 0);
+    cuda::fattn_force_wg_variant(k);
 #endif
-    g_kernel = wg ? "[wgmma if 9.0] " : "[mma.sync] ";
+    static const char* const kName[] = {"[wg1 if 9.0] ", "[wg1 pipe if 9.0] ", "[wg2 if 9.0] ", "[wg2 pipe if 9.0] "};
+    g_kernel = k >= 0 ? kName[k] : "[mma.sync] ";
   }
   ~KernelChoice() {
 #ifdef KILN_HAVE_CUDA
     cuda::fattn_set_wgmma(true);
+    cuda::fattn_force_wg_variant(-1);
 #endif
     g_kernel.clear();
   }
@@ -280,8 +287,8 @@ void check(const Case& c, const Result_& r, const std::string& what_case) {
 // repack or a broken row reduction shows up here as NMSE ~0.1-1, before any paging / GQA / masking question.
 TEST(CudaFattn, LaneMapsOnTheSmallestShape) {
   NEED_GPU();
-  for (const bool wg : {true, false}) {
-    const KernelChoice kc(wg);
+  for (const int kern : kKernels) {
+    const KernelChoice kc(kern);
     for (int depth : {0, 16, 48}) {
       Case c{64, 1, 1, 16, 0, {{16, depth}}};
       c.seed = 3 + depth;
@@ -296,8 +303,8 @@ TEST(CudaFattn, LaneMapsOnTheSmallestShape) {
 // head dim, GQA 1/4/8, window 0 and 40, block sizes 16 and 7 (a KV tile spans several blocks, not aligned).
 TEST(CudaFattn, AwkwardShapesMatchTheOracle) {
   NEED_GPU();
-  for (const bool wg : {true, false}) {
-    const KernelChoice kc(wg);
+  for (const int kern : kKernels) {
+    const KernelChoice kc(kern);
     uint32_t seed = 100;
     for (int hd : {64, 128, 256})
       for (int rep : {1, 4, 8})
@@ -319,8 +326,8 @@ TEST(CudaFattn, AwkwardShapesMatchTheOracle) {
 // (16 bytes of padding after each head row) and one sequence entirely of one token.
 TEST(CudaFattn, UnusualGqaGeometriesAndStridedQ) {
   NEED_GPU();
-  for (const bool wg : {true, false}) {
-    const KernelChoice kc(wg);
+  for (const int kern : kKernels) {
+    const KernelChoice kc(kern);
     struct G { int hd, n_head, n_kv; };
     for (const G& g : {G{128, 6, 2}, G{64, 16, 1}, G{64, 96, 1}, G{256, 12, 4}}) {
       Case c{g.hd, g.n_head, g.n_kv, 16, 0, {{40, 0}, {1, 20}, {23, 9}}};
@@ -333,8 +340,8 @@ TEST(CudaFattn, UnusualGqaGeometriesAndStridedQ) {
 // One long prompt (300 tokens, several query tiles and KV tiles) and the same at depth 300 (600 positions).
 TEST(CudaFattn, LongPromptAndChunkedPrefillAtDepth) {
   NEED_GPU();
-  for (const bool wg : {true, false}) {
-    const KernelChoice kc(wg);
+  for (const int kern : kKernels) {
+    const KernelChoice kc(kern);
     for (int hd : {128, 256})
       for (int depth : {0, 300}) {
         Case c{hd, 8, 2, 16, 0, {{300, depth}}};
@@ -349,8 +356,8 @@ TEST(CudaFattn, LongPromptAndChunkedPrefillAtDepth) {
 // tokens agree: both within the oracle's bound, and with each other to NMSE 1e-6 (attention.cu keeps P in f32).
 TEST(CudaFattn, PrefillAndDecodeKernelsAgree) {
   NEED_GPU();
-  for (const bool wg : {true, false}) {
-    const KernelChoice kc(wg);
+  for (const int kern : kKernels) {
+    const KernelChoice kc(kern);
     for (int hd : {64, 128, 256})
       for (int window : {0, 33}) {
         Case c{hd, 8, 2, 16, window, {{65, 0}, {40, 100}}};
@@ -372,8 +379,8 @@ TEST(CudaFattn, PrefillAndDecodeKernelsAgree) {
 // NaN somewhere. Window 24 < the lengths, also with a tile of positions wholly before every window.
 TEST(CudaFattn, WindowSkipsPositionsOutsideIt) {
   NEED_GPU();
-  for (const bool wg : {true, false}) {
-    const KernelChoice kc(wg);
+  for (const int kern : kKernels) {
+    const KernelChoice kc(kern);
     for (int hd : {64, 128, 256})
       for (int bs : {16, 7}) {
         Case c{hd, 4, 1, bs, 24, {{70, 150}, {33, 0}, {20, 40}}};

@@ -262,6 +262,7 @@ Status launch_d(const AttnParams& p, cudaStream_t s) {
 constexpr int kMaxDev = 16;
 bool g_wg_ready[kMaxDev][2] = {};
 std::atomic<bool> g_wg_allowed{true};  // fattn_set_wgmma
+std::atomic<int> g_wg_forced{-1};      // fattn_force_wg_variant: an index into kFaWgVariants, -1 the table's choice
 
 }  // namespace
 
@@ -294,17 +295,22 @@ Status fattn_mma_init(size_t max_smem) {
   KILN_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   if (dev < kMaxDev) {
     for (const int d : {64, 128}) {
-      const void* k = fattn_wg_kernel(d);
-      const bool fits = k != nullptr && major == 9 && minor == 0 && fattn_wg_smem(d) + 1024 <= max_smem;
-      if (fits)
-        KILN_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(fattn_wg_smem(d))));
-      g_wg_ready[dev][d == 128] = fits;
+      // Every variant gets its shared memory (tests and dev/cuda/fattn_bench run each); all must fit.
+      bool ok = major == 9 && minor == 0;
+      for (const FaWgVariant v : kFaWgVariants) {
+        const void* k = fattn_wg_kernel(d, v);
+        const size_t smem = fattn_wg_smem(d, v);
+        ok = ok && k != nullptr && smem + 1024 <= max_smem;
+        if (ok) KILN_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      }
+      g_wg_ready[dev][d == 128] = ok;
     }
   }
   return Status::ok();
 }
 
 void fattn_set_wgmma(bool allowed) { g_wg_allowed.store(allowed, std::memory_order_relaxed); }
+void fattn_force_wg_variant(int index) { g_wg_forced.store(index, std::memory_order_relaxed); }
 
 bool fattn_wg_selected(const AttnParams& p) {
   if (!g_wg_allowed.load(std::memory_order_relaxed) || (p.hd_k != 64 && p.hd_k != 128)) return false;
@@ -318,12 +324,8 @@ Status launch_fattn_mma(const AttnParams& p, cudaStream_t s) {
   KILN_CUDA_LAUNCH_CHECK();
   if (p.n_seq == 0) return Status::ok();
   if (fattn_wg_selected(p)) {
-    AttnParams args = p;
-    FaGeo geo = fa_geo(p);
-    void* params[] = {&args, &geo};
-    const dim3 grid(static_cast<unsigned>(p.n_seq * geo.q_tiles), static_cast<unsigned>(p.n_head_kv * geo.n_hchunk));
-    KILN_CUDA_TRY(cudaLaunchKernel(fattn_wg_kernel(p.hd_k), grid, dim3(kFaThreads), params, fattn_wg_smem(p.hd_k), s));
-    return Status::ok();
+    const int forced = g_wg_forced.load(std::memory_order_relaxed);
+    return launch_fattn_wg(p, forced >= 0 && forced < 4 ? kFaWgVariants[forced] : fa_wg_variant(p.hd_k), s);
   }
   switch (p.hd_k) {
     case 64: return launch_d<64>(p, s);
@@ -333,9 +335,22 @@ Status launch_fattn_mma(const AttnParams& p, cudaStream_t s) {
   }
 }
 
+Status launch_fattn_wg(const AttnParams& p, FaWgVariant v, cudaStream_t s) {
+  const void* k = fattn_wg_kernel(p.hd_k, v);
+  if (k == nullptr) return make_error(ErrorCode::kInternal, "fattn: no wgmma kernel for head dim %d", p.hd_k);
+  AttnParams args = p;
+  FaGeo geo = fa_geo(p, kFaRows * v.wgs);
+  if (static_cast<int64_t>(p.n_seq) * geo.q_tiles > INT32_MAX || p.n_head_kv * geo.n_hchunk > 65535)
+    return make_error(ErrorCode::kInternal, "fattn: grid too large");
+  void* params[] = {&args, &geo};
+  const dim3 grid(static_cast<unsigned>(p.n_seq * geo.q_tiles), static_cast<unsigned>(p.n_head_kv * geo.n_hchunk));
+  KILN_CUDA_TRY(cudaLaunchKernel(k, grid, dim3(kFaThreads * v.wgs), params, fattn_wg_smem(p.hd_k, v), s));
+  return Status::ok();
+}
+
 #ifndef KILN_CUDA_SM90A
-const void* fattn_wg_kernel(int, bool) { return nullptr; }  // the build has no sm_90a code
-size_t fattn_wg_smem(int) { return 0; }
+const void* fattn_wg_kernel(int, FaWgVariant) { return nullptr; }  // the build has no sm_90a code
+size_t fattn_wg_smem(int, FaWgVariant) { return 0; }
 #endif
 
 }  // namespace kiln::cuda

@@ -14,15 +14,16 @@ namespace kiln::cuda {
 
 constexpr int kFaWarps = 4, kFaThreads = kFaWarps * kWarp, kFaRows = 16 * kFaWarps;  // rows per CTA
 
+// rows: query rows per CTA (64 per 4 warps; the wgmma kernel may take 128).
 struct FaGeo {
   int hpc, tpc, n_hchunk, q_tiles;
 };
 
-inline FaGeo fa_geo(const AttnParams& p) {
+inline FaGeo fa_geo(const AttnParams& p, int rows = kFaRows) {
   FaGeo g;
   const int n_rep = p.n_head / p.n_head_kv;
-  g.hpc = std::min(n_rep, kFaRows);
-  g.tpc = kFaRows / g.hpc;
+  g.hpc = std::min(n_rep, rows);
+  g.tpc = rows / g.hpc;
   g.n_hchunk = (n_rep + g.hpc - 1) / g.hpc;
   g.q_tiles = (std::max(p.max_q_len, 1) + g.tpc - 1) / g.tpc;
   return g;
@@ -86,10 +87,10 @@ __device__ __forceinline__ bool fa_cta(const AttnParams& p, const FaGeo& geo, Fa
   return true;
 }
 
-// Q -> f16 shared, row-major [64][LD] (dead rows zero); the 128 threads of the CTA.
-template <int D, int LD>
+// Q -> f16 shared, row-major [ROWS][LD] (dead rows zero); the THREADS threads of the CTA.
+template <int D, int LD, int ROWS = kFaRows, int THREADS = kFaThreads>
 __device__ __forceinline__ void fa_stage_q(const AttnParams& p, const FaGeo& geo, const FaCta& c, __half* qs) {
-  for (int i = threadIdx.x; i < kFaRows * (D / 2); i += kFaThreads) {
+  for (int i = threadIdx.x; i < ROWS * (D / 2); i += THREADS) {
     const int r = i / (D / 2), d = 2 * (i % (D / 2));
     const int t = c.tok(geo, r);
     float x0 = 0.0f, x1 = 0.0f;
@@ -232,9 +233,20 @@ __device__ __forceinline__ int64_t fa_slot(const int32_t* table, int pos, int bl
   return static_cast<int64_t>(table[blk]) * block_size + off;
 }
 
-// The wgmma kernel (sm90a/fattn_wgmma.cu) for head dim d, its dynamic shared memory, or null when the build has no
-// sm_90a code or no instance for d. pipe: the software-pipelined variant (S of tile j beside P V of tile j - 1).
-const void* fattn_wg_kernel(int d, bool pipe = false);
-size_t fattn_wg_smem(int d);
+// The wgmma kernel's variants (sm90a/fattn_wgmma.cu): wgs warpgroups per CTA (64 query rows each, sharing the K/V
+// tiles), pipe: tile j's S wgmmas and softmax beside tile j - 1's P V wgmmas. fa_wg_variant is the one choice per
+// head dim (the launcher's; dev/cuda/fattn_bench times every variant).
+struct FaWgVariant {
+  int wgs;
+  bool pipe;
+};
+constexpr FaWgVariant fa_wg_variant(int) { return {1, false}; }
+constexpr FaWgVariant kFaWgVariants[4] = {{1, false}, {1, true}, {2, false}, {2, true}};  // every instance
+// The kernel of a variant for head dim d, its dynamic shared memory; null / 0 when the build has no sm_90a code or
+// no instance for d.
+const void* fattn_wg_kernel(int d, FaWgVariant v);
+size_t fattn_wg_smem(int d, FaWgVariant v);
+// Launches variant v (fattn_mma_selected's conditions hold, the device is 9.0; padded rows are the caller's).
+Status launch_fattn_wg(const AttnParams& p, FaWgVariant v, cudaStream_t s);
 
 }  // namespace kiln::cuda

@@ -371,5 +371,7 @@ Status launch_fattn_mma(const AttnParams& p, cudaStream_t s);
 // the two; default true).
 bool fattn_wg_selected(const AttnParams& p);
 void fattn_set_wgmma(bool allowed);
+// Tests: the wgmma variant a selected launch runs (an index into fattn_mma.cuh kFaWgVariants; -1: fa_wg_variant).
+void fattn_force_wg_variant(int index);
 
 }  // namespace kiln::cuda

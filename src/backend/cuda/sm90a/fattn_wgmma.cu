@@ -2,14 +2,16 @@
 // fattn_mma.cu's mma.sync kernel (read its header first), for head dims 64 and 128; fattn_mma.cu's selector picks
 // this kernel on 9.0 devices.
 //
-// A CTA is one warpgroup: its 64 query rows are the M of every wgmma (warp w owns rows 16w..16w+15, as in the
-// mma.sync kernel, so the row map, the softmax on fragments and the store are shared: fattn_mma.cuh).
+// A CTA is WGS warpgroups (1 or 2), 64 query rows each: the M of each warpgroup's wgmmas (warp w owns rows
+// 16w..16w+15, as in the mma.sync kernel, so the row map, the softmax on fragments and the store are shared:
+// fattn_mma.cuh). Two warpgroups share every K/V tile (half the shared-memory traffic per row).
 // Per KV tile of BC = 64 positions:
 //   S = Q K^T: D/16 wgmma.m64n64k16, A = Q fragments from registers (loaded once), B = the K tile from shared memory;
 //   online softmax on S's registers (wgmma's accumulator is, per warp, the mma.sync C fragments);
 //   O += P V: BC/16 wgmma.m64nDk16, A = P converted in registers (the C -> A identity of fattn_mma.cu), B = the V tile
 //   from shared memory, read MN-major (transposed: d contiguous).
-// Shared memory: a ring of 3 stages of (K, V) tiles, filled by cp.async 2 tiles ahead. Both tiles use one layout,
+// Shared memory: a ring of NST stages (3 for one warpgroup, 4 for two) of (K, V) tiles, filled by cp.async NST - 1
+// tiles ahead; the Q staging aliases the ring before the first copy. Both tiles use one layout,
 // wgmma's canonical no-swizzle layout in 128-byte core matrices of 8 positions x 8 dims (16 contiguous bytes per
 // position): core matrix (pg, dg) = positions 8pg..8pg+7, dims 8dg..8dg+7 at byte (pg * D/8 + dg) * 128, position
 // row pos % 8 at +16 (pos % 8). Read as K-major B of Q K^T (N = positions, K = dims): LBO (next dim group) 128, SBO
@@ -17,48 +19,49 @@
 // SBO (next dim group) 128. A 16-byte chunk i of the tile (i = (pg * D/8 + dg) * 8 + pos % 8) lands at byte 16 i:
 // consecutive threads fill consecutive rows of one core matrix (no bank conflicts) and read 64 contiguous bytes of
 // each of 8 positions per warp instruction.
-// Order per tile j (one barrier): wait for tile j's copies, fence them to the async proxy, barrier (every thread is
-// also past tile j - 1's wgmmas: stage (j + 2) % 3 = tile j - 1's is free), issue the copies of tile j + 2, S wgmmas,
-// wait, softmax, O *= alpha, P V wgmmas, wait. The tensor cores idle during the softmax of one CTA; the other CTAs
-// on the SM (2 at D 128, 3 at D 64) fill them.
+// Order per tile j without PIPE (one barrier): wait for tile j's copies, fence them to the async proxy, barrier
+// (every thread is past tile j - 1's wgmmas, so its stage is free), issue the copies of tile j + NST - 1, S wgmmas,
+// wait, softmax, O *= alpha, P V wgmmas, wait. The tensor cores idle during one CTA's softmax; other CTAs on the SM
+// fill them. PIPE (below): tile j's S and softmax overlap tile j - 1's P V within the warpgroup.
 // Every tile of the CTA's range is computed by all 4 warps (wgmma is warpgroup-wide): a warp whose rows all mask a
 // tile gets p = 0 and factor 1 from the masks, as fattn_mma.cu's skipped tile leaves them.
 //
 // Ledger (per lane: Q D/4 + S 32 + O D/2 registers, + 16 for P's fragments; measured with nvcc 13.0 -Xptxas -v,
-// sm_90a: no spills, no injected warpgroup waits):
-//   D 128: planned 144 + addressing, measured 199 registers; shared 3 x 32 KB = 96 KB -> 2 CTAs (8 warps) per SM:
-//          shared memory is the limit (227 KB); __launch_bounds__(128, 2).
-//   D 64:  planned 96 + addressing, measured 140 registers; shared 3 x 16 KB = 48 KB; registers are the limit:
-//          __launch_bounds__(128, 3) (4 CTAs would cap them at 128: ptxas spilled 24 bytes).
+// sm_90a: no spills, no injected warpgroup waits), registers without / with PIPE:
+//   D 128, 1 warpgroup: 199 / 228; shared 3 x 32 KB = 96 KB -> 2 CTAs (8 warps) per SM: shared memory is the limit.
+//   D 128, 2 warpgroups: 187 / 216; shared 4 x 32 KB = 128 KB -> 1 CTA (8 warps) per SM.
+//   D 64, 1 warpgroup: 140 / 168; shared 48 KB; registers are the limit: __launch_bounds__(128, 3).
+//   D 64, 2 warpgroups: 132 / 161; shared 64 KB -> 1 CTA per SM (2 would need 132 x 512 > 64K registers).
 #include "backend/cuda/fattn_mma.cuh"
 #include "backend/cuda/wgmma.cuh"
 
 namespace kiln::cuda {
 namespace {
 
-constexpr int kWgBc = 64, kWgStages = 3;
+constexpr int kWgBc = 64;
+constexpr int wg_stages(int wgs) { return wgs == 2 ? 4 : 3; }
 constexpr size_t wg_tile_bytes(int d) { return static_cast<size_t>(kWgBc) * d * 2; }  // K or V
-constexpr size_t wg_smem(int d) { return kWgStages * 2 * wg_tile_bytes(d); }
-constexpr int wg_min_blocks(int d, bool) { return d <= 64 ? 3 : 2; }
-static_assert(kFaRows * (128 + 8) * 2 <= 2 * wg_tile_bytes(128) && kFaRows * (64 + 8) * 2 <= 2 * wg_tile_bytes(64),
-              "the Q staging must fit in stage 2");
+constexpr size_t wg_smem_of(int d, int wgs) { return wg_stages(wgs) * 2 * wg_tile_bytes(d); }
+constexpr int wg_min_blocks(int d, int wgs) { return wgs == 2 ? 1 : d <= 64 ? 3 : 2; }
 
-template <int D, bool PIPE>
-__global__ void __launch_bounds__(kFaThreads, wg_min_blocks(D, PIPE)) fattn_wg(AttnParams p, FaGeo geo) {
+template <int D, bool PIPE, int WGS>
+__global__ void __launch_bounds__(128 * WGS, wg_min_blocks(D, WGS)) fattn_wg(AttnParams p, FaGeo geo) {
   if constexpr (!kWgHere) {  // compiled for another target than sm_90a: never launched there
     __trap();
   } else {
     constexpr int BC = kWgBc, LD = D + 8, NS = BC / 8, NO = D / 8, KQ = D / 16, CH = D / 8;
+    constexpr int THREADS = 128 * WGS, ROWS = 64 * WGS, NST = wg_stages(WGS);
     constexpr uint32_t kTile = static_cast<uint32_t>(wg_tile_bytes(D)), kStage = 2 * kTile;
+    static_assert(ROWS * LD * 2 <= NST * kStage, "the Q staging aliases the ring");
+    static_assert(BC * CH % THREADS == 0, "whole copy rounds");
     extern __shared__ __align__(128) uint8_t fa_wg_smem[];
     const uint32_t s_base = smem_u32(fa_wg_smem);
-    // Q staging [64][D + 8] f16 (ldmatrix-friendly) in stage 2, first written by the copies of tile 2.
-    __half* qs = reinterpret_cast<__half*>(fa_wg_smem + 2 * kStage);
+    __half* qs = reinterpret_cast<__half*>(fa_wg_smem);  // Q staging [ROWS][D + 8] f16 (ldmatrix-friendly)
 
     const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid / kWarp, 0), lane = tid % kWarp;
     FaCta c;
     if (!fa_cta(p, geo, c)) return;
-    fa_stage_q<D, LD>(p, geo, c, qs);
+    fa_stage_q<D, LD, ROWS, THREADS>(p, geo, c, qs);
     const FaRows w = fa_rows(p, geo, c, warp, lane);
     int kv_begin, kv_end;
     fa_cta_range(w, lane, kv_begin, kv_end);  // its barrier also publishes the Q tile
@@ -72,17 +75,18 @@ __global__ void __launch_bounds__(kFaThreads, wg_min_blocks(D, PIPE)) fattn_wg(A
 #pragma unroll
       for (int k = 0; k < KQ; ++k) ldsm_x4(q_base + k * 32, qf[k][0], qf[k][1], qf[k][2], qf[k][3]);
     }
+    __syncthreads();  // every warp holds its Q fragments: the ring may overwrite the staging
 
     const int bs_shift = (p.block_size & (p.block_size - 1)) == 0 ? __ffs(p.block_size) - 1 : -1;
     const uint8_t* kg = p.k + static_cast<size_t>(c.g) * p.k_head_bytes;
     const uint8_t* vg = p.v + static_cast<size_t>(c.g) * p.v_head_bytes;
-    // K and V of tile j into stage j % 3 (K first, V after it); ld_k / ld_v pick which.
+    // K and V of tile j into stage j % NST (K first, V after it); ld_k / ld_v pick which.
     auto load_tile = [&](int j, bool ld_k, bool ld_v) {
       const int base = t_first + j * BC;
-      const uint32_t ks = s_base + static_cast<uint32_t>(j % kWgStages) * kStage, vs = ks + kTile;
+      const uint32_t ks = s_base + static_cast<uint32_t>(j % NST) * kStage, vs = ks + kTile;
 #pragma unroll
-      for (int it = 0; it < BC * CH / kFaThreads; ++it) {
-        const int i = tid + it * kFaThreads;
+      for (int it = 0; it < BC * CH / THREADS; ++it) {
+        const int i = tid + it * THREADS;
         const int ch = (i >> 3) % CH, pos = base + (i / (8 * CH)) * 8 + (i & 7);
         const bool ok = pos >= kv_begin && pos < kv_end;
         const int64_t slot = ok ? fa_slot(c.table, pos, p.block_size, bs_shift) : 0;
@@ -91,10 +95,10 @@ __global__ void __launch_bounds__(kFaThreads, wg_min_blocks(D, PIPE)) fattn_wg(A
       }
     };
     auto k_desc_of = [&](int j) {
-      return wg_desc(s_base + static_cast<uint32_t>(j % kWgStages) * kStage, 128, 16 * D);
+      return wg_desc(s_base + static_cast<uint32_t>(j % NST) * kStage, 128, 16 * D);
     };
     auto v_desc_of = [&](int j) {
-      return wg_desc(s_base + static_cast<uint32_t>(j % kWgStages) * kStage + kTile, 16 * D, 128);
+      return wg_desc(s_base + static_cast<uint32_t>(j % NST) * kStage + kTile, 16 * D, 128);
     };
 
     float o[NO][4];
@@ -107,16 +111,17 @@ __global__ void __launch_bounds__(kFaThreads, wg_min_blocks(D, PIPE)) fattn_wg(A
     const float sl2 = p.scale * 1.4426950408889634f;
 
     if constexpr (!PIPE) {
-      if (n_tiles > 0) load_tile(0, true, true);
-      cp_async_commit();
-      if (n_tiles > 1) load_tile(1, true, true);
-      cp_async_commit();
+#pragma unroll
+      for (int t = 0; t < NST - 1; ++t) {
+        if (t < n_tiles) load_tile(t, true, true);
+        cp_async_commit();
+      }
       for (int j = 0; j < n_tiles; ++j) {
-        cp_async_wait<1>();  // tile j's copies (this thread's); tile j + 1's may be in flight
+        cp_async_wait<NST - 2>();  // tile j's copies (this thread's); those of the next NST - 2 may be in flight
         wg_proxy_fence();
         __syncthreads();
-        if (j + 2 < n_tiles) load_tile(j + 2, true, true);
-        cp_async_commit();  // one group per iteration, empty or not: wait_group 1 then always means tile j + 1
+        if (j + NST - 1 < n_tiles) load_tile(j + NST - 1, true, true);
+        cp_async_commit();  // one group per iteration, empty or not: the wait above always means tile j
         const int base = t_first + j * BC;
         const uint64_t k_desc = k_desc_of(j);
         wg_fence();
@@ -144,15 +149,18 @@ __global__ void __launch_bounds__(kFaThreads, wg_min_blocks(D, PIPE)) fattn_wg(A
       // Software pipeline: tile j's S wgmmas and tile j - 1's P V wgmmas are in flight together, and tile j's
       // softmax runs while P V (j - 1) multiplies. P j - 1 waits in registers as its f16 A fragments (pa), converted
       // at the end of step j - 1, so S has one register set. Copy group i (committed in step i) holds K of tile
-      // i + 2 and V of tile i + 1; the prologue's two groups hold K 0, and K 1 + V 0. Step j needs K j and V j - 1
-      // (group j - 2: wait_group 1), overwrites K j - 1's stage (S j - 1 done in step j - 1) and V j - 2's (P V j - 2
-      // done in step j - 1).
+      // i + NST - 1 and V of tile i + NST - 2; the prologue's NST - 1 groups hold K 0, then K k + V k - 1. Step j
+      // needs K j and V j - 1 (wait_group NST - 2), overwrites K j - 1's stage (S j - 1 done in step j - 1) and
+      // V j - 2's (P V j - 2 done in step j - 1).
       uint32_t pa[BC / 16][4];
-      load_tile(0, true, false);
+      if (n_tiles > 0) load_tile(0, true, false);
       cp_async_commit();
-      if (n_tiles > 1) load_tile(1, true, false);
-      if (n_tiles > 0) load_tile(0, false, true);
-      cp_async_commit();
+#pragma unroll
+      for (int k = 1; k < NST - 1; ++k) {
+        if (k < n_tiles) load_tile(k, true, false);
+        if (k - 1 < n_tiles) load_tile(k - 1, false, true);
+        cp_async_commit();
+      }
       auto pv = [&](int jp) {  // issue P V of tile jp (P in pa)
         const uint64_t v_desc = v_desc_of(jp);
         wg_fence();
@@ -161,11 +169,11 @@ __global__ void __launch_bounds__(kFaThreads, wg_min_blocks(D, PIPE)) fattn_wg(A
         wg_commit();
       };
       for (int j = 0; j < n_tiles; ++j) {
-        cp_async_wait<1>();
+        cp_async_wait<NST - 2>();
         wg_proxy_fence();
         __syncthreads();
-        if (j + 2 < n_tiles) load_tile(j + 2, true, false);
-        if (j + 1 < n_tiles) load_tile(j + 1, false, true);
+        if (j + NST - 1 < n_tiles) load_tile(j + NST - 1, true, false);
+        if (j + NST - 2 < n_tiles) load_tile(j + NST - 2, false, true);
         cp_async_commit();
         const uint64_t k_desc = k_desc_of(j);
         wg_fence();
@@ -200,15 +208,18 @@ __global__ void __launch_bounds__(kFaThreads, wg_min_blocks(D, PIPE)) fattn_wg(A
   }
 }
 
+template <int D>
+const void* pick(FaWgVariant v) {
+  if (v.wgs == 1) return v.pipe ? reinterpret_cast<const void*>(fattn_wg<D, true, 1>) : reinterpret_cast<const void*>(fattn_wg<D, false, 1>);
+  if (v.wgs == 2) return v.pipe ? reinterpret_cast<const void*>(fattn_wg<D, true, 2>) : reinterpret_cast<const void*>(fattn_wg<D, false, 2>);
+  return nullptr;
+}
+
 }  // namespace
 
-const void* fattn_wg_kernel(int d, bool pipe) {
-  switch (d) {
-    case 64: return pipe ? reinterpret_cast<const void*>(fattn_wg<64, true>) : reinterpret_cast<const void*>(fattn_wg<64, false>);
-    case 128: return pipe ? reinterpret_cast<const void*>(fattn_wg<128, true>) : reinterpret_cast<const void*>(fattn_wg<128, false>);
-    default: return nullptr;
-  }
+const void* fattn_wg_kernel(int d, FaWgVariant v) { return d == 64 ? pick<64>(v) : d == 128 ? pick<128>(v) : nullptr; }
+size_t fattn_wg_smem(int d, FaWgVariant v) {
+  return (d == 64 || d == 128) && (v.wgs == 1 || v.wgs == 2) ? wg_smem_of(d, v.wgs) : 0;
 }
-size_t fattn_wg_smem(int d) { return d == 64 || d == 128 ? wg_smem(d) : 0; }
 
 }  // namespace kiln::cuda

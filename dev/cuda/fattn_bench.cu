@@ -10,7 +10,8 @@
 // mma.sync (fattn_set_wgmma(false)) and attention.cu; and where kv <= 4096 the NMSE of each against attention.cu
 // (expected ~1e-7: the prefill kernels round P to f16; a layout bug shows as ~1).
 // Then a decode table: attention.cu's split-KV kernel at depth, in KV bytes per second (decode_table).
-// Usage: fattn_bench [--quick]   (--quick: skip attention.cu where kv reaches 16384, which takes seconds per run)
+// Usage: fattn_bench [--quick | --only I]   (--quick: skip attention.cu where kv reaches 16384, which takes seconds
+// per run; --only I: shape I of the table alone, no decode table, for a profiler)
 // Built by dev/cuda/CMakeLists.txt when KILN_CUDA=ON (target fattn_bench).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -118,6 +119,7 @@ void decode_table(const cudaDeviceProp& prop, cudaStream_t st, cudaEvent_t e0, c
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const int only = argc > 2 && std::strcmp(argv[1], "--only") == 0 ? std::atoi(argv[2]) : -1;  // one shape (profiling)
   int dev = 0;
   CK(cudaSetDevice(dev));
   cudaDeviceProp prop{};
@@ -137,6 +139,7 @@ int main(int argc, char** argv) {
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
   for (const Shape& s : shapes) {
+    if (only >= 0 && &s - shapes != only) continue;
     const int bs = 16, kv_total = s.depth + s.q_len, n_blocks = (kv_total + bs - 1) / bs;
     const size_t n_slots = static_cast<size_t>(n_blocks) * bs, kv_row = static_cast<size_t>(s.n_kv) * s.hd;
     __half *k = nullptr, *v = nullptr;
@@ -175,15 +178,12 @@ int main(int argc, char** argv) {
     const size_t sc = attention_scratch_floats(p);
     if (sc) CK(cudaMalloc(&scratch, sc * 4));
     const double flops = 4.0 * s.q_len * (s.depth + s.q_len / 2.0) * s.hd * s.n_head;
-    // which: 0 attention.cu, 1 the selected prefill kernel (launch_fattn_mma), 2 wgmma variant `var` directly
-    FaWgVariant var{1, false};
+    // which: 0 attention.cu, 1 the prefill kernel launch_fattn_mma selects
     auto time = [&](int which, int reps) -> double {
       std::vector<float> ms;
       for (int i = 0; i < reps + 1; ++i) {
         CK(cudaEventRecord(e0, st));
-        const Status r = which == 2 ? launch_fattn_wg(p, var, st)
-                         : which == 1 ? launch_fattn_mma(p, st)
-                                      : launch_attention(p, scratch, st);
+        const Status r = which == 1 ? launch_fattn_mma(p, st) : launch_attention(p, scratch, st);
         if (!r.is_ok()) return std::printf("launch failed: %s\n", r.to_string().c_str()), -1.0;
         CK(cudaEventRecord(e1, st));
         CK(cudaEventSynchronize(e1));
@@ -201,14 +201,16 @@ int main(int argc, char** argv) {
       out.resize(qn);
       CK(cudaMemcpy(out.data(), o, qn * 4, cudaMemcpyDeviceToHost));
     };
-    const FaWgVariant vars[4] = {{1, false}, {1, true}, {2, false}, {2, true}};
     std::vector<float> o_var[4], o_mma, o_ref;
     double t_sel = -1.0, t_var[4] = {-1.0, -1.0, -1.0, -1.0}, t_mma = -1.0;
     if (fa_ok) {
       fattn_set_wgmma(true);
       t_sel = time(1, 7);
-      if (fattn_wg_selected(p))
-        for (int i = 0; i < 4; ++i) var = vars[i], t_var[i] = time(2, 7), grab(o_var[i]);
+      for (int i = 0; i < 4; ++i) {
+        fattn_force_wg_variant(i);
+        if (fattn_wg_selected(p)) t_var[i] = time(1, 7), grab(o_var[i]);
+      }
+      fattn_force_wg_variant(-1);
       fattn_set_wgmma(false);
       t_mma = time(1, 7), grab(o_mma);
       fattn_set_wgmma(true);
@@ -236,7 +238,7 @@ int main(int argc, char** argv) {
     cudaFree(seq);
     if (scratch) cudaFree(scratch);
   }
-  decode_table(prop, st, e0, e1);
+  if (only < 0) decode_table(prop, st, e0, e1);
   CK(cudaGetLastError());
   return 0;
 }

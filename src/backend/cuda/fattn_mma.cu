@@ -314,6 +314,7 @@ void fattn_force_wg_variant(int index) { g_wg_forced.store(index, std::memory_or
 
 bool fattn_wg_selected(const AttnParams& p) {
   if (!g_wg_allowed.load(std::memory_order_relaxed) || (p.hd_k != 64 && p.hd_k != 128)) return false;
+  if (fa_wg_variant(p.hd_k).wgs == 0 && g_wg_forced.load(std::memory_order_relaxed) < 0) return false;
   int dev = 0;
   return cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < kMaxDev && g_wg_ready[dev][p.hd_k == 128];
 }

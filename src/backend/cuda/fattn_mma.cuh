@@ -235,12 +235,15 @@ __device__ __forceinline__ int64_t fa_slot(const int32_t* table, int pos, int bl
 
 // The wgmma kernel's variants (sm90a/fattn_wgmma.cu): wgs warpgroups per CTA (64 query rows each, sharing the K/V
 // tiles), pipe: tile j's S wgmmas and softmax beside tile j - 1's P V wgmmas. fa_wg_variant is the one choice per
-// head dim (the launcher's; dev/cuda/fattn_bench times every variant).
+// head dim (the launcher's; dev/cuda/fattn_bench times every variant); wgs 0: none, the mma.sync kernel runs.
+// H100, fattn_bench (TFLOP/s, hd 128, 32/8 heads; 1 warpgroup / 1 pipelined / 2 / 2 pipelined / mma.sync):
+//   4096 tokens 109 / 108 / 138 / 149 / 156; 512 at depth 32768 125 / 123 / 160 / 170 / 181; hd 64, 16384 tokens
+//   131 / 130 / 124 / 147 / 168. No variant beats mma.sync yet: none is selected.
 struct FaWgVariant {
   int wgs;
   bool pipe;
 };
-constexpr FaWgVariant fa_wg_variant(int) { return {1, false}; }
+constexpr FaWgVariant fa_wg_variant(int) { return {0, false}; }
 constexpr FaWgVariant kFaWgVariants[4] = {{1, false}, {1, true}, {2, false}, {2, true}};  // every instance
 // The kernel of a variant for head dim d, its dynamic shared memory; null / 0 when the build has no sm_90a code or
 // no instance for d.

@@ -44,8 +44,9 @@
 // which this kernel does not. Known limit: in a mixed step (one long prompt beside decode tokens) a decode sequence
 // deep in its cache runs as one CTA per KV head over its whole range here (no KV split).
 // Host check of the lane maps above (no GPU): dev/cuda/fattn_lane_maps.py.
-// On 9.0 devices, head dims 64 and 128 run the wgmma kernel instead (sm90a/fattn_wgmma.cu: same CTA geometry,
-// masks and numerics; fattn_wg_selected below decides). The pieces both kernels share are in fattn_mma.cuh.
+// For 9.0 devices at head dims 64 and 128 a wgmma kernel exists beside this one (sm90a/fattn_wgmma.cu: same row map,
+// masks and numerics; fattn_mma.cuh fa_wg_variant picks a variant or none, fattn_wg_selected below applies it). The
+// pieces both kernels share are in fattn_mma.cuh.
 #include <algorithm>
 #include <atomic>
 #include <climits>

@@ -238,7 +238,9 @@ __device__ __forceinline__ int64_t fa_slot(const int32_t* table, int pos, int bl
 // head dim (the launcher's; dev/cuda/fattn_bench times every variant); wgs 0: none, the mma.sync kernel runs.
 // H100, fattn_bench (TFLOP/s, hd 128, 32/8 heads; 1 warpgroup / 1 pipelined / 2 / 2 pipelined / mma.sync):
 //   4096 tokens 109 / 108 / 138 / 149 / 156; 512 at depth 32768 125 / 123 / 160 / 170 / 181; hd 64, 16384 tokens
-//   131 / 130 / 124 / 147 / 168. No variant beats mma.sync yet: none is selected.
+//   131 / 130 / 124 / 147 / 168. No variant beats mma.sync yet: none is selected. ncu (512 tokens at depth 32768):
+//   1 warpgroup is L2-request-bound (75%): the no-swizzle layout makes each warp copy 64-byte pieces of 8 positions'
+//   rows, four times the mma.sync kernel's requests; all kernels run 8 warps per SM (registers).
 struct FaWgVariant {
   int wgs;
   bool pipe;

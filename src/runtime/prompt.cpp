@@ -264,12 +264,20 @@ bool ChatPrompt::prompt_opens_reasoning(const std::string& rendered_prompt) cons
   return t.size() >= m.size() && t.compare(t.size() - m.size(), m.size(), m) == 0;
 }
 
-bool ChatPrompt::prompt_opens_tool_call(const std::string& rendered_prompt) const {
+bool ChatPrompt::prompt_opens_tool_call(const std::string& rendered_prompt, std::string* tail) const {
   const tpl::ToolFormat* f = reply_.tool_format;
-  if (!f || f->opener().empty() || f->at_start) return false;
+  if (!f || f->at_start) return false;
   const std::string& m = f->opener();
+  const size_t core = m.find_last_not_of(" \n\t\r") + 1;  // 0 for an empty or all-whitespace opener
+  if (core == 0) return false;
+  // The longest prefix of the opener that the prompt ends with, from the whole opener down to its last non-space.
   const std::string& p = rendered_prompt;
-  return p.size() >= m.size() && p.compare(p.size() - m.size(), m.size(), m) == 0;
+  for (size_t n = m.size(); n >= core; --n)
+    if (p.size() >= n && p.compare(p.size() - n, n, m, 0, n) == 0) {
+      if (tail) *tail = m.substr(n);
+      return true;
+    }
+  return false;
 }
 
 std::vector<int32_t> ChatPrompt::tool_marker_tokens() const {
@@ -295,6 +303,7 @@ tpl::ParsedReply ChatPrompt::parse_reply(const std::string& text, const ReplyCon
   o.tools = ctx.tools;
   o.parallel_tool_calls = ctx.parallel;
   o.opened_tool_call = ctx.opened_tool_call;
+  o.opener_tail = ctx.opened_tool_call ? ctx.opener_tail : std::string();
   const bool reopen = reasoning_ && ctx.opened_reasoning && text.find(o.think_begin) == std::string::npos;
   return tpl::parse_reply(reopen ? o.think_begin + text : text, o);
 }

@@ -74,6 +74,7 @@ struct ReplyContext {
   nlohmann::ordered_json tools;   // the tool definitions offered (parameter types of raw-string formats)
   bool parallel = true;           // false: at most one call (parallel_tool_calls: false)
   bool opened_tool_call = false;  // the prompt ended with the format's opener (prompt_opens_tool_call)
+  std::string opener_tail;        // opened_tool_call: the opener's trailing whitespace the prompt left out ("" none)
 };
 
 class ChatPrompt {
@@ -124,8 +125,11 @@ class ChatPrompt {
   const std::string& reasoning_close() const { return reasoning_close_; }
   // The template's tool-call format (tool_formats.h); null when it writes none the table knows.
   const tpl::ToolFormat* tool_format() const { return reply_.tool_format; }
-  // Whether a reply to `rendered_prompt` continues a tool call the prompt opened (functionary v3.2's ">>>").
-  bool prompt_opens_tool_call(const std::string& rendered_prompt) const;
+  // Whether a reply to `rendered_prompt` continues a tool call the prompt opened (functionary v3.2's ">>>"; a prefill
+  // ending in Hermes' "<tool_call>\n"): the prompt ends with the format's opener, or with the opener less some of its
+  // trailing whitespace ("<tool_call>"), which the reply may then write. *tail (when given): the whitespace left out.
+  // Never for at_start formats (their opener is no marker) nor where the opener is whitespace only.
+  bool prompt_opens_tool_call(const std::string& rendered_prompt, std::string* tail = nullptr) const;
   // The control tokens of the tool-call format's markers (special tokens the reply must show as text for the parser
   // to read them, and that a tool-call grammar writes): GenRequest::text_tokens. EOG tokens excluded.
   std::vector<int32_t> tool_marker_tokens() const;

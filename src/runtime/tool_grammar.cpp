@@ -136,6 +136,7 @@ class Builder {
         const Piece& x = f_.section[i];
         if (x.slot == Slot::kCalls) parts.push_back("(" + calls_expr + ")");
         else if (x.slot == Slot::kText && !(i == 0 && rq_.opened_tool_call)) parts.push_back(flex(x.text));
+        else if (x.slot == Slot::kText && !rq_.opener_tail.empty()) parts.push_back(flex(rq_.opener_tail));
       }
       body = join(parts, " ");
     }
@@ -244,7 +245,8 @@ class Builder {
 
   static std::string lit_cp(uint32_t cp) { return "[" + cp_escape(cp) + "]"; }
 
-  // One call of function k (index k of tools); skip_opener: the prompt wrote the call's first literal.
+  // One call of function k (index k of tools); skip_opener: the prompt wrote the call's first literal (but for
+  // rq_.opener_tail, which the call may still write).
   Result<std::string> call_rule(size_t k, const ojson& fn, bool skip_opener) {
     const std::string name = fn["name"].get<std::string>();
     const ojson schema = parameters(fn);
@@ -254,6 +256,7 @@ class Builder {
       switch (x.slot) {
         case Slot::kText:
           if (!(i == 0 && skip_opener)) parts.push_back(flex(x.text));
+          else if (!rq_.opener_tail.empty()) parts.push_back(flex(rq_.opener_tail));
           break;
         case Slot::kName: parts.push_back(lit(name)); break;
         case Slot::kId: parts.push_back(id_rule()); break;

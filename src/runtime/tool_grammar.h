@@ -35,6 +35,9 @@ struct ToolGrammarRequest {
   std::string think_after;
   bool opened_reasoning = false;   // the prompt opened the block: the reply starts inside it
   bool opened_tool_call = false;   // the prompt wrote the format's opener: the reply continues the first call
+  // opened_tool_call: the opener's trailing whitespace the prompt left out (ChatPrompt::prompt_opens_tool_call),
+  // which the first call may then write ("" none).
+  std::string opener_tail;
 };
 
 // Errors (InvalidArgument) start with the field at fault: "tools[i].function.parameters: ..." (a schema keyword the

@@ -465,6 +465,7 @@ std::optional<ApiError> tool_choice_grammar(const ChatPrompt& chat, const ToolRe
   }
   rq.opened_reasoning = out->reply.opened_reasoning;
   rq.opened_tool_call = out->reply.opened_tool_call;
+  rq.opener_tail = out->reply.opener_tail;
   auto g = tool_call_gbnf(*f, tr.all, rq);
   if (!g) {
     const std::string& m = g.status().message();
@@ -531,6 +532,7 @@ void lazy_tool_grammar(const ChatPrompt& chat, const ToolRequest& tr, const std:
   for (const auto& t : tr.offered) rq.names.push_back(t["function"]["name"].get<std::string>());
   rq.parallel = tr.parallel;
   rq.opened_tool_call = opened;
+  rq.opener_tail = out->reply.opener_tail;
   auto g = tool_call_gbnf(*f, tr.offered, rq);
   if (!g) return;
   out->grammar = OutputGrammar{"tools", std::move(g).value(), true, opened ? nullptr : f, true};
@@ -673,7 +675,7 @@ std::optional<ApiError> parse_chat(const json& b, const ParseContext& ctx, Parse
   rc.tools = tools;
   rc.parallel = tr.parallel;
   rc.opened_reasoning = ctx.chat->prompt_opens_reasoning(*text);
-  rc.opened_tool_call = rc.want_tools && ctx.chat->prompt_opens_tool_call(*text);
+  rc.opened_tool_call = rc.want_tools && ctx.chat->prompt_opens_tool_call(*text, &rc.opener_tail);
   if (!tr.forced.empty()) {
     if (!prefill.empty())
       return bad("tool_choice", "'tool_choice' " + tr.what + " cannot continue an assistant prefill (the last "

@@ -157,7 +157,7 @@ ParsedReply parse_reply(const std::string& text, const ReplyOptions& opts) {
     f = tool_format_by_name(name);
   }
   if (f) {
-    parse_tool_calls(*f, &content, &r.tool_calls, opts.tools, opts.opened_tool_call);
+    parse_tool_calls(*f, &content, &r.tool_calls, opts.tools, opts.opened_tool_call, opts.opener_tail);
     if (!opts.parallel_tool_calls && r.tool_calls.size() > 1) r.tool_calls.resize(1);
   }
   r.content = std::move(content);

@@ -96,6 +96,7 @@ struct ReplyOptions {
   nlohmann::ordered_json tools;      // the request's tool definitions (parameter types); null: unknown
   bool parallel_tool_calls = true;   // false: only the first call is kept
   bool opened_tool_call = false;     // the prompt ended with the format's opener (ToolFormat::opener)
+  std::string opener_tail;           // opened_tool_call: the opener's trailing whitespace the prompt left out
   // Reasoning markers; the text before `think_end` is reasoning even without `think_begin` (templates that
   // open the block in the generation prompt, like Qwen3 and DeepSeek-R1, leave only the closing tag).
   std::string think_begin = "<think>", think_end = "</think>";

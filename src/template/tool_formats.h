@@ -105,10 +105,12 @@ const ToolFormat* tool_format_by_name(std::string_view name);
 // The tool calls of a reply in format f: each well-formed call (or section of calls) is taken out of *content and
 // appended to *calls; everything else stays (malformed call text included). `tools`: the OpenAI tool definitions
 // of the request (null: unknown): a raw-string format reads a parameter as a string exactly when its schema says
-// "type": "string". `opened`: the prompt ended with f.opener() (the reply continues it). Content is trimmed when
-// a call was found. Call ids: as the model wrote them, else fresh random ones in the format's style.
+// "type": "string". `opened`: the prompt ended with f.opener() less `opener_tail` (a suffix of its trailing
+// whitespace, which the reply may write): the reply continues it. Content is trimmed when a call was found. Call ids:
+// as the model wrote them, else fresh random ones in the format's style.
 void parse_tool_calls(const ToolFormat& f, std::string* content, std::vector<ToolCall>* calls,
-                      const nlohmann::ordered_json& tools = nullptr, bool opened = false);
+                      const nlohmann::ordered_json& tools = nullptr, bool opened = false,
+                      const std::string& opener_tail = {});
 
 // A fresh call id in the given style (random; unique in practice).
 std::string new_call_id(CallIds style);

@@ -544,7 +544,7 @@ void drop_marker(std::string* s, const std::string& m) {
 }  // namespace
 
 void parse_tool_calls(const ToolFormat& f, std::string* content, std::vector<ToolCall>* calls,
-                      const nlohmann::ordered_json& tools, bool opened) {
+                      const nlohmann::ordered_json& tools, bool opened, const std::string& opener_tail) {
   std::vector<ToolCall> found;
   std::string kept;
   if (f.at_start) {  // calls opening the reply, or after the lead marker (content before it stays)
@@ -563,7 +563,8 @@ void parse_tool_calls(const ToolFormat& f, std::string* content, std::vector<Too
     const std::string& op = f.opener();
     const std::string core = first_run(op);
     if (core.empty()) return;
-    std::string text = opened ? op + *content : *content;
+    // the prompt's part of the opener: all of it, or all but (some of) its trailing whitespace
+    std::string text = opened ? op.substr(0, op.size() - std::min(opener_tail.size(), op.size())) + *content : *content;
     size_t pos = 0;
     if (opened) {  // the reply continues the prompt's opener: a call from the first byte, or plain content
       Reader r(f, text, tools);

@@ -304,8 +304,8 @@ struct Streamed {
   std::vector<kiln::tpl::ToolCall> calls;
   int reasoning_ends = 0;
 };
-Streamed stream_bytes(const kiln::ChatPrompt& p, const std::string& text, bool opened, bool tools) {
-  kiln::ReplyStream rs(p, opened, tools);
+Streamed stream_bytes(const kiln::ChatPrompt& p, const std::string& text, const kiln::ReplyContext& ctx) {
+  kiln::ReplyStream rs(p, ctx);
   Streamed out;
   auto add = [&](const kiln::ReplyStream::Delta& d) {
     out.reasoning += d.reasoning;
@@ -316,6 +316,12 @@ Streamed stream_bytes(const kiln::ChatPrompt& p, const std::string& text, bool o
   for (char c : text) add(rs.push(std::string(1, c)));
   add(rs.finish());
   return out;
+}
+Streamed stream_bytes(const kiln::ChatPrompt& p, const std::string& text, bool opened, bool tools) {
+  kiln::ReplyContext ctx;
+  ctx.opened_reasoning = opened;
+  ctx.want_tools = tools;
+  return stream_bytes(p, text, ctx);
 }
 
 TEST(ChatPrompt, ReplyStreamSplitsAsParseReply) {
@@ -363,6 +369,63 @@ TEST(ChatPrompt, ReplyStreamSplitsAsParseReply) {
   s = stream_bytes(*llama, "Plain {braces} text", false, true);
   EXPECT_TRUE(s.calls.empty());
   EXPECT_EQ(s.content, "Plain {braces} text");
+}
+
+// A prompt that ends with the tool-call opener (Qwen3's Hermes "<tool_call>\n", from a prefill or the generation
+// prompt), or with the opener less its trailing newline, opened a call: the reply, streamed or not, is read as its
+// continuation. at_start formats (Llama 3.1) never count as opened.
+TEST(ChatPrompt, APromptEndingInTheOpenerOpensTheCall) {
+  auto tok = tokenizer_of(base_model());
+  kiln::ChatPromptOptions o;
+  o.template_source = kiln::test::slurp(kiln::test::data_path("templates/Qwen-Qwen3-0.6B.jinja"));
+  auto qwen = kiln::ChatPrompt::create(*tok, o);
+  ASSERT_TRUE(qwen.is_ok()) << qwen.status().to_string();
+  ASSERT_NE(qwen->tool_format(), nullptr);
+  ASSERT_EQ(qwen->tool_format()->opener(), "<tool_call>\n");
+  const std::string base = "<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n";
+  const std::string body = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  std::string tail = "x";
+  EXPECT_TRUE(qwen->prompt_opens_tool_call(base + "<tool_call>\n", &tail));
+  EXPECT_EQ(tail, "");
+  EXPECT_TRUE(qwen->prompt_opens_tool_call(base + "Let me check. <tool_call>", &tail));
+  EXPECT_EQ(tail, "\n");
+  EXPECT_TRUE(qwen->prompt_opens_tool_call(base + "<tool_call>"));
+  for (const std::string& p : {base, base + "<tool_call>\n" + body, base + "</tool_call>", base + "<tool_call>\n\n",
+                               base + "<tool_call> ", base + "tool_call>", std::string()})
+    EXPECT_FALSE(qwen->prompt_opens_tool_call(p)) << p;
+  // The reply to each prompt: the opener's rest, then the call (or prose, which stays the content).
+  for (const bool exact : {true, false}) {
+    kiln::ReplyContext ctx;
+    ctx.want_tools = true;
+    ctx.opened_tool_call = qwen->prompt_opens_tool_call(base + (exact ? "<tool_call>\n" : "<tool_call>"),
+                                                        &ctx.opener_tail);
+    ASSERT_TRUE(ctx.opened_tool_call);
+    const std::string reply = (exact ? "" : "\n") + body;
+    const auto parsed = qwen->parse_reply(reply, ctx);
+    ASSERT_EQ(parsed.tool_calls.size(), 1u) << exact;
+    EXPECT_EQ(parsed.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(parsed.tool_calls[0].arguments, "{\"city\":\"Paris\"}");
+    EXPECT_EQ(parsed.content, "") << exact;
+    Streamed s = stream_bytes(*qwen, reply, ctx);
+    ASSERT_EQ(s.calls.size(), 1u) << exact;
+    EXPECT_EQ(s.calls[0].name, "get_weather");
+    EXPECT_EQ(s.calls[0].arguments, parsed.tool_calls[0].arguments);
+    EXPECT_EQ(s.content, "") << exact;
+    s = stream_bytes(*qwen, "\nNo call after all.", ctx);
+    EXPECT_TRUE(s.calls.empty());
+    EXPECT_EQ(s.content, qwen->parse_reply("\nNo call after all.", ctx).content);
+    EXPECT_EQ(s.content, "\nNo call after all.");  // as written
+    // Not opened, the same reply is the content.
+    ctx.opened_tool_call = false;
+    EXPECT_TRUE(qwen->parse_reply(reply, ctx).tool_calls.empty()) << exact;
+  }
+  o.template_source = kiln::test::slurp(kiln::test::data_path("templates/meta-llama-Llama-3.1-8B-Instruct.jinja"));
+  auto llama = kiln::ChatPrompt::create(*tok, o);
+  ASSERT_TRUE(llama.is_ok()) << llama.status().to_string();
+  ASSERT_NE(llama->tool_format(), nullptr);
+  ASSERT_TRUE(llama->tool_format()->at_start);
+  EXPECT_FALSE(llama->prompt_opens_tool_call("<|start_header_id|>assistant<|end_header_id|>\n\n<|python_tag|>"));
+  EXPECT_FALSE(llama->prompt_opens_tool_call("<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": "));
 }
 
 // gpt-oss's template (harmony): replies stream as parse_reply splits them, header texts never in a delta; a call

@@ -54,10 +54,14 @@ bool validates(const std::string& name, const std::string& args) {
 class ServeToolChoice : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    // Hermes 2 Pro's template, whose generation prompt also writes chat_template_kwargs' `open_call` when a request
+    // sets it (a template that opens the call itself).
+    const std::string tmpl = work_dir() + "/hermes-open-call.jinja";
+    std::ofstream(tmpl) << test::slurp(test::data_path("templates/NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja"))
+                        << "{%- if add_generation_prompt and open_call is defined %}{{- open_call }}{%- endif %}";
     proc_ = new test::ServeProcess();
     ASSERT_TRUE(proc_->start({"-m", test::data_path("models/fixture-llama-q8_0.gguf"), "-t", "2", "-c", "4096",
-                              "--parallel", "2", "--chat-template-file",
-                              test::data_path("templates/NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja")}))
+                              "--parallel", "2", "--chat-template-file", tmpl}))
         << proc_->log();
   }
   static void TearDownTestSuite() {
@@ -136,19 +140,15 @@ TEST_F(ServeToolChoice, AutoFinishesACallOnceItOpens) {
     EXPECT_TRUE(validates(name, args)) << name << " " << args;
     EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "tool_calls") << r.body;
   }
-  // A prefill ending in the trigger without the rest of the opener ("<tool_call>", no newline): the grammar is engaged
-  // from the first token, so the reply is the call's continuation, which the grammar ends ("stop"). (The reply
-  // parser reads a continued call only after the whole opener: this one stays the content.)
+  // A prefill ending in the opener without its newline ("<tool_call>"): the same, the reply (which may write the
+  // newline) is the call's continuation.
   for (int seed = 1; seed <= 2; ++seed) {
     json b = chat({{"seed", seed}, {"parallel_tool_calls", false}});
     b["messages"].push_back({{"role", "assistant"}, {"content", "Let me check. <tool_call>"}});
     const HttpResponse r = post("/v1/chat/completions", b);
-    ASSERT_EQ(r.status, 200) << r.body;
-    EXPECT_EQ(r.j()["choices"][0]["finish_reason"], "stop") << r.body;
-    const std::string text = r.j()["choices"][0]["message"]["content"], end = "</tool_call>";
-    ASSERT_TRUE(text.ends_with(end)) << r.body;
-    const json call = json::parse(text.substr(0, text.size() - end.size()));
-    EXPECT_TRUE(validates(call["name"], call["arguments"].dump())) << text;
+    const json calls = calls_of(r);
+    ASSERT_EQ(calls.size(), 1u) << r.body;
+    EXPECT_TRUE(validates(calls[0]["function"]["name"], calls[0]["function"]["arguments"])) << r.body;
   }
   // A prefill holding a complete call does not engage the grammar again: the reply is free.
   {
@@ -164,6 +164,59 @@ TEST_F(ServeToolChoice, AutoFinishesACallOnceItOpens) {
   ASSERT_EQ(free.status, 200) << free.body;
   EXPECT_NE(free.j()["choices"][0]["finish_reason"], "tool_calls") << free.body;
   EXPECT_FALSE(free.j()["choices"][0]["message"].contains("tool_calls")) << free.body;
+}
+
+// The call a prompt opened, with or without the opener's newline: by an assistant prefill (tool_choice "auto"; a
+// forced choice refuses a prefill) or by the template's generation prompt (auto and "required"), streamed or not,
+// comes back as tool_calls.
+TEST_F(ServeToolChoice, ACallThePromptOpenedIsAToolCall) {
+  struct Case {
+    const char* opener;
+    bool prefill;
+    const char* choice;
+  };
+  const Case cases[] = {{"<tool_call>", true, "auto"},      {"<tool_call>\n", false, "auto"},
+                        {"<tool_call>", false, "auto"},     {"<tool_call>", false, "required"},
+                        {"<tool_call>\n", false, "required"}};
+  for (const Case& k : cases) {
+    for (const bool stream : {false, true}) {
+      json b = chat({{"seed", 4}, {"parallel_tool_calls", false}, {"tool_choice", k.choice}, {"stream", stream}});
+      if (k.prefill) b["messages"].push_back({{"role", "assistant"}, {"content", k.opener}});
+      else b["chat_template_kwargs"] = {{"open_call", k.opener}};
+      const std::string what = std::string(k.opener) + (k.prefill ? " prefill, " : " generation prompt, ") + k.choice +
+                               (stream ? ", streamed" : "");
+      const HttpResponse r = post("/v1/chat/completions", b);
+      ASSERT_EQ(r.status, 200) << what << ": " << r.body;
+      std::string finish, content, name, args;
+      int n_calls = 0;
+      if (!stream) {
+        const json calls = calls_of(r);
+        ASSERT_EQ(calls.size(), 1u) << what << ": " << r.body;
+        n_calls = 1;
+        finish = r.j()["choices"][0]["finish_reason"];
+        name = calls[0]["function"]["name"], args = calls[0]["function"]["arguments"];
+      } else {
+        for (const std::string& e : test::sse_events(r.body)) {
+          if (e == "[DONE]") continue;
+          const json j = json::parse(e);
+          if (j["choices"].empty()) continue;
+          const json& c = j["choices"][0];
+          if (c["finish_reason"].is_string()) finish = c["finish_reason"];
+          const json& d = c.value("delta", json::object());
+          if (d.contains("content") && d["content"].is_string()) content += d["content"].get<std::string>();
+          for (const json& t : d.value("tool_calls", json::array())) {
+            if (t.contains("id")) ++n_calls;
+            name += t["function"].value("name", "");
+            args += t["function"].value("arguments", "");
+          }
+        }
+      }
+      EXPECT_EQ(finish, "tool_calls") << what << ": " << r.body;
+      EXPECT_EQ(content, "") << what << ": " << r.body;
+      EXPECT_EQ(n_calls, 1) << what << ": " << r.body;
+      EXPECT_TRUE(validates(name, args)) << what << ": " << name << " " << args;
+    }
+  }
 }
 
 TEST_F(ServeToolChoice, StreamedCallsNameFirstThenArguments) {

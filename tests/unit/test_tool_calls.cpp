@@ -239,9 +239,10 @@ struct Compiled {
   }
 };
 
-std::vector<tpl::ToolCall> parse(const ToolFormat& f, std::string text, bool opened = false) {
+std::vector<tpl::ToolCall> parse(const ToolFormat& f, std::string text, bool opened = false,
+                                 const std::string& opener_tail = {}) {
   std::vector<tpl::ToolCall> calls;
-  tpl::parse_tool_calls(f, &text, &calls, kTools, opened);
+  tpl::parse_tool_calls(f, &text, &calls, kTools, opened, opener_tail);
   return calls;
 }
 
@@ -525,6 +526,64 @@ TEST(ToolFormats, ReasoningAndOpenedCalls) {
   EXPECT_TRUE(grammar::test::matches(*g, two.substr(3)));
   EXPECT_FALSE(grammar::test::matches(*g, two));
   expect_calls(parse(*fv, two.substr(3), /*opened=*/true), kCalls, "functionary opened");
+}
+
+// A prompt that ends with the opener less its trailing whitespace (a prefill "<tool_call>" where the opener is
+// "<tool_call>\n") opened the call too: the first call may write that whitespace or leave it out, and the parser
+// reads the reply as the continuation of the prompt's part. Every format whose opener ends in whitespace; the exact
+// opener stays as it was (the first call starts after it, a repeated newline is refused).
+TEST(ToolFormats, CallsOpenedWithoutTheOpenersTrailingWhitespace) {
+  int n_formats = 0;
+  for (const ToolFormat& f : tpl::tool_formats()) {
+    const std::string& op = f.opener();
+    const size_t core = op.find_last_not_of(" \n\t\r") + 1;
+    if (f.at_start || core == 0 || core == op.size()) continue;
+    ++n_formats;
+    const std::string tail = op.substr(core), text = canonical(f, calls_for(f));
+    ASSERT_EQ(text.compare(0, op.size(), op), 0) << f.name << ": " << text;
+    const std::string reply = text.substr(core);       // starts with the opener's tail
+    const std::string bare = text.substr(op.size());   // the model left the tail out
+    ToolGrammarRequest rq;
+    rq.names = {"get_weather"};
+    rq.opened_tool_call = true;
+    rq.opener_tail = tail;
+    auto g = tool_call_gbnf(f, kTools, rq);
+    ASSERT_TRUE(g) << f.name << ": " << g.status().message();
+    EXPECT_TRUE(grammar::test::matches(*g, reply)) << f.name << ": " << reply;
+    EXPECT_TRUE(grammar::test::matches(*g, bare)) << f.name << ": " << bare;
+    EXPECT_FALSE(grammar::test::matches(*g, text)) << f.name << ": the opener again";
+    expect_calls(parse(f, reply, true, tail), calls_for(f), f.name + " opened, tail written");
+    expect_calls(parse(f, bare, true, tail), calls_for(f), f.name + " opened, tail left out");
+    std::string content = reply;
+    std::vector<tpl::ToolCall> calls;
+    tpl::parse_tool_calls(f, &content, &calls, kTools, true, tail);
+    EXPECT_EQ(content, "") << f.name;
+    // Not opened: the first call, which has no opener in the reply, is not read.
+    EXPECT_LT(parse(f, reply).size(), calls_for(f).size()) << f.name;
+    // The exact opener: the reply starts after it, as before.
+    rq.opener_tail.clear();
+    g = tool_call_gbnf(f, kTools, rq);
+    ASSERT_TRUE(g) << f.name;
+    EXPECT_TRUE(grammar::test::matches(*g, bare)) << f.name << ": " << bare;
+    expect_calls(parse(f, bare, true), calls_for(f), f.name + " opened exactly");
+  }
+  EXPECT_GE(n_formats, 10);  // hermes, minimax-m1, command-r-plus, deepseek-v3.2, ...
+  // Hermes: the exact opener's call does not take a second newline; with the tail left out it takes one.
+  const ToolFormat* hermes = tpl::tool_format_by_name("hermes");
+  const std::string call = canonical(*hermes, {kCalls[0]}).substr(std::string("<tool_call>\n").size());
+  ToolGrammarRequest rq;
+  rq.names = {"get_weather"};
+  rq.opened_tool_call = true;
+  EXPECT_FALSE(grammar::test::matches(*tool_call_gbnf(*hermes, kTools, rq), "\n" + call));
+  rq.opener_tail = "\n";
+  EXPECT_TRUE(grammar::test::matches(*tool_call_gbnf(*hermes, kTools, rq), "\n" + call));
+  EXPECT_FALSE(grammar::test::matches(*tool_call_gbnf(*hermes, kTools, rq), "\n\n" + call));
+  // A reply that is no call stays the content as written.
+  std::string prose = "\nI cannot call that.";
+  std::vector<tpl::ToolCall> none;
+  tpl::parse_tool_calls(*hermes, &prose, &none, kTools, true, "\n");
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(prose, "\nI cannot call that.");
 }
 
 TEST(ToolFormats, UnenforceableSchemasAndUnknownFunctionsAreErrors) {

@@ -75,9 +75,10 @@ struct TypeRecipe {
 constexpr TypeRecipe kTypes[] = {
     {"f16", 1, DType::F16},           {"q8_0", 7, DType::Q8_0},         {"q4_0", 2, DType::Q4_0},
     {"q4_k_m", 15, DType::Q4_K},      {"q6_k", 18, DType::Q6_K},        {"iq4_nl", 25, DType::IQ4_NL},
-    {"iq4_xs", 30, DType::IQ4_XS},    {"mxfp4", 38, DType::MXFP4},
+    {"iq4_xs", 30, DType::IQ4_XS},    {"mxfp4", 38, DType::MXFP4},      {"tq1_0", 36, DType::TQ1_0},
+    {"tq2_0", 37, DType::TQ2_0},
 };
-constexpr const char* kTypeList = "f16, q8_0, q4_0, q4_k_m, q6_k, iq4_nl, iq4_xs, mxfp4";
+constexpr const char* kTypeList = "f16, q8_0, q4_0, q4_k_m, q6_k, iq4_nl, iq4_xs, mxfp4, tq1_0, tq2_0";
 
 // llama.cpp's "more bits" layers of the _M mixes (llama-quant.cpp, use_more_bits).
 bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
@@ -90,9 +91,12 @@ enum class Role { kEmbed, kOutput, kAttnK, kAttnV, kAttnOut, kFfnDown, kExperts,
 // for ffn_down of the first n_layer/8 layers. Files of exactly 8 experts: attn_k and attn_v Q8_0, attn_output Q5_K
 // in the 4-bit mixes. mxfp4 (llama.cpp's MXFP4_MOE): a MoE shape gets MXFP4 experts and Q8_0 dense matrices as that
 // file type writes them; a dense shape gets every matrix MXFP4 so that it exercises the type; the output Q8_0.
+// TQ1_0 / TQ2_0: every matrix ternary but the output (Q6_K) and an untied token_embd (Q4_K).
 DType matrix_type(const TypeRecipe& t, Role role, int64_t layer, int64_t n_layer, int64_t n_gqa, int64_t n_expert) {
   const bool expert = role == Role::kExperts || (role == Role::kFfnDown && n_expert > 0);
   if (t.base == DType::F16 || t.base == DType::Q8_0) return t.base;
+  if (t.base == DType::TQ1_0 || t.base == DType::TQ2_0)
+    return role == Role::kOutput ? DType::Q6_K : role == Role::kEmbed ? DType::Q4_K : t.base;
   if (t.base == DType::MXFP4)
     return role == Role::kOutput || (n_expert > 0 && !expert) ? DType::Q8_0 : DType::MXFP4;
   if (n_expert == 8 && (role == Role::kAttnK || role == Role::kAttnV)) return DType::Q8_0;

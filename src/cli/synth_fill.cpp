@@ -12,6 +12,7 @@
 //   IQ4_XS x = d*(ls-32)*v,  ls - 32 in [8, 15]             std ~ d * 11.5 * 67.4
 //   MXFP4 x = 2^(e-128)*v,   v a uniform pick of the doubled FP4 values  rms(v) = sqrt(34.25) = 5.85; the scale is
 //         a power of two: e = 128 + round(log2(sigma / 5.85)), minus 1 on a random half of the blocks
+//   TQ1_0 / TQ2_0 x = d*(t-1), t uniform in {0, 1, 2}          std = sqrt(2/3) = 0.816
 // so even sigma = 1/sqrt(14336) (Llama 3 8B ffn_down) keeps every d above f16's smallest normal (6.1e-5).
 // Each block's scale is jittered by +-25% so blocks differ.
 #include <cmath>
@@ -187,6 +188,25 @@ Result<gguf::Writer::FillFn> random_weights(DType type, uint64_t key, float sigm
         r.bytes(b.qh, sizeof(b.qh));
         const uint64_t bits = r.next();
         for (int j = 0; j < 16; ++j) b.scales[j] = static_cast<int8_t>(2 + ((bits >> (2 * j)) & 3));
+        b.d = f16(d * r.jitter());
+      });
+    }
+    case DType::TQ1_0: {
+      const float d = sigma / 0.816f;
+      return blocks<block_tq1_0>(key, [d](block_tq1_0& b, Rng& r) {
+        // base-3 numbers of 5 (qh: 4, shifted up one trit) uniform trits, packed as blocks.h says
+        for (uint8_t& q : b.qs) q = static_cast<uint8_t>((r.next() % 243 * 256 + 242) / 243);
+        for (uint8_t& q : b.qh) q = static_cast<uint8_t>((r.next() % 81 * 3 * 256 + 242) / 243);
+        b.d = f16(d * r.jitter());
+      });
+    }
+    case DType::TQ2_0: {
+      const float d = sigma / 0.816f;
+      return blocks<block_tq2_0>(key, [d](block_tq2_0& b, Rng& r) {
+        for (uint8_t& q : b.qs) {
+          const uint64_t v = r.next();
+          q = static_cast<uint8_t>(v % 3 | (v / 3 % 3) << 2 | (v / 9 % 3) << 4 | (v / 27 % 3) << 6);
+        }
         b.d = f16(d * r.jitter());
       });
     }

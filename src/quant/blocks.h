@@ -141,6 +141,33 @@ inline float e8m0_half_to_f32(uint8_t e) {
   return f;
 }
 
+// ---- ternary (BitNet b1.58 / TriLM weights): values {-1, 0, 1} times one f16 scale per 256 ----------------------
+// TQ2_0: 2-bit codes c, x = d * (c - 1); qs[32j + m] holds elements 128j + 32l + m (j = 0, 1; m = 0..31) in bits
+// 2l..2l+1 (l = 0..3). llama.cpp's quantizer writes c in {0, 1, 2}; code 3 decodes to 2d, as ggml's does.
+struct block_tq2_0 {
+  uint8_t qs[QK_K / 4];
+  uint16_t d;
+};
+static_assert(sizeof(block_tq2_0) == 66);
+
+// TQ1_0: 5 trits per byte in qs, 4 in qh. A byte b holds trits t_0 (most significant) .. t_{k-1} as the fixed
+// point fraction b = ceil(256 * sum_n t_n 3^(4-n) / 243); trit n is ((uint8_t)(b * 3^n) * 3) >> 8, x = d * (t - 1).
+// Element order: qs[m] (m < 32) trit n is element 32n + m (0..159); qs[32 + m] (m < 16) trit n is element
+// 160 + 16n + m (160..239); qh[j] (j < 4) trit n (n < 4; its fifth trit is 0) is element 240 + 4n + j.
+struct block_tq1_0 {
+  uint8_t qs[(QK_K - 4 * QK_K / 64) / 5];  // 48
+  uint8_t qh[QK_K / 64];                   // 4
+  uint16_t d;
+};
+static_assert(sizeof(block_tq1_0) == 54);
+
+// Trit n (0..4) of a TQ1_0 byte: 0, 1 or 2.
+inline int tq1_trit(uint8_t b, int n) {
+  static constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+  const uint8_t q = static_cast<uint8_t>(b * kPow3[n]);
+  return (q * 3) >> 8;
+}
+
 // ---- packed sub-block scales -----------------------------------------------------------------------------------
 // q4_K / q5_K: 8 sub-blocks of 32, each with a 6-bit scale sc[j] and a 6-bit min m[j], packed in 12 bytes:
 //   j < 4:  sc[j] = s[j] & 63,                          m[j] = s[j+4] & 63

@@ -43,8 +43,8 @@ constexpr Row kRows[] = {
     {28, {"f64", 1, 8, false, false}},
     {29, {"iq1_m", 256, 56, true, false}},
     {30, {"bf16", 1, 2, false, true}},
-    {34, {"tq1_0", 256, 54, true, false}},
-    {35, {"tq2_0", 256, 66, true, false}},
+    {34, {"tq1_0", 256, 54, true, true}},
+    {35, {"tq2_0", 256, 66, true, true}},
     {39, {"mxfp4", 32, 17, true, true}},
 };
 

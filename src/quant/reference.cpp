@@ -1,6 +1,7 @@
 // Dispatch of the scalar reference (de)quantizers by DType, with the argument checks the typed entry points skip.
-// The per-format code lives in dequant_legacy.cpp, dequant_kquants.cpp, dequant_nonlinear.cpp, quantize_q8.cpp,
-// quantize_legacy.cpp, quantize_kquants.cpp and quantize_nonlinear.cpp; plain float formats are here.
+// The per-format code lives in dequant_legacy.cpp, dequant_kquants.cpp, dequant_nonlinear.cpp, dequant_ternary.cpp,
+// quantize_q8.cpp, quantize_legacy.cpp, quantize_kquants.cpp, quantize_nonlinear.cpp and quantize_ternary.cpp; plain
+// float formats are here.
 #include "quant/reference.h"
 
 #include <cstring>
@@ -28,7 +29,7 @@ bool can_dequantize(DType t) {
     case DType::F32: case DType::F16: case DType::BF16:
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0: case DType::Q8_1:
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::Q8_K:
-    case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4:
+    case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4: case DType::TQ1_0: case DType::TQ2_0:
       return true;
     default:
       return false;
@@ -75,6 +76,8 @@ Status dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::IQ4_NL: dequantize_row_iq4_nl(static_cast<const block_iq4_nl*>(src), dst, n); break;
     case DType::IQ4_XS: dequantize_row_iq4_xs(static_cast<const block_iq4_xs*>(src), dst, n); break;
     case DType::MXFP4: dequantize_row_mxfp4(static_cast<const block_mxfp4*>(src), dst, n); break;
+    case DType::TQ1_0: dequantize_row_tq1_0(static_cast<const block_tq1_0*>(src), dst, n); break;
+    case DType::TQ2_0: dequantize_row_tq2_0(static_cast<const block_tq2_0*>(src), dst, n); break;
     default:
       return make_error(ErrorCode::kUnsupported, "dequantize_row: no reference dequantization for type %s",
                         dtype_name(t));
@@ -103,6 +106,8 @@ Status quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::IQ4_NL: quantize_row_iq4_nl(src, static_cast<block_iq4_nl*>(dst), n); break;
     case DType::IQ4_XS: quantize_row_iq4_xs(src, static_cast<block_iq4_xs*>(dst), n); break;
     case DType::MXFP4: quantize_row_mxfp4(src, static_cast<block_mxfp4*>(dst), n); break;
+    case DType::TQ1_0: quantize_row_tq1_0(src, static_cast<block_tq1_0*>(dst), n); break;
+    case DType::TQ2_0: quantize_row_tq2_0(src, static_cast<block_tq2_0*>(dst), n); break;
     default:
       return make_error(ErrorCode::kUnsupported, "quantize_row: no reference quantization for type %s",
                         dtype_name(t));

@@ -11,7 +11,7 @@
 namespace kiln {
 
 // True when dequantize_row handles `t` (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K,
-// IQ4_NL, IQ4_XS, MXFP4).
+// IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0).
 bool can_dequantize(DType t);
 // True when quantize_row handles `t` (every type dequantize_row handles; the method of each is documented at its
 // quantizer).
@@ -47,6 +47,8 @@ void dequantize_row_q8_K(const block_q8_K* x, float* y, int64_t n);
 void dequantize_row_iq4_nl(const block_iq4_nl* x, float* y, int64_t n);
 void dequantize_row_iq4_xs(const block_iq4_xs* x, float* y, int64_t n);
 void dequantize_row_mxfp4(const block_mxfp4* x, float* y, int64_t n);
+void dequantize_row_tq1_0(const block_tq1_0* x, float* y, int64_t n);
+void dequantize_row_tq2_0(const block_tq2_0* x, float* y, int64_t n);
 
 // Weight quantizers (methods documented at each definition; k-quants and IQ4_NL/IQ4_XS need not match llama.cpp's
 // bytes).
@@ -64,5 +66,7 @@ void quantize_row_q6_K(const float* x, block_q6_K* y, int64_t n);
 void quantize_row_iq4_nl(const float* x, block_iq4_nl* y, int64_t n);
 void quantize_row_iq4_xs(const float* x, block_iq4_xs* y, int64_t n);
 void quantize_row_mxfp4(const float* x, block_mxfp4* y, int64_t n);  // llama.cpp's bytes (quantize_nonlinear.cpp)
+void quantize_row_tq1_0(const float* x, block_tq1_0* y, int64_t n);  // llama.cpp's bytes (quantize_ternary.cpp)
+void quantize_row_tq2_0(const float* x, block_tq2_0* y, int64_t n);
 
 }  // namespace kiln

@@ -20,9 +20,9 @@
 namespace kiln::cpu {
 namespace {
 
-const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1,   DType::Q5_0,
-                        DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K,   DType::Q5_K,
-                        DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+const DType kTypes[] = {DType::F32,  DType::F16,    DType::BF16,   DType::Q4_0,  DType::Q4_1,  DType::Q5_0,
+                        DType::Q5_1, DType::Q8_0,   DType::Q2_K,   DType::Q3_K,  DType::Q4_K,  DType::Q5_K,
+                        DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::TQ1_0, DType::TQ2_0};
 
 std::vector<SimdLevel> levels() {
   std::vector<SimdLevel> v = {SimdLevel::kScalar};
@@ -40,6 +40,8 @@ std::vector<int> scale_offsets(DType t) {
     case DType::Q3_K: return {108};
     case DType::Q4_K: case DType::Q5_K: return {0, 2};
     case DType::Q6_K: return {208};
+    case DType::TQ1_0: return {52};
+    case DType::TQ2_0: return {64};
     default: return {};
   }
 }

@@ -6,9 +6,10 @@
 // test_backend_ops_contract.cpp.
 //
 // Thresholds, argued per op from its numerics (u = 2^-24, the f32 unit roundoff). None is tuned to pass.
-//   - exact (0): get_rows of F32/F16/BF16/Q4_0/Q5_0/Q8_0/Q8_1/IQ4_NL/IQ4_XS/MXFP4 (every value is an f16 scale
-//     times a small integer, exact in f32: IQ4_XS's f16 d times a 6-bit scale times a 7-bit codebook value has 24
-//     significant bits at most; MXFP4's is a power of two times an integer); add, mul, scale (one f32 operation
+//   - exact (0): get_rows of F32/F16/BF16/Q4_0/Q5_0/Q8_0/Q8_1/IQ4_NL/IQ4_XS/MXFP4/TQ1_0/TQ2_0 (every value is an
+//     f16 scale times a small integer, exact in f32: IQ4_XS's f16 d times a 6-bit scale times a 7-bit codebook value
+//     has 24 significant bits at most; MXFP4's is a power of two times an integer; the ternary types' d times -1..2);
+//     add, mul, scale (one f32 operation
 //     per element); argmax; copy/convert (round-to-nearest-even
 //     f32 -> f16/bf16, exact widening); kv_store to every cache type, K and V each its own (f32 bits, f16/bf16
 //     nearest even, the quantized types' spec quantizer: the cache bits are what the parity tests compare across
@@ -38,7 +39,7 @@
 //     (2) Where the backend documents its activation quantization, against that exact quantization (spec
 //         quantizer, quant/reference.h) with the dot products in double: the CPU (backend/cpu/matmul.h: Q8_0 for
 //         Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4, Q8_1 for Q4_1/Q5_1 (the oracle uses the block's stored f16 sum s, as the
-//         kernel does), Q8_K for Q2_K..Q6_K and IQ4_XS, f16 / bf16 / f32 for F16 / BF16 / F32) differs only by
+//         kernel does), Q8_K for Q2_K..Q6_K, IQ4_XS and TQ1_0/TQ2_0, f16 / bf16 / f32 for F16 / BF16 / F32) differs only by
 //         the f32 rounding of its
 //         per-block terms and their sum: NMSE 1e-10. The GPU GEMM path (documented for the CUDA backend) quantizes
 //         activations to Q8_1 for every quantized weight type — blocks of 32, an f16 scale d and an f16 sum s =
@@ -181,13 +182,14 @@ void expect_exact(const std::vector<float>& got, const std::vector<float>& want,
                      << (bad ? got[first] : 0.f) << " want " << (bad ? want[first] : 0.f);
 }
 
-// The 18 types with a spec dequantizer and the 16 matmul weight types (backend/cpu/matmul.h).
-const DType kDequantTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,   DType::Q4_1,   DType::Q5_0,
-                               DType::Q5_1, DType::Q8_0, DType::Q8_1, DType::Q2_K,   DType::Q3_K,   DType::Q4_K,
-                               DType::Q5_K, DType::Q6_K, DType::Q8_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
-const DType kMatmulTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,   DType::Q4_1,   DType::Q5_0,
-                              DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,   DType::Q4_K,   DType::Q5_K,
-                              DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+// The 20 types with a spec dequantizer and the 18 matmul weight types (backend/cpu/matmul.h).
+const DType kDequantTypes[] = {DType::F32,    DType::F16,    DType::BF16,  DType::Q4_0,  DType::Q4_1,
+                               DType::Q5_0,   DType::Q5_1,   DType::Q8_0,  DType::Q8_1,  DType::Q2_K,
+                               DType::Q3_K,   DType::Q4_K,   DType::Q5_K,  DType::Q6_K,  DType::Q8_K,
+                               DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::TQ1_0, DType::TQ2_0};
+const DType kMatmulTypes[] = {DType::F32,  DType::F16,    DType::BF16,   DType::Q4_0,  DType::Q4_1,  DType::Q5_0,
+                              DType::Q5_1, DType::Q8_0,   DType::Q2_K,   DType::Q3_K,  DType::Q4_K,  DType::Q5_K,
+                              DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::TQ1_0, DType::TQ2_0};
 
 // ================================================================================================================
 // get_rows
@@ -208,7 +210,7 @@ TEST_P(BackendOps, GetRowsEveryDequantizableType) {
     const std::vector<float> got = dev_read<float>(be(), out);
     const bool exact = t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q4_0 ||
                        t == DType::Q5_0 || t == DType::Q8_0 || t == DType::Q8_1 || t == DType::IQ4_NL ||
-                       t == DType::IQ4_XS || t == DType::MXFP4;
+                       t == DType::IQ4_XS || t == DType::MXFP4 || t == DType::TQ1_0 || t == DType::TQ2_0;
     std::vector<double> want(got.size());
     std::vector<float> wantf(got.size());
     double rowmax = 0;

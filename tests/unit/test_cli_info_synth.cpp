@@ -128,6 +128,8 @@ DType expected_type(const std::string& t, const std::string& name, int layer, in
   if (t == "q6_k") return DType::Q6_K;
   const bool output = name == "output.weight" || (tied && name == "token_embd.weight");
   if (t == "mxfp4") return output ? DType::Q8_0 : DType::MXFP4;
+  if (t == "tq1_0" || t == "tq2_0")
+    return output ? DType::Q6_K : name == "token_embd.weight" ? DType::Q4_K : t == "tq1_0" ? DType::TQ1_0 : DType::TQ2_0;
   if (output) return DType::Q6_K;
   if (t == "q4_0") return DType::Q4_0;
   if (t == "iq4_nl" || t == "iq4_xs") {
@@ -210,7 +212,7 @@ void check_synth(const std::string& shape, const std::string& type, const std::s
 }
 
 TEST(CliSynth, TinyEveryType) {
-  for (const char* t : {"f16", "q8_0", "q4_0", "q4_k_m", "q6_k", "iq4_nl", "iq4_xs", "mxfp4"})
+  for (const char* t : {"f16", "q8_0", "q4_0", "q4_k_m", "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "tq1_0", "tq2_0"})
     check_synth("tiny", t, "", 2, false, "llama");
   // IQ4 mixes: Q5_K attn_v with 4 query heads per KV head, Q5_K ffn_down in the first n_layer / 8 layers
   check_synth("llama3-8b", "iq4_xs", "--layers 8 --embd 256 --ff 768 --heads 4 --kv-heads 1 --n-vocab 700", 8, false,
@@ -257,6 +259,19 @@ TEST(CliSynth, Qwen35AndGemma3ShapesLoadAndRun) {
       EXPECT_NE(f->find_tensor("blk.3.post_ffw_norm.weight"), nullptr);
       EXPECT_NE(f->find_tensor("blk.3.post_attention_norm.weight"), nullptr);
     }
+    r = run_kiln("run -m '" + path + "' --tokens 1,2,3,4,5,6,7,8,9 -n 4 --temp 0 --ids --ignore-eos -t 2");
+    EXPECT_EQ(r.code, 0) << r.out;
+    fs::remove(path);
+  }
+}
+
+// The ternary types (every matrix but token_embd and output): kiln loads and runs what it writes.
+TEST(CliSynth, TernaryTypesLoadAndRun) {
+  for (const char* t : {"tq1_0", "tq2_0"}) {
+    SCOPED_TRACE(t);
+    const std::string path = temp_path(std::string("tiny-") + t + "-run.gguf");
+    auto r = run_kiln(std::string("synth --shape tiny --type ") + t + " -t 2 -o '" + path + "'");
+    ASSERT_EQ(r.code, 0) << r.out;
     r = run_kiln("run -m '" + path + "' --tokens 1,2,3,4,5,6,7,8,9 -n 4 --temp 0 --ids --ignore-eos -t 2");
     EXPECT_EQ(r.code, 0) << r.out;
     fs::remove(path);

@@ -132,7 +132,8 @@ void print_stats(const std::map<std::string, TypeStats>& stats, const std::strin
 
 // Quantizes every tensor of type `type` in fixture-<arch>-<stem>.gguf from the F16 source (in `src_dir`, default
 // `dir`) with kiln's quantizer and compares bytes. Valid for the types whose kiln quantizer is llama.cpp's reference
-// rounding (Q8_0, the legacy Q4_0/Q4_1/Q5_0/Q5_1 and MXFP4), which is what llama-quantize runs without an imatrix.
+// rounding (Q8_0, the legacy Q4_0/Q4_1/Q5_0/Q5_1, MXFP4 and TQ1_0/TQ2_0), which is what llama-quantize runs without
+// an imatrix.
 void check_exact(const std::string& dir, const std::string& arch, const std::string& stem, DType type,
                  const std::string& src_dir = "") {
   const std::string src_path = (src_dir.empty() ? dir : src_dir) + "/fixture-" + arch + "-f16.gguf";
@@ -278,16 +279,21 @@ namespace kiln {
 namespace {
 
 // tests/data/models-quant (tools/quant_fixture): the llama F16 source (tests/data/models) quantized by llama-quantize
-// to IQ4_NL, IQ4_XS and MXFP4 (Q6_K / Q8_0 beside them).
+// to IQ4_NL, IQ4_XS, MXFP4, TQ1_0 and TQ2_0 (Q4_K / Q6_K / Q8_0 beside them).
 TEST(GgufQuantFixtures, CodebookTypesDequantWithinLlamaCppError) {
   std::map<std::string, TypeStats> stats;
-  EXPECT_EQ(check_dequant_against_f16(test::data_path("models-quant"), stats, test::data_path("models")), 3);
+  EXPECT_EQ(check_dequant_against_f16(test::data_path("models-quant"), stats, test::data_path("models")), 5);
   print_stats(stats, test::data_path("models-quant"));
-  for (const char* t : {"IQ4_NL", "IQ4_XS", "MXFP4"}) EXPECT_GT(stats[t].tensors, 0) << t;
+  for (const char* t : {"IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0"}) EXPECT_GT(stats[t].tensors, 0) << t;
 }
 
 TEST(GgufQuantFixtures, Mxfp4QuantizerExactLlama) {
   check_exact(test::data_path("models-quant"), "llama", "mxfp4", DType::MXFP4, test::data_path("models"));
+}
+
+TEST(GgufQuantFixtures, TernaryQuantizersExactLlama) {
+  check_exact(test::data_path("models-quant"), "llama", "tq1_0", DType::TQ1_0, test::data_path("models"));
+  check_exact(test::data_path("models-quant"), "llama", "tq2_0", DType::TQ2_0, test::data_path("models"));
 }
 
 // kiln's IQ4 search (plain squared error) against llama.cpp's (errors weighted by x^2), tensor by tensor.

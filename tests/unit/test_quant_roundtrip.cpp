@@ -12,7 +12,9 @@
 // element by element here: IQ4_NL / IQ4_XS (group 32) d = max / -127 (the element of largest |x| on the codebook's
 // end value -127), every element at its nearest codebook value d * v; MXFP4 the OCP rule (scale 2^(floor(log2
 // amax) - 2), nearest E2M1 value). kiln's IQ4 quantizers try that scale among others and refit it (bound 1.1 covers
-// the f16 rounding of d and IQ4_XS's 6-bit sub-block scales); MXFP4 is exactly that rule (ratio 1).
+// the f16 rounding of d and IQ4_XS's 6-bit sub-block scales); MXFP4 is exactly that rule (ratio 1). TQ1_0 / TQ2_0
+// (group 256) are exactly theirs too: d = amax, every element at the nearest of {-d, 0, d} (ratio 1, up to the f16
+// rounding of d).
 // The legacy types and Q8_* are exactly that scheme: measured / predicted ~ 1 (16k samples: ~1% statistical
 // spread; f16 rounding of d adds ~2^-11 relative), bound 1.1. The k-quants search for better scales than min/max
 // (measured 0.75-0.95x of the prediction) but then round the sub-block scales to 6 bits (4 bits for Q2_K), which can
@@ -22,8 +24,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "quant/reference.h"
@@ -32,14 +36,15 @@
 namespace kiln {
 namespace {
 
-enum class Scheme { kSymmetric, kAffine, kAffineMin0, kPerElement, kIq4, kFp4 };
+enum class Scheme { kSymmetric, kAffine, kAffineMin0, kPerElement, kIq4, kFp4, kTernary };
 
 struct TypeModel {
   DType type;
   int group;       // elements sharing one step
   Scheme scheme;
   float levels;    // step = amax/levels (symmetric), range/levels (affine), |x|*levels (per element); kIq4 / kFp4:
-                   // amax/levels bounds the largest rounding error near the block's amax (OneHugeOutlier)
+                   // amax/levels bounds the largest rounding error near the block's amax (OneHugeOutlier); kTernary
+                   // the same (half the step d = amax)
 };
 
 const TypeModel kModels[] = {
@@ -54,11 +59,12 @@ const TypeModel kModels[] = {
     // up to a quarter of amax
     {DType::IQ4_NL, 32, Scheme::kIq4, 8},            {DType::IQ4_XS, 32, Scheme::kIq4, 8},
     {DType::MXFP4, 32, Scheme::kFp4, 3.5f},
+    {DType::TQ1_0, 256, Scheme::kTernary, 2},       {DType::TQ2_0, 256, Scheme::kTernary, 2},
 };
 
 // How GoogleTest prints the parameter (test listings, failures): readable, not the struct's bytes.
 void PrintTo(const TypeModel& m, std::ostream* os) {
-  static const char* const kSchemes[] = {"symmetric", "affine", "affine-min0", "per-element", "iq4", "fp4"};
+  static const char* const kSchemes[] = {"symmetric", "affine", "affine-min0", "per-element", "iq4", "fp4", "ternary"};
   *os << dtype_name(m.type) << " (group " << m.group << ", " << kSchemes[static_cast<int>(m.scheme)] << ", levels "
       << m.levels << ")";
 }
@@ -73,13 +79,16 @@ std::string type_label(const testing::TestParamInfo<TypeModel>& info) {
 double codebook_err2(Scheme scheme, const float* x, int n) {
   static const double kIq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
   static const double kFp4[15] = {-6, -4, -3, -2, -1.5, -1, -0.5, 0, 0.5, 1, 1.5, 2, 3, 4, 6};
+  static const double kTernary[3] = {-1, 0, 1};
   double amax = 0, max = 0;
   for (int j = 0; j < n; ++j)
     if (std::fabs(x[j]) > amax) amax = std::fabs(x[j]), max = x[j];
   if (amax == 0) return 0;
-  const double d = scheme == Scheme::kIq4 ? max / -127.0 : std::ldexp(1.0, static_cast<int>(std::floor(std::log2(amax))) - 2);
-  const double* book = scheme == Scheme::kIq4 ? kIq4 : kFp4;
-  const int nb = scheme == Scheme::kIq4 ? 16 : 15;
+  const double d = scheme == Scheme::kIq4       ? max / -127.0
+                   : scheme == Scheme::kTernary ? amax
+                                                : std::ldexp(1.0, static_cast<int>(std::floor(std::log2(amax))) - 2);
+  const double* book = scheme == Scheme::kIq4 ? kIq4 : scheme == Scheme::kTernary ? kTernary : kFp4;
+  const int nb = scheme == Scheme::kIq4 ? 16 : scheme == Scheme::kTernary ? 3 : 15;
   double e2 = 0;
   for (int j = 0; j < n; ++j) {
     double best = 1e300;
@@ -105,7 +114,7 @@ double predicted_rel_rmse(const TypeModel& m, const std::vector<float>& x) {
         err2 += s * s / 12;
       }
     }
-    if (m.scheme == Scheme::kIq4 || m.scheme == Scheme::kFp4) {
+    if (m.scheme == Scheme::kIq4 || m.scheme == Scheme::kFp4 || m.scheme == Scheme::kTernary) {
       err2 += codebook_err2(m.scheme, x.data() + b, m.group);
       continue;
     }
@@ -256,6 +265,60 @@ TEST(QuantRoundTrip, CanQuantizeMatchesCanDequantize) {
     EXPECT_EQ(can_dequantize(t), dtype_traits(t).has_reference) << dtype_name(t);
     EXPECT_EQ(can_quantize(t), can_dequantize(t)) << dtype_name(t);
   }
+}
+
+// The ternary formats hold {-d, 0, d} exactly: blocks of random trits times an f16-exact d (each block has its
+// +-d, so amax = d) come back bit for bit, through every byte position and most of TQ1_0's 243 byte values.
+TEST(QuantRoundTrip, TernaryExactOnTernaryValues) {
+  std::mt19937 rng(17);
+  std::vector<float> x(64 * 256);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float d = 0.75f * static_cast<float>(1 + i / 256 % 4);
+    x[i] = i % 256 == 0 ? -d : d * static_cast<float>(static_cast<int>(rng() % 3) - 1);
+  }
+  for (DType t : {DType::TQ1_0, DType::TQ2_0}) {
+    const std::vector<float> y = round_trip(t, x);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], x[i]) << dtype_name(t) << " " << i;
+  }
+}
+
+// llama.cpp's bytes (quantize_row_tq1_0_ref / quantize_row_tq2_0_ref of libggml, recorded) for one block of
+// multiples of 1/16 whose amax is 42/16: x / amax = +-1/2 ties round away from zero, as lroundf does.
+TEST(QuantRoundTrip, TernaryBytesAsLlamaCpp) {
+  std::vector<float> x(256);
+  for (int i = 0; i < 256; ++i)
+    x[i] = static_cast<float>((i * 37 + 11) % 29 - 14) * static_cast<float>(1 + i % 3) * 0.0625f;
+  const struct {
+    DType t;
+    const char* hex;
+  } cases[] = {
+      {DType::TQ1_0,
+       "5a80d56d7ad19c897e7f89837fd5118180475a7dd5647ad19c897e7f348381d59bd2899b83898180802b769c6034756788f12a7f4041"},
+      {DType::TQ2_0,
+       "415556618516596515556595555690555558411556518516596515556495555615596515556495555650455554610556598515596595"
+       "555495555658415556614041"},
+  };
+  for (const auto& c : cases) {
+    std::vector<uint8_t> q(dtype_type_size(c.t));
+    ASSERT_TRUE(quantize_row(c.t, x.data(), q.data(), 256).is_ok());
+    std::string hex;
+    for (uint8_t b : q) {
+      static const char* const kDigits = "0123456789abcdef";
+      hex += kDigits[b >> 4];
+      hex += kDigits[b & 15];
+    }
+    EXPECT_EQ(hex, c.hex) << dtype_name(c.t);
+  }
+}
+
+// TQ2_0's code 3 (never written by the quantizer) decodes to +2d, as ggml's dequantizer does; a zero scale gives 0.
+TEST(QuantRoundTrip, Tq2Code3IsTwoD) {
+  block_tq2_0 b;
+  std::memset(b.qs, 0xFF, sizeof(b.qs));  // every code 3
+  b.d = f32_to_fp16(0.5f);
+  std::vector<float> y(256);
+  ASSERT_TRUE(dequantize_row(DType::TQ2_0, &b, y.data(), 256).is_ok());
+  for (float v : y) ASSERT_EQ(v, 1.0f);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Remakes tests/data/models-quant (parity fixtures of the codebook weight types) from a llama.cpp build, as
 # ../shared/fixtures/tools/gen.sh makes the shared fixtures: the shared llama F16 source quantized by llama-quantize
-# (no imatrix) to IQ4_NL, IQ4_XS and a dense MXFP4 file, reference logits and greedy ids from libllama
+# (no imatrix) to IQ4_NL, IQ4_XS, a dense MXFP4 file, TQ1_0 and TQ2_0, reference logits and greedy ids from libllama
 # (fixture_ref), statistics with fixture_stats.py, then the manifest.
 # usage: tools/quant_fixture/gen.sh LLAMA_CPP_SRC LLAMA_CPP_BUILD_BIN FIXTURE_REF_BIN [OUT_DIR]
 #   OUT_DIR defaults to tests/data/models-quant. Reads fixture-llama-f16.gguf and fixture_stats.py from
@@ -29,9 +29,11 @@ q() { "$BIN/llama-quantize" "$@" 2 >/dev/null 2>&1; }
 q "$work/fixture-llama-f16.gguf" "$work/fixture-llama-iq4_nl.gguf" IQ4_NL
 q "$work/fixture-llama-f16.gguf" "$work/fixture-llama-iq4_xs.gguf" IQ4_XS
 q "${mx[@]}" "$work/fixture-llama-f16.gguf" "$work/fixture-llama-mxfp4.gguf" Q8_0
+q "$work/fixture-llama-f16.gguf" "$work/fixture-llama-tq1_0.gguf" TQ1_0
+q "$work/fixture-llama-f16.gguf" "$work/fixture-llama-tq2_0.gguf" TQ2_0
 
 names=()
-for t in f16 iq4_nl iq4_xs mxfp4; do
+for t in f16 iq4_nl iq4_xs mxfp4 tq1_0 tq2_0; do
   m="$work/fixture-llama-$t.gguf"
   "$REF" "$m" "$work/fixture-llama-$t" "$ids" 32 512 2>/dev/null
   # the same sequence (prompt + these greedy ids) one token at a time: llama.cpp's own batch-vs-single spread

@@ -1,5 +1,5 @@
-// AVX2 (+FMA, F16C) matmul kernels for CPUs without AVX-512 VNNI: F32/F16/BF16, Q4_0/Q8_0/IQ4_NL/MXFP4, Q4_K/Q6_K
-// and IQ4_XS; the other types take the threaded scalar path. Same tiling as matmul_avx512.cpp with 256-bit vectors
+// AVX2 (+FMA, F16C) matmul kernels for CPUs without AVX-512 VNNI: F32/F16/BF16, Q4_0/Q8_0/IQ4_NL/MXFP4, Q4_K/Q6_K,
+// IQ4_XS and TQ1_0/TQ2_0; the other types take the threaded scalar path. Same tiling as matmul_avx512.cpp with 256-bit vectors
 // (16 registers, so smaller tiles) and 32-element chunks.
 //
 // Numerics (agree with matmul_ref.cpp up to f32 summation order):
@@ -15,9 +15,13 @@
 //  - IQ4_XS x Q8_K: w = codebook value (int8, |w| <= 127), and Q8_K's |a| <= 127: vpmaddubsw(|w|, sign(a, w))
 //    pair sums stay below 2*127*127 < 2^15; vpmaddwd with the sub-block's signed scale ls - 32 widens them to int32,
 //    exact over the super-block; acc += (d_w d_a) * isum.
+//  - TQ1_0/TQ2_0 x Q8_K: w = c - 1 with the code c in [0, 3] as uint8; vpmaddubsw(c, a) pair sums (<= 2*3*128)
+//    added in int16 over the super-block's 8 chunks (< 2^15), vpmaddwd with ones widens them, minus the sum of a
+//    (bsums): isum = sum (c - 1) a, exact; acc += (d_w d_a) * isum.
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "backend/cpu/matmul_kernels.h"
 #include "quant/blocks.h"
@@ -342,6 +346,96 @@ struct Iq4XsKern {
   }
 };
 
+// ---- TQ1_0 / TQ2_0 x Q8_K ----------------------------------------------------------------------------------------
+
+// Chunk k (elements 32k..32k+31) of a ternary block as uint8 codes c (w = c - 1; TQ2_0's code 3 included).
+template <DType WT>
+inline __m256i ternary_chunk(const uint8_t* blk, int k) {
+  if constexpr (WT == DType::TQ2_0) {  // qs[32 (k / 4) + m] bits 2(k % 4)..+1 hold element 32k + m
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * (k / 4)));
+    return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * (k % 4))), _mm256_set1_epi8(3));
+  } else {
+    // The bytes holding the chunk's elements and the power of 3 per 16-bit word that brings each one's trit to the
+    // top (element order in blocks.h); as the AVX-512 decoder.
+    static constexpr short kPow3[5] = {1, 3, 9, 27, 81};
+    __m256i src, mul;
+    if (k < 5) {
+      src = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
+      mul = _mm256_set1_epi16(kPow3[k]);
+    } else {
+      const __m128i hi16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32));
+      uint32_t qh;
+      std::memcpy(&qh, blk + 48, 4);
+      if (k < 7) {
+        src = _mm256_broadcastsi128_si256(hi16);
+        mul = _mm256_setr_m128i(_mm_set1_epi16(kPow3[2 * (k - 5)]), _mm_set1_epi16(kPow3[2 * (k - 5) + 1]));
+      } else {
+        src = _mm256_setr_m128i(hi16, _mm_set1_epi32(static_cast<int>(qh)));
+        mul = _mm256_setr_epi16(81, 81, 81, 81, 81, 81, 81, 81, 1, 1, 3, 3, 9, 9, 27, 27);
+      }
+    }
+    const __m256i m00ff = _mm256_set1_epi16(0x00FF);
+    const __m256i p = _mm256_or_si256(_mm256_and_si256(_mm256_mullo_epi16(src, mul), m00ff),
+                                      _mm256_mullo_epi16(_mm256_andnot_si256(m00ff, src), mul));
+    // trit (p * 3) >> 8 = (p >= 86) + (p >= 171), from two all-ones compare masks (unsigned p >= v: max(p, v) == p)
+    const __m256i ge86 = _mm256_cmpeq_epi8(_mm256_max_epu8(p, _mm256_set1_epi8(86)), p);
+    const __m256i ge171 = _mm256_cmpeq_epi8(_mm256_max_epu8(p, _mm256_set1_epi8(static_cast<char>(171))), p);
+    return _mm256_sub_epi8(_mm256_setzero_si256(), _mm256_add_epi8(ge86, ge171));
+  }
+}
+
+template <DType WT>
+struct TernaryKern {
+  using Block = std::conditional_t<WT == DType::TQ1_0, block_tq1_0, block_tq2_0>;
+  template <int R, int C>
+  static void run(const GemmJob& j, int64_t o, int64_t t) {
+    const uint8_t* w[R];
+    const uint8_t* xq[C];
+    const float* xd[C];
+    const int16_t* xs[C];
+    for (int r = 0; r < R; ++r) w[r] = j.w + (o + r) * j.w_row_bytes;
+    for (int c = 0; c < C; ++c) {
+      xq[c] = j.act + (t + c) * j.layout.row_bytes;
+      xd[c] = reinterpret_cast<const float*>(xq[c] + j.layout.d_off);
+      xs[c] = reinterpret_cast<const int16_t*>(xq[c] + j.layout.bsum_off);
+    }
+    __m256 acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < j.n_in / QK_K; ++b) {
+      const Block* x[R];
+      for (int r = 0; r < R; ++r) {
+        x[r] = reinterpret_cast<const Block*>(w[r]) + b;
+        prefetch_weights(reinterpret_cast<const uint8_t*>(x[r]), (sizeof(Block) + 63) / 64);
+      }
+      // int16 lanes: 8 chunks of vpmaddubsw pair sums c*a, |.| <= 8 * 2 * 3 * 128 < 2^15
+      __m256i s16[R][C];
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) s16[r][c] = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) {
+        __m256i q[R];
+        for (int r = 0; r < R; ++r) q[r] = ternary_chunk<WT>(reinterpret_cast<const uint8_t*>(x[r]), k);
+        for (int c = 0; c < C; ++c) {
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[c] + b * QK_K + 32 * k));
+          for (int r = 0; r < R; ++r) s16[r][c] = _mm256_add_epi16(s16[r][c], _mm256_maddubs_epi16(q[r], xv));
+        }
+      }
+      for (int c = 0; c < C; ++c) {
+        int sa = 0;  // sum (c - 1) a = sum c a - sum a (the bsums), subtracted in lane 0
+        for (int g = 0; g < QK_K / 16; ++g) sa += xs[c][16 * b + g];
+        const __m256i neg = _mm256_setr_epi32(-sa, 0, 0, 0, 0, 0, 0, 0);
+        for (int r = 0; r < R; ++r) {
+          const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(s16[r][c], ones), neg);
+          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(h2f(x[r]->d) * xd[c][b]), acc[r][c]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) store_sum(j, o, t, r, c, acc[r][c]);
+  }
+};
+
 template <class Kern, int RG, int CG>
 void gemm_with(const GemmJob& j, int64_t o0, int64_t o1) {
   if (j.n_tok == 1) drive_tiles<1, 1, Kern>(j, o0, o1);  // GEMV: one sequential weight stream (see avx512)
@@ -352,7 +446,7 @@ bool has(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16:
     case DType::Q4_0: case DType::Q8_0: case DType::Q4_K: case DType::Q6_K:
-    case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4:
+    case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4: case DType::TQ1_0: case DType::TQ2_0:
       return true;
     default:
       return false;
@@ -371,6 +465,8 @@ void gemm(const GemmJob& j, int64_t o0, int64_t o1) {
     case DType::IQ4_NL: return gemm_with<Block32Kern<DType::IQ4_NL>, 1, 4>(j, o0, o1);
     case DType::MXFP4: return gemm_with<Block32Kern<DType::MXFP4>, 1, 4>(j, o0, o1);
     case DType::IQ4_XS: return gemm_with<Iq4XsKern, 1, 4>(j, o0, o1);
+    case DType::TQ1_0: return gemm_with<TernaryKern<DType::TQ1_0>, 1, 4>(j, o0, o1);
+    case DType::TQ2_0: return gemm_with<TernaryKern<DType::TQ2_0>, 1, 4>(j, o0, o1);
     default: return;
   }
 }

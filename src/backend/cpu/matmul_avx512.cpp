@@ -18,6 +18,9 @@
 //  - IQ4_XS x Q8_K: w = codebook value (int8, |w| <= 127, signed, so no vpmaddubsw on w directly) and Q8_K's
 //    |a| <= 127: vpmaddubsw(|w|, a negated where w < 0) pair sums stay below 2*127*127 < 2^15, vpdpwssd with the
 //    sub-block's signed scale ls - 32 accumulates the super-block's exact int32 sum; acc += (d_w * d_a) * isum.
+//  - TQ1_0/TQ2_0 x Q8_K: w = c - 1 with the code c in [0, 3] decoded to uint8; vpdpbusd(c, a) sums c*a exactly in
+//    int32 and the super-block's sum of a (from the bsums) is subtracted once: isum = sum (c - 1) a, exact;
+//    acc += (d_w * d_a) * isum.
 #include <immintrin.h>
 
 #include <cstring>
@@ -502,6 +505,107 @@ struct Iq4XsKern {
   }
 };
 
+// ---- TQ1_0 / TQ2_0 weights x Q8_K activations -------------------------------------------------------------
+
+// Chunk k (elements 64k..64k+63) of a ternary block as uint8 codes c (w = c - 1; TQ2_0's code 3 included).
+template <DType WT>
+inline __m512i ternary_chunk(const uint8_t* blk, int k) {
+  if constexpr (WT == DType::TQ2_0) {
+    // qs[32 (k / 2) + m] holds elements 64k + m (bits 4(k % 2)..+1) and 64k + 32 + m (the next 2 bits)
+    const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32 * (k / 2))));
+    const __m512i sh = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<short>(4 * (k % 2))),
+                                          _mm256_set1_epi16(static_cast<short>(4 * (k % 2) + 2)), 1);
+    return _mm512_and_si512(_mm512_srlv_epi16(v, sh), _mm512_set1_epi8(3));
+  } else {
+    // The bytes holding the chunk's elements, in element order, and the power of 3 that brings each element's trit
+    // to the top (blocks.h: qs[m] trit n is element 32n + m, qs[32 + m] trit n is 160 + 16n + m, qh[j] trit n is
+    // 240 + 4n + j). Multipliers per 16-bit word (both bytes of a word share one).
+    const __m256i lo32 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk));
+    const __m128i hi16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32));
+    uint32_t qh;
+    std::memcpy(&qh, blk + 48, 4);
+    __m512i src, mul;
+    switch (k) {
+      case 0:
+        src = _mm512_broadcast_i64x4(lo32);
+        mul = _mm512_inserti64x4(_mm512_set1_epi16(1), _mm256_set1_epi16(3), 1);
+        break;
+      case 1:
+        src = _mm512_broadcast_i64x4(lo32);
+        mul = _mm512_inserti64x4(_mm512_set1_epi16(9), _mm256_set1_epi16(27), 1);
+        break;
+      case 2:
+        src = _mm512_inserti64x4(_mm512_castsi256_si512(lo32), _mm256_broadcastsi128_si256(hi16), 1);
+        mul = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81, 81,
+                               81, 81, 81, 81, 81);
+        break;
+      default:
+        src = _mm512_inserti32x4(_mm512_broadcast_i32x4(hi16), _mm_set1_epi32(static_cast<int>(qh)), 3);
+        mul = _mm512_set_epi16(27, 27, 9, 9, 3, 3, 1, 1, 81, 81, 81, 81, 81, 81, 81, 81, 27, 27, 27, 27, 27, 27, 27, 27, 9, 9,
+                               9, 9, 9, 9, 9, 9);
+        break;
+    }
+    // b * 3^n mod 256 per byte (the low byte of a 16-bit product; the high byte's own product shifted up), then the
+    // trit (p * 3) >> 8 = (p >= 86) + (p >= 171).
+    const __m512i m00ff = _mm512_set1_epi16(0x00FF);
+    const __m512i p = _mm512_or_si512(_mm512_and_si512(_mm512_mullo_epi16(src, mul), m00ff),
+                                      _mm512_mullo_epi16(_mm512_andnot_si512(m00ff, src), mul));
+    const __m512i one = _mm512_set1_epi8(1);
+    const __m512i t = _mm512_maskz_mov_epi8(_mm512_cmpge_epu8_mask(p, _mm512_set1_epi8(86)), one);
+    return _mm512_mask_add_epi8(t, _mm512_cmpge_epu8_mask(p, _mm512_set1_epi8(static_cast<char>(171))), t, one);
+  }
+}
+
+template <DType WT>
+struct TernaryKern {
+  using Block = std::conditional_t<WT == DType::TQ1_0, block_tq1_0, block_tq2_0>;
+  template <int R, int C>
+  static void run(const GemmJob& j, int64_t o, int64_t t) {
+    const uint8_t* w[R];
+    const uint8_t* xq[C];
+    const float* xd[C];
+    const int16_t* xs[C];
+    for (int r = 0; r < R; ++r) w[r] = j.w + (o + r) * j.w_row_bytes;
+    for (int c = 0; c < C; ++c) {
+      xq[c] = j.act + (t + c) * j.layout.row_bytes;
+      xd[c] = reinterpret_cast<const float*>(xq[c] + j.layout.d_off);
+      xs[c] = reinterpret_cast<const int16_t*>(xq[c] + j.layout.bsum_off);
+    }
+    __m512 acc[R][C];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < j.n_in / QK_K; ++b) {
+      const Block* x[R];
+      for (int r = 0; r < R; ++r) {
+        x[r] = reinterpret_cast<const Block*>(w[r]) + b;
+        prefetch_weights(reinterpret_cast<const uint8_t*>(x[r]), (sizeof(Block) + 63) / 64);
+      }
+      // sum (c - 1) a = sum c a - sum a: each lane sum starts at 0 but lane 0, which starts at -sum a (the bsums)
+      __m512i isum[R][C];
+      for (int c = 0; c < C; ++c) {
+        int sa = 0;
+        for (int g = 0; g < QK_K / 16; ++g) sa += xs[c][16 * b + g];
+        for (int r = 0; r < R; ++r) isum[r][c] = _mm512_maskz_set1_epi32(1, -sa);
+      }
+      for (int k = 0; k < 4; ++k) {
+        __m512i q[R];
+        for (int r = 0; r < R; ++r) q[r] = ternary_chunk<WT>(reinterpret_cast<const uint8_t*>(x[r]), k);
+        for (int c = 0; c < C; ++c) {
+          const __m512i xv = _mm512_loadu_si512(xq[c] + b * QK_K + 64 * k);
+          for (int r = 0; r < R; ++r) isum[r][c] = _mm512_dpbusd_epi32(isum[r][c], q[r], xv);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const float dw = h2f(x[r]->d);
+        for (int c = 0; c < C; ++c)
+          acc[r][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r][c]), _mm512_set1_ps(dw * xd[c][b]), acc[r][c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) store_tile_sums(j, o, t, r, c, acc[r][c]);
+  }
+};
+
 template <class Kern, int RG, int CG>
 void gemm_with(const GemmJob& j, int64_t o0, int64_t o1) {
   // GEMV: one weight row at a time, so the weights are read as one sequential stream (the hardware prefetcher
@@ -515,7 +619,7 @@ bool has(DType t) {
     case DType::F32: case DType::F16: case DType::BF16:
     case DType::Q4_0: case DType::Q5_0: case DType::Q8_0:
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
-    case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4:
+    case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4: case DType::TQ1_0: case DType::TQ2_0:
       return true;
     default:
       return false;
@@ -533,6 +637,8 @@ void gemm(const GemmJob& j, int64_t o0, int64_t o1) {
     case DType::IQ4_NL: return gemm_with<Block32Kern<DType::IQ4_NL>, 2, 4>(j, o0, o1);
     case DType::MXFP4: return gemm_with<Block32Kern<DType::MXFP4>, 2, 4>(j, o0, o1);
     case DType::IQ4_XS: return gemm_with<Iq4XsKern, 1, 4>(j, o0, o1);
+    case DType::TQ1_0: return gemm_with<TernaryKern<DType::TQ1_0>, 1, 4>(j, o0, o1);
+    case DType::TQ2_0: return gemm_with<TernaryKern<DType::TQ2_0>, 1, 4>(j, o0, o1);
     // K-quants: C = 8 (Q6_K: 6) tokens per weight row decode while C int8 activation rows fit in L1 (n_in <= 4096),
     // else 4. Measured, 1 thread, 128 tokens, GFLOP/s: Q4_K 2048x2048 and 8192x2048: 1x4 256-263, 1x6 265-268,
     // 1x8 271-289; Q6_K 1x4 271-285, 1x8 291-304, 1x6 306-321; 2048x8192 (n_in 8192): Q4_K 1x8 221 vs 1x4 255.

@@ -15,7 +15,7 @@ namespace kiln::cpu::detail {
 // ---- reference path: activations in standard GGUF blocks (quant/reference.h quantize_row) ---------------------
 
 // The activation type of a weight type: Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4, Q8_1 for Q4_1/Q5_1, Q8_K for
-// Q2_K..Q6_K and IQ4_XS, and the weight type itself for F32/F16/BF16.
+// Q2_K..Q6_K, IQ4_XS, TQ1_0 and TQ2_0, and the weight type itself for F32/F16/BF16.
 DType act_type(DType wtype);
 // Dot product of one weight row (n elements of wtype) with one activation row (n elements of act_type(wtype)),
 // llama.cpp's scalar formula; see matmul_ref.cpp for the numerics of each type. nullptr for unsupported types.
@@ -30,8 +30,8 @@ VecDotFn ref_vec_dot(DType wtype);
 //   kQ8Block32 (Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4 weights): int8 qs[n_pad] at 0 (the Q8_0 quants, or q + 128 as uint8 when
 //       `bias128`), zero past n_in; float dexp[n_pad / 32][8] at d_off: each block's f16 scale (as f32) repeated
 //       in 8 lanes (one per 4-element group of a vpdpbusd), zero past n_in.
-//   kQ8K (Q2_K..Q6_K, IQ4_XS weights): int8 qs[n_pad] at 0; float d[n_in / 256] at d_off; int16 bsums[n_in / 16] at
-//       bsum_off.
+//   kQ8K (Q2_K..Q6_K, IQ4_XS, TQ1_0, TQ2_0 weights): int8 qs[n_pad] at 0; float d[n_in / 256] at d_off; int16
+//       bsums[n_in / 16] at bsum_off.
 // n_pad = n_in rounded up to 64. The quants and scales are byte-for-byte those of quantize_row(Q8_0 / Q8_K)
 // (tests check this through act_row_to_blocks).
 enum class ActKind { kFloat, kQ8Block32, kQ8K };
@@ -44,8 +44,8 @@ struct ActLayout {
   size_t d_off = 0, bsum_off = 0, row_bytes = 0;
 };
 
-// The layout for weights of type wtype (F32, F16, BF16, Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4, Q2_K..Q6_K, IQ4_XS);
-// bias128 only matters for kQ8Block32.
+// The layout for weights of type wtype (F32, F16, BF16, Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4, Q2_K..Q6_K, IQ4_XS, TQ1_0,
+// TQ2_0); bias128 only matters for kQ8Block32.
 ActLayout act_layout(DType wtype, int64_t n_in, bool bias128);
 // Quantizes/rounds x[0..n_in) into one row of the layout (scalar; through quant/reference.h, so exact by
 // construction).

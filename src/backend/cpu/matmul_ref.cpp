@@ -339,6 +339,41 @@ float dot_mxfp4(const void* w, const void* a, int64_t n) {
   return acc;
 }
 
+// TQ1_0 / TQ2_0 x Q8_K (llama.cpp's activation type for them): isum = sum_e (t_e - 1) * a_e over the super-block,
+// t_e the element's trit (TQ2_0: its 2-bit code, 3 included); acc += (d_w * d_a) * isum.
+float dot_tq1_0(const void* w, const void* a, int64_t n) {
+  const block_tq1_0* x = static_cast<const block_tq1_0*>(w);
+  const block_q8_K* y = static_cast<const block_q8_K*>(a);
+  float acc = 0;
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    const int8_t* q8 = y[b].qs;
+    int isum = 0;
+    for (int t = 0; t < 5; ++t)
+      for (int m = 0; m < 32; ++m) isum += (tq1_trit(x[b].qs[m], t) - 1) * q8[32 * t + m];
+    for (int t = 0; t < 5; ++t)
+      for (int m = 0; m < 16; ++m) isum += (tq1_trit(x[b].qs[32 + m], t) - 1) * q8[160 + 16 * t + m];
+    for (int t = 0; t < 4; ++t)
+      for (int j = 0; j < 4; ++j) isum += (tq1_trit(x[b].qh[j], t) - 1) * q8[240 + 4 * t + j];
+    acc += (h2f(x[b].d) * y[b].d) * static_cast<float>(isum);
+  }
+  return acc;
+}
+
+float dot_tq2_0(const void* w, const void* a, int64_t n) {
+  const block_tq2_0* x = static_cast<const block_tq2_0*>(w);
+  const block_q8_K* y = static_cast<const block_q8_K*>(a);
+  float acc = 0;
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    int isum = 0;
+    for (int j = 0; j < 2; ++j)
+      for (int l = 0; l < 4; ++l)
+        for (int m = 0; m < 32; ++m)
+          isum += (((x[b].qs[32 * j + m] >> (2 * l)) & 3) - 1) * y[b].qs[128 * j + 32 * l + m];
+    acc += (h2f(x[b].d) * y[b].d) * static_cast<float>(isum);
+  }
+  return acc;
+}
+
 }  // namespace
 
 DType act_type(DType wtype) {
@@ -346,6 +381,7 @@ DType act_type(DType wtype) {
     case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: case DType::IQ4_NL: case DType::MXFP4: return DType::Q8_0;
     case DType::Q4_1: case DType::Q5_1: return DType::Q8_1;
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::IQ4_XS:
+    case DType::TQ1_0: case DType::TQ2_0:
       return DType::Q8_K;
     default: return wtype;
   }
@@ -369,6 +405,8 @@ VecDotFn ref_vec_dot(DType wtype) {
     case DType::IQ4_NL: return dot_iq4_nl;
     case DType::IQ4_XS: return dot_iq4_xs;
     case DType::MXFP4: return dot_mxfp4;
+    case DType::TQ1_0: return dot_tq1_0;
+    case DType::TQ2_0: return dot_tq2_0;
     default: return nullptr;
   }
 }

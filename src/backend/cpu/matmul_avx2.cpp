@@ -202,16 +202,9 @@ struct KQuantKern {
   template <int R, int C>
   static void run(const GemmJob& j, int64_t o, int64_t t) {
     constexpr size_t kBlockBytes = WT == DType::Q4_K ? sizeof(block_q4_K) : sizeof(block_q6_K);
-    const uint8_t* w[R];
-    const uint8_t* xq[C];
-    const float* xd[C];
-    const int16_t* xs[C];
-    for (int r = 0; r < R; ++r) w[r] = j.w + (o + r) * j.w_row_bytes;
-    for (int c = 0; c < C; ++c) {
-      xq[c] = j.act + (t + c) * j.layout.row_bytes;
-      xd[c] = reinterpret_cast<const float*>(xq[c] + j.layout.d_off);
-      xs[c] = reinterpret_cast<const int16_t*>(xq[c] + j.layout.bsum_off);
-    }
+    const Q8KTile<R, C> tile(j, o, t);
+    const auto &w = tile.w, &xq = tile.xq;
+    const auto &xd = tile.xd, &xs = tile.xs;
     __m256 acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
@@ -389,16 +382,9 @@ struct TernaryKern {
   using Block = std::conditional_t<WT == DType::TQ1_0, block_tq1_0, block_tq2_0>;
   template <int R, int C>
   static void run(const GemmJob& j, int64_t o, int64_t t) {
-    const uint8_t* w[R];
-    const uint8_t* xq[C];
-    const float* xd[C];
-    const int16_t* xs[C];
-    for (int r = 0; r < R; ++r) w[r] = j.w + (o + r) * j.w_row_bytes;
-    for (int c = 0; c < C; ++c) {
-      xq[c] = j.act + (t + c) * j.layout.row_bytes;
-      xd[c] = reinterpret_cast<const float*>(xq[c] + j.layout.d_off);
-      xs[c] = reinterpret_cast<const int16_t*>(xq[c] + j.layout.bsum_off);
-    }
+    const Q8KTile<R, C> tile(j, o, t);
+    const auto &w = tile.w, &xq = tile.xq;
+    const auto &xd = tile.xd, &xs = tile.xs;
     __m256 acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();

@@ -68,6 +68,24 @@ struct GemmJob {
   size_t y_stride;
 };
 
+// A kernel's operands over Q8_K activations: the R weight rows from o, and the C activation rows from t with their
+// scale d and block sums (at ActLayout's offsets).
+template <int R, int C>
+struct Q8KTile {
+  const uint8_t* w[R];
+  const uint8_t* xq[C];
+  const float* xd[C];
+  const int16_t* xs[C];
+  Q8KTile(const GemmJob& j, int64_t o, int64_t t) {
+    for (int r = 0; r < R; ++r) w[r] = j.w + (o + r) * j.w_row_bytes;
+    for (int c = 0; c < C; ++c) {
+      xq[c] = j.act + (t + c) * j.layout.row_bytes;
+      xd[c] = reinterpret_cast<const float*>(xq[c] + j.layout.d_off);
+      xs[c] = reinterpret_cast<const int16_t*>(xq[c] + j.layout.bsum_off);
+    }
+  }
+};
+
 struct FastKernels {
   const char* name;
   bool bias128;                                    // the kQ8Block32 layout these kernels expect

@@ -350,8 +350,10 @@ struct KQuantKern {
     constexpr size_t kBlockBytes = WT == DType::Q4_K ? sizeof(block_q4_K)
                                    : WT == DType::Q5_K ? sizeof(block_q5_K) : sizeof(block_q6_K);
     const Q8KTile<R, C> tile(j, o, t);
-    const auto &w = tile.w, &xq = tile.xq;
-    const auto &xd = tile.xd, &xs = tile.xs;
+    const auto &w = tile.w;
+    const auto &xq = tile.xq;
+    const auto &xd = tile.xd;
+    const auto &xs = tile.xs;
     constexpr int P = (C + 1) / 2;  // token pairs
     __m512 acc[R][P];
     for (int r = 0; r < R; ++r)
@@ -555,8 +557,10 @@ struct TernaryKern {
   template <int R, int C>
   static void run(const GemmJob& j, int64_t o, int64_t t) {
     const Q8KTile<R, C> tile(j, o, t);
-    const auto &w = tile.w, &xq = tile.xq;
-    const auto &xd = tile.xd, &xs = tile.xs;
+    const auto &w = tile.w;
+    const auto &xq = tile.xq;
+    const auto &xd = tile.xd;
+    const auto &xs = tile.xs;
     __m512 acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();

@@ -20,6 +20,10 @@ namespace kiln::test {
 // tests/data: the small committed subset, always present.
 inline std::string data_dir() { return KILN_TEST_DATA_DIR; }
 inline std::string data_path(const std::string& rel) { return data_dir() + "/" + rel; }
+// The committed vocabularies (tests/data/tokenizer.tar.xz, unpacked by the build): ggml-vocab-<name>.gguf with
+// its test vectors <file>.inp / <file>.out, for name gpt-2 and llama-spm.
+inline std::string vocab_dir() { return KILN_TEST_VOCAB_DIR; }
+inline std::string vocab_path(const std::string& name) { return vocab_dir() + "/ggml-vocab-" + name + ".gguf"; }
 // The full llama.cpp fixture matrix (../shared/fixtures), or "" when absent.
 inline std::string fixtures_dir() {
   std::error_code ec;

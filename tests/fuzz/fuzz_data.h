@@ -1,6 +1,6 @@
 // Test data for the fuzz targets: tests/data through $KILN_TEST_DATA_DIR, else beside tests/fuzz (KILN_FUZZ_DIR, set
-// by the build), and the vocabularies of tests/data/tokenizer (a load failure aborts: the target cannot run without
-// them).
+// by the build), and the committed vocabularies (tests/data/tokenizer.tar.xz, unpacked by the build into
+// KILN_TEST_VOCAB_DIR; a load failure aborts: the target cannot run without them).
 #pragma once
 
 #include <cstdio>
@@ -22,9 +22,9 @@ inline std::string data_dir() {
   return fuzz_dir() + "/../data";
 }
 
-// tests/data/tokenizer/ggml-vocab-<name>.gguf as a Tokenizer; `who` prefixes the abort message.
+// ggml-vocab-<name>.gguf of the committed vocabularies as a Tokenizer; `who` prefixes the abort message.
 inline std::unique_ptr<Tokenizer> load_vocab(const char* name, const char* who) {
-  const std::string path = data_dir() + "/tokenizer/ggml-vocab-" + name + ".gguf";
+  const std::string path = std::string(KILN_TEST_VOCAB_DIR) + "/ggml-vocab-" + name + ".gguf";
   auto f = gguf::File::open(path);
   if (!f) {
     std::fprintf(stderr, "%s: %s\n", who, f.status().to_string().c_str());

@@ -7,7 +7,7 @@
 // Checks: nothing crashes, hangs or grows without bound; an error is a 4xx with a message; an accepted request has
 // every prompt token id inside the vocabulary, every prompt within the context, n and the choice count bounded, the
 // sampling fields valid for the sampler (logit_bias ids in the vocabulary, ranges).
-// The tokenizer is tests/data/tokenizer's gpt-2 vocabulary, the chat template the corpus's qwen3.jinja (tools,
+// The tokenizer is the committed gpt-2 vocabulary (tests/data/tokenizer.tar.xz), the chat template the corpus's qwen3.jinja (tools,
 // reasoning); found through $KILN_TEST_DATA_DIR, else relative to this source file.
 #include <cstdint>
 #include <cstdio>

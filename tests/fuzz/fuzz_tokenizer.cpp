@@ -1,5 +1,5 @@
 // Fuzz target: arbitrary bytes through encode / decode / StreamDecoder with the gpt-2 (byte-level BPE) and
-// llama-spm (SentencePiece) vocabularies of tests/data/tokenizer.
+// llama-spm (SentencePiece) vocabularies of tests/data/tokenizer.tar.xz.
 // Input: byte 0 = options (bit 0: vocabulary, bit 1: add_special, bit 2: parse_special), the rest = text.
 // Checks: every id is in range; StreamDecoder output is valid UTF-8 and equals the sanitized decode; for valid
 // UTF-8 text without special-token parsing, decode(encode(text)) == text (both tokenizers are lossless there,

@@ -28,7 +28,7 @@ inline std::shared_ptr<const VocabIndex> byte_vocab() {
   return v;
 }
 
-// tests/data/tokenizer/ggml-vocab-<name>.gguf as the grammar layer sees it: each token's output bytes ("" for
+// The committed ggml-vocab-<name>.gguf (test::vocab_path) as the grammar layer sees it: each token's output bytes ("" for
 // control tokens), the end-of-generation ids from the tokenizer.
 inline std::shared_ptr<const VocabIndex> gguf_vocab(const std::string& path) {
   auto f = gguf::File::open(path);
@@ -45,7 +45,7 @@ inline std::shared_ptr<const VocabIndex> gguf_vocab(const std::string& path) {
 
 inline std::shared_ptr<const VocabIndex> gpt2_vocab() {
   static const std::shared_ptr<const VocabIndex> v =
-      gguf_vocab(kiln::test::data_path("tokenizer/ggml-vocab-gpt-2.gguf"));
+      gguf_vocab(kiln::test::vocab_path("gpt-2"));
   return v;
 }
 

@@ -41,7 +41,7 @@ std::string temp_path(const std::string& name) {
 }
 
 const std::string kModel = test::data_path("models/fixture-llama-q4_k_m.gguf");
-const std::string kVocab = test::data_path("tokenizer/ggml-vocab-gpt-2.gguf");
+const std::string kVocab = test::vocab_path("gpt-2");
 
 TEST(CliInfo, TextShowsHeaderArchTensorsTotals) {
   auto r = run_kiln("info '" + kModel + "'");

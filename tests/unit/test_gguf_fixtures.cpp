@@ -76,7 +76,7 @@ TEST(GgufFixtures, CommittedModelsLoad) {
 }
 
 TEST(GgufFixtures, CommittedVocabsLoad) {
-  auto files = ggufs_in(test::data_path("tokenizer"));
+  auto files = ggufs_in(test::vocab_dir());
   ASSERT_GE(files.size(), 1u);
   for (auto& p : files) check_vocab(p);
 }

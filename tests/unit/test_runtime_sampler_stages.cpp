@@ -413,12 +413,12 @@ TEST(SamplerChain, ValidateNamesTheParameter) {
 
 // ---- the device argmax ----
 
-std::unique_ptr<Tokenizer> load_vocab(const std::string& rel);
+std::unique_ptr<Tokenizer> load_vocab(const std::string& name);
 
 // A greedy sequence takes the backend's argmax (the logits row stays on the device) only while its sampler does
 // nothing but take the argmax: a logit bias, penalties, DRY, typical or XTC make it fetch the row and sample here.
 TEST(SamplerChain, OnlyAPlainGreedySequenceTakesTheDeviceArgmax) {
-  auto tok = load_vocab("tokenizer/ggml-vocab-gpt-2.gguf");
+  auto tok = load_vocab("gpt-2");
   ASSERT_TRUE(tok);
   KvCacheConfig kc;
   kc.n_ctx = 256;
@@ -592,15 +592,15 @@ TEST(SamplerMirostat, SeededRunsRepeatAndResetRestartsMu) {
 
 // ---- DRY's breakers for a vocabulary ----
 
-std::unique_ptr<Tokenizer> load_vocab(const std::string& rel) {
-  auto f = gguf::File::open(test::data_path(rel));
+std::unique_ptr<Tokenizer> load_vocab(const std::string& name) {
+  auto f = gguf::File::open(test::vocab_path(name));
   if (!f) return nullptr;
   auto t = Tokenizer::from_gguf(*f);
   return t ? std::move(t).value() : nullptr;
 }
 
 TEST(DryBreakers, ForAVocabulary) {
-  auto tok = load_vocab("tokenizer/ggml-vocab-gpt-2.gguf");
+  auto tok = load_vocab("gpt-2");
   ASSERT_TRUE(tok);
   // "\n": exactly the tokens whose text contains a newline are breakers alone.
   const DryBreakers nl = DryBreakers::for_vocabulary(*tok, {"\n"});

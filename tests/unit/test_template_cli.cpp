@@ -71,7 +71,7 @@ TEST_F(TemplateCli, TemplateErrorsExitNonZeroWithThePosition) {
 
 TEST_F(TemplateCli, ReadsTheTemplateAndSpecialTokensFromTheModel) {
   // A vocabulary-only GGUF (the llama-spm test vocabulary) with a chat template added.
-  auto src = kiln::gguf::File::open(kiln::test::data_path("tokenizer/ggml-vocab-llama-spm.gguf"));
+  auto src = kiln::gguf::File::open(kiln::test::vocab_path("llama-spm"));
   ASSERT_TRUE(src.is_ok()) << src.status().to_string();
   kiln::gguf::Writer w;
   for (const auto& kv : src->kvs()) w.set(kv.key, kv.value);
@@ -90,7 +90,7 @@ TEST_F(TemplateCli, ReadsTheTemplateAndSpecialTokensFromTheModel) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, "<s>2");
   // a model without a template says so
-  r = run_kiln("template -m '" + kiln::test::data_path("tokenizer/ggml-vocab-llama-spm.gguf") + "' --messages '" + dir_ + "/msgs.json'");
+  r = run_kiln("template -m '" + kiln::test::vocab_path("llama-spm") + "' --messages '" + dir_ + "/msgs.json'");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("has no tokenizer.chat_template"), std::string::npos) << r.err;
 }

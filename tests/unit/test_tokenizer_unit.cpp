@@ -30,11 +30,11 @@ std::unique_ptr<Tokenizer> load(const std::string& path) {
 }
 
 const Tokenizer& gpt2() {
-  static auto t = load(kiln::test::data_path("tokenizer/ggml-vocab-gpt-2.gguf"));
+  static auto t = load(kiln::test::vocab_path("gpt-2"));
   return *t;
 }
 const Tokenizer& spm() {
-  static auto t = load(kiln::test::data_path("tokenizer/ggml-vocab-llama-spm.gguf"));
+  static auto t = load(kiln::test::vocab_path("llama-spm"));
   return *t;
 }
 

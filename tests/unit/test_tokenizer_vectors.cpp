@@ -125,8 +125,8 @@ void check_vocab(const std::string& dir, const std::string& name, bool lossless)
 
 }  // namespace
 
-TEST(TokenizerVectors, Gpt2Committed) { check_vocab(kiln::test::data_path("tokenizer"), "gpt-2", true); }
-TEST(TokenizerVectors, LlamaSpmCommitted) { check_vocab(kiln::test::data_path("tokenizer"), "llama-spm", true); }
+TEST(TokenizerVectors, Gpt2Committed) { check_vocab(kiln::test::vocab_dir(), "gpt-2", true); }
+TEST(TokenizerVectors, LlamaSpmCommitted) { check_vocab(kiln::test::vocab_dir(), "llama-spm", true); }
 
 // DeepSeek's punctuation class names U+3000, but llama.cpp (wregex on text with non-ASCII spaces replaced by
 // U+000B) never matches it there: "\xA0 \u3000" stays one whitespace word. Found by differential testing.

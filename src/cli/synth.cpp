@@ -16,6 +16,7 @@
 
 #include "cli/args.h"
 #include "cli/synth.h"
+#include "quant/reference.h"
 #include "util/thread_pool.h"
 #include "util/timer.h"
 
@@ -455,9 +456,17 @@ int run_synth(int argc, char** argv) {
   const TypeRecipe* recipe = nullptr;
   for (const TypeRecipe& t : kTypes)
     if (o.type == t.name) recipe = &t;
-  if (!recipe)
+  if (!recipe) {
+    // The i-quant grid types are decoded but never written (their quantizers need an importance matrix).
+    const std::optional<DType> named = dtype_from_name(o.type);
+    if (named && is_iquant_grid(*named))
+      return fail("synth", make_error(ErrorCode::kInvalidArgument,
+                                      "--type '%s': kiln reads %s files but does not write them (the type needs an "
+                                      "importance matrix; make it with llama-quantize --imatrix); --type is one of %s",
+                                      o.type.c_str(), dtype_name(*named), kTypeList));
     return fail("synth", make_error(ErrorCode::kInvalidArgument,
                                     "--type '%s' is not one of %s", o.type.c_str(), kTypeList));
+  }
   auto shape = resolve_shape(o, p, *recipe);
   if (!shape) return fail("synth", shape.status());
   Shape s = *shape;

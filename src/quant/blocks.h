@@ -168,6 +168,93 @@ inline int tq1_trit(uint8_t b, int n) {
   return (q * 3) >> 8;
 }
 
+// ---- i-quants: groups of 8 (or 4) values from a fixed grid (quant/iq_grids.h) ------------------------------------
+// A super-block of 256 holds 8 sub-blocks of 32; each sub-block is 4 groups of 8 elements (IQ3: 8 groups of 4).
+// A group stores a grid index (its magnitudes) and 8 sign bits (bit j set: element j negative). The 7-bit packed
+// signs (IQ2_XXS, IQ2_XS, IQ3_XXS) are an index into kIqSigns (the 8th bit is the parity of the 7). f16 d.
+// Value = d * scale * grid * sign with the scale per type below. kiln only decodes these (no quantizer: making them
+// needs an importance matrix and a grid search; llama-quantize writes them).
+
+// IQ2_XXS (2.06 bpw): qs[4s..4s+3] (as 8 bytes) of sub-block s: bytes 0-3 are the grid indices (kIq2xxsGrid) of
+// groups 0-3, the u32 of bytes 4-7 holds the 7-bit sign indices of group l at bits 7l..7l+6 and the scale nibble
+// ls at bits 28-31. Value = d * (0.5 + ls) * 0.25 * grid * sign = d/8 * (2 ls + 1) * grid * sign.
+struct block_iq2_xxs {
+  uint16_t d;
+  uint16_t qs[QK_K / 8];
+};
+static_assert(sizeof(block_iq2_xxs) == 66);
+
+// IQ2_XS (2.31 bpw): qs[4s + l] of group l of sub-block s: bits 0-8 the grid index (kIq2xsGrid), bits 9-15 the
+// sign index. scales[s]: low nibble for groups 0-1, high nibble for groups 2-3. Value = d/8 * (2 ls + 1) * grid * sign.
+struct block_iq2_xs {
+  uint16_t d;
+  uint16_t qs[QK_K / 8];
+  uint8_t scales[QK_K / 32];
+};
+static_assert(sizeof(block_iq2_xs) == 74);
+
+// IQ2_S (2.56 bpw): group l of sub-block s: grid index (kIq2sGrid) qs[4s + l] | ((qh[s] >> 2l) & 3) << 8, sign
+// bits qs[32 + 4s + l] (8 explicit bits). scales[s] as IQ2_XS. Value = d/8 * (2 ls + 1) * grid * sign.
+struct block_iq2_s {
+  uint16_t d;
+  uint8_t qs[QK_K / 4];  // 32 index bytes, then 32 sign bytes
+  uint8_t qh[QK_K / 32];
+  uint8_t scales[QK_K / 32];
+};
+static_assert(sizeof(block_iq2_s) == 82);
+
+// IQ3_XXS (3.06 bpw): qs[8s + 2l], qs[8s + 2l + 1] are the grid indices (kIq3xxsGrid, 4 elements each) of elements
+// 8l..8l+3 and 8l+4..8l+7 of sub-block s; the u32 at qs[64 + 4s] holds the 7-bit sign index of the 8 elements 8l..
+// at bits 7l..7l+6 and the scale nibble ls at bits 28-31. Value = d * (0.5 + ls) * 0.5 * grid * sign
+// = d/4 * (2 ls + 1) * grid * sign.
+struct block_iq3_xxs {
+  uint16_t d;
+  uint8_t qs[3 * QK_K / 8];
+};
+static_assert(sizeof(block_iq3_xxs) == 98);
+
+// IQ3_S (3.44 bpw): sub-block s, elements 8l..8l+7: grid indices (kIq3sGrid, 9 bits) qs[8s + 2l + h] |
+// ((qh[s] >> (2l + h)) & 1) << 8 for the halves h = 0, 1; sign bits signs[4s + l]. Scale nibble ls of sub-block s:
+// scales[s/2] >> 4*(s%2). Value = d * (1 + 2 ls) * grid * sign.
+struct block_iq3_s {
+  uint16_t d;
+  uint8_t qs[QK_K / 4];
+  uint8_t qh[QK_K / 32];
+  uint8_t signs[QK_K / 8];
+  uint8_t scales[QK_K / 64];
+};
+static_assert(sizeof(block_iq3_s) == 110);
+
+// Shift of the IQ1 grids' values: each group's {-1, 0, 1} values move by +-1/8 (the sign is a stored bit).
+inline constexpr float kIq1Delta = 0.125f;
+
+// IQ1_S (1.56 bpw): group l of sub-block s: grid index (kIq1sGrid) qs[4s + l] | ((qh[s] >> 3l) & 7) << 8; qh[s]
+// bits 12-14: scale ls, bit 15: delta sign (set: -1/8). Value = d * (2 ls + 1) * (grid +- 1/8).
+struct block_iq1_s {
+  uint16_t d;
+  uint8_t qs[QK_K / 8];
+  uint16_t qh[QK_K / 32];
+};
+static_assert(sizeof(block_iq1_s) == 50);
+
+// IQ1_M (1.75 bpw): no separate d: the f16 d is the top nibbles of the 4 u16 in scales (bits 0-3 from scales u16 0,
+// bits 4-7 from u16 1, ...). Group l of sub-block s: grid index qs[4s + l] | ((qh[2s + l/2] >> 4(l%2)) & 7) << 8,
+// delta sign bit 3 of that nibble. Scales: 3 bits each, for elements 0-15 and 16-31 of sub-block s, at bits
+// 6(s%2) and 6(s%2) + 3 of scales u16 s/2. Value = d * (2 ls + 1) * (grid +- 1/8).
+struct block_iq1_m {
+  uint8_t qs[QK_K / 8];
+  uint8_t qh[QK_K / 16];
+  uint8_t scales[QK_K / 32];
+};
+static_assert(sizeof(block_iq1_m) == 56);
+
+// IQ1_M's f16 d from the top nibbles of its 4 scale words.
+inline uint16_t iq1m_d_bits(const block_iq1_m& b) {
+  uint16_t sc[4];
+  __builtin_memcpy(sc, b.scales, 8);
+  return static_cast<uint16_t>((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+}
+
 // ---- packed sub-block scales -----------------------------------------------------------------------------------
 // q4_K / q5_K: 8 sub-blocks of 32, each with a 6-bit scale sc[j] and a 6-bit min m[j], packed in 12 bytes:
 //   j < 4:  sc[j] = s[j] & 63,                          m[j] = s[j+4] & 63

@@ -1,5 +1,5 @@
 // Dispatch of the scalar reference (de)quantizers by DType, with the argument checks the typed entry points skip.
-// The per-format code lives in dequant_legacy.cpp, dequant_kquants.cpp, dequant_nonlinear.cpp, dequant_ternary.cpp,
+// The per-format code lives in dequant_legacy.cpp, dequant_kquants.cpp, dequant_nonlinear.cpp, dequant_ternary.cpp, dequant_iquants.cpp,
 // quantize_q8.cpp, quantize_legacy.cpp, quantize_kquants.cpp, quantize_nonlinear.cpp and quantize_ternary.cpp; plain
 // float formats are here.
 #include "quant/reference.h"
@@ -32,11 +32,21 @@ bool can_dequantize(DType t) {
     case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4: case DType::TQ1_0: case DType::TQ2_0:
       return true;
     default:
+      return is_iquant_grid(t);
+  }
+}
+
+bool is_iquant_grid(DType t) {
+  switch (t) {
+    case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S:
+    case DType::IQ1_S: case DType::IQ1_M:
+      return true;
+    default:
       return false;
   }
 }
 
-bool can_quantize(DType t) { return can_dequantize(t); }
+bool can_quantize(DType t) { return can_dequantize(t) && !is_iquant_grid(t); }
 
 namespace {
 
@@ -78,6 +88,13 @@ Status dequantize_row(DType t, const void* src, float* dst, int64_t n) {
     case DType::MXFP4: dequantize_row_mxfp4(static_cast<const block_mxfp4*>(src), dst, n); break;
     case DType::TQ1_0: dequantize_row_tq1_0(static_cast<const block_tq1_0*>(src), dst, n); break;
     case DType::TQ2_0: dequantize_row_tq2_0(static_cast<const block_tq2_0*>(src), dst, n); break;
+    case DType::IQ2_XXS: dequantize_row_iq2_xxs(static_cast<const block_iq2_xxs*>(src), dst, n); break;
+    case DType::IQ2_XS: dequantize_row_iq2_xs(static_cast<const block_iq2_xs*>(src), dst, n); break;
+    case DType::IQ2_S: dequantize_row_iq2_s(static_cast<const block_iq2_s*>(src), dst, n); break;
+    case DType::IQ3_XXS: dequantize_row_iq3_xxs(static_cast<const block_iq3_xxs*>(src), dst, n); break;
+    case DType::IQ3_S: dequantize_row_iq3_s(static_cast<const block_iq3_s*>(src), dst, n); break;
+    case DType::IQ1_S: dequantize_row_iq1_s(static_cast<const block_iq1_s*>(src), dst, n); break;
+    case DType::IQ1_M: dequantize_row_iq1_m(static_cast<const block_iq1_m*>(src), dst, n); break;
     default:
       return make_error(ErrorCode::kUnsupported, "dequantize_row: no reference dequantization for type %s",
                         dtype_name(t));
@@ -109,6 +126,10 @@ Status quantize_row(DType t, const float* src, void* dst, int64_t n) {
     case DType::TQ1_0: quantize_row_tq1_0(src, static_cast<block_tq1_0*>(dst), n); break;
     case DType::TQ2_0: quantize_row_tq2_0(src, static_cast<block_tq2_0*>(dst), n); break;
     default:
+      if (is_iquant_grid(t))
+        return make_error(ErrorCode::kUnsupported,
+                          "quantize_row: kiln does not quantize to %s (an i-quant grid type: it needs an importance "
+                          "matrix; make such files with llama-quantize)", dtype_name(t));
       return make_error(ErrorCode::kUnsupported, "quantize_row: no reference quantization for type %s",
                         dtype_name(t));
   }

@@ -11,11 +11,15 @@
 namespace kiln {
 
 // True when dequantize_row handles `t` (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K..Q6_K, Q8_K,
-// IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0).
+// IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0, and the i-quant grid types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S,
+// IQ1_M).
 bool can_dequantize(DType t);
-// True when quantize_row handles `t` (every type dequantize_row handles; the method of each is documented at its
-// quantizer).
+// True when quantize_row handles `t`: every type dequantize_row handles except the i-quant grid types (their
+// quantizers need an importance matrix and a grid search; kiln loads such files, llama-quantize writes them). The
+// method of each is documented at its quantizer.
 bool can_quantize(DType t);
+// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M: decoded, never written by kiln.
+bool is_iquant_grid(DType t);
 
 // dst[0..n) = value of the n elements at src. n must be a multiple of the block size.
 Status dequantize_row(DType t, const void* src, float* dst, int64_t n);
@@ -49,6 +53,13 @@ void dequantize_row_iq4_xs(const block_iq4_xs* x, float* y, int64_t n);
 void dequantize_row_mxfp4(const block_mxfp4* x, float* y, int64_t n);
 void dequantize_row_tq1_0(const block_tq1_0* x, float* y, int64_t n);
 void dequantize_row_tq2_0(const block_tq2_0* x, float* y, int64_t n);
+void dequantize_row_iq2_xxs(const block_iq2_xxs* x, float* y, int64_t n);  // dequant_iquants.cpp
+void dequantize_row_iq2_xs(const block_iq2_xs* x, float* y, int64_t n);
+void dequantize_row_iq2_s(const block_iq2_s* x, float* y, int64_t n);
+void dequantize_row_iq3_xxs(const block_iq3_xxs* x, float* y, int64_t n);
+void dequantize_row_iq3_s(const block_iq3_s* x, float* y, int64_t n);
+void dequantize_row_iq1_s(const block_iq1_s* x, float* y, int64_t n);
+void dequantize_row_iq1_m(const block_iq1_m* x, float* y, int64_t n);
 
 // Weight quantizers (methods documented at each definition; k-quants and IQ4_NL/IQ4_XS need not match llama.cpp's
 // bytes).

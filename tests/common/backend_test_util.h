@@ -253,6 +253,37 @@ inline std::vector<uint8_t> quantize_rows(DType t, const std::vector<float>& x, 
   for (int64_t r = 0; r < n; ++r) must(quantize_row(t, x.data() + r * d, q.data() + r * rb, d), "quantize_row");
   return q;
 }
+// Rows for a weight type: quantize_rows where kiln quantizes `t`; for the i-quant grid types, which it only
+// decodes, random bytes (every index, sign and scale bit pattern) with an f16 d of about sigma(x) / 64 and a random
+// sign per block (IQ1_M: d in its scale words' top nibbles), seeded by the first value of x.
+inline std::vector<uint8_t> weight_rows(DType t, const std::vector<float>& x, int64_t d) {
+  if (can_quantize(t)) return quantize_rows(t, x, d);
+  const size_t rb = static_cast<size_t>(dtype_row_bytes(t, d).value());
+  const int64_t n = static_cast<int64_t>(x.size()) / d, ts = dtype_type_size(t);
+  double ss = 0;
+  for (float v : x) ss += static_cast<double>(v) * v;
+  const float sigma = static_cast<float>(std::sqrt(ss / static_cast<double>(x.size())));
+  uint32_t seed;
+  std::memcpy(&seed, x.data(), 4);
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> q(rb * static_cast<size_t>(n));
+  for (auto& b : q) b = static_cast<uint8_t>(rng());
+  for (size_t b = 0; b < q.size() / static_cast<size_t>(ts); ++b) {
+    uint8_t* blk = q.data() + b * static_cast<size_t>(ts);
+    const uint16_t h = f32_to_fp16((rng() & 1 ? 1.f : -1.f) * sigma / 64.f * (1.f + static_cast<float>(rng() % 8) / 8));
+    if (t == DType::IQ1_M) {
+      for (int k = 0; k < 4; ++k) {  // scale word k (bytes 48 + 2k) top nibble = bits 4k..4k+3 of d
+        uint16_t w;
+        std::memcpy(&w, blk + 48 + 2 * k, 2);
+        w = static_cast<uint16_t>((w & 0x0FFF) | (((h >> (4 * k)) & 0xF) << 12));
+        std::memcpy(blk + 48 + 2 * k, &w, 2);
+      }
+    } else {
+      std::memcpy(blk, &h, 2);
+    }
+  }
+  return q;
+}
 // ... and back (the spec dequantizer).
 inline std::vector<float> dequantize_rows(DType t, const std::vector<uint8_t>& q, int64_t d) {
   const size_t rb = static_cast<size_t>(dtype_row_bytes(t, d).value());

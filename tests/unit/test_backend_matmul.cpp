@@ -20,9 +20,11 @@
 namespace kiln::cpu {
 namespace {
 
-const DType kTypes[] = {DType::F32,  DType::F16,    DType::BF16,   DType::Q4_0,  DType::Q4_1,  DType::Q5_0,
-                        DType::Q5_1, DType::Q8_0,   DType::Q2_K,   DType::Q3_K,  DType::Q4_K,  DType::Q5_K,
-                        DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::TQ1_0, DType::TQ2_0};
+const DType kTypes[] = {DType::F32,     DType::F16,    DType::BF16,   DType::Q4_0,    DType::Q4_1,
+                        DType::Q5_0,    DType::Q5_1,   DType::Q8_0,   DType::Q2_K,    DType::Q3_K,
+                        DType::Q4_K,    DType::Q5_K,   DType::Q6_K,   DType::IQ4_NL,  DType::IQ4_XS,
+                        DType::MXFP4,   DType::TQ1_0,  DType::TQ2_0,  DType::IQ2_XXS, DType::IQ2_XS,
+                        DType::IQ2_S,   DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S,   DType::IQ1_M};
 
 std::vector<SimdLevel> levels() {
   std::vector<SimdLevel> v = {SimdLevel::kScalar};
@@ -35,6 +37,9 @@ std::vector<SimdLevel> levels() {
 std::vector<int> scale_offsets(DType t) {
   switch (t) {
     case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: case DType::IQ4_NL: case DType::IQ4_XS: return {0};
+    case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S:
+    case DType::IQ1_S:
+      return {0};
     case DType::Q4_1: case DType::Q5_1: return {0, 2};
     case DType::Q2_K: return {80, 82};
     case DType::Q3_K: return {108};
@@ -73,6 +78,14 @@ std::vector<uint8_t> random_weights(DType t, int64_t n_out, int64_t n_in, size_t
       for (int off : scale_offsets(t)) {
         const uint16_t h = f32_to_fp16(byte(rng) & 1 ? sd(rng) : -sd(rng));
         std::memcpy(row + b * ts + off, &h, 2);
+      }
+    if (t == DType::IQ1_M)  // d in the top nibbles of the 4 scale words (bytes 48..55)
+      for (int64_t b = 0; b < n_in / bs; ++b) {
+        const uint16_t h = f32_to_fp16(byte(rng) & 1 ? sd(rng) : -sd(rng));
+        for (int k = 0; k < 4; ++k) {
+          uint8_t& hi = row[b * ts + 48 + 2 * k + 1];
+          hi = static_cast<uint8_t>((hi & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
+        }
       }
   }
   return w;

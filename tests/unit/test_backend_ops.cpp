@@ -6,9 +6,10 @@
 // test_backend_ops_contract.cpp.
 //
 // Thresholds, argued per op from its numerics (u = 2^-24, the f32 unit roundoff). None is tuned to pass.
-//   - exact (0): get_rows of F32/F16/BF16/Q4_0/Q5_0/Q8_0/Q8_1/IQ4_NL/IQ4_XS/MXFP4/TQ1_0/TQ2_0 (every value is an
+//   - exact (0): get_rows of F32/F16/BF16/Q4_0/Q5_0/Q8_0/Q8_1/IQ4_NL/IQ4_XS/MXFP4/TQ1_0/TQ2_0/IQ2_XXS..IQ1_M (every value is an
 //     f16 scale times a small integer, exact in f32: IQ4_XS's f16 d times a 6-bit scale times a 7-bit codebook value
-//     has 24 significant bits at most; MXFP4's is a power of two times an integer; the ternary types' d times -1..2);
+//     has 24 significant bits at most; MXFP4's is a power of two times an integer; the ternary types' d times -1..2;
+//     the i-quant grid types' d times (2 ls + 1) / 8 (or / 4, or 1) times a grid value of <= 6 bits: <= 22 bits);
 //     add, mul, scale (one f32 operation
 //     per element); argmax; copy/convert (round-to-nearest-even
 //     f32 -> f16/bf16, exact widening); kv_store to every cache type, K and V each its own (f32 bits, f16/bf16
@@ -39,7 +40,7 @@
 //     (2) Where the backend documents its activation quantization, against that exact quantization (spec
 //         quantizer, quant/reference.h) with the dot products in double: the CPU (backend/cpu/matmul.h: Q8_0 for
 //         Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4, Q8_1 for Q4_1/Q5_1 (the oracle uses the block's stored f16 sum s, as the
-//         kernel does), Q8_K for Q2_K..Q6_K, IQ4_XS and TQ1_0/TQ2_0, f16 / bf16 / f32 for F16 / BF16 / F32) differs only by
+//         kernel does), Q8_K for Q2_K..Q6_K, IQ4_XS, TQ1_0/TQ2_0 and the i-quant grid types, f16 / bf16 / f32 for F16 / BF16 / F32) differs only by
 //         the f32 rounding of its
 //         per-block terms and their sum: NMSE 1e-10. The GPU GEMM path (documented for the CUDA backend) quantizes
 //         activations to Q8_1 for every quantized weight type — blocks of 32, an f16 scale d and an f16 sum s =
@@ -182,14 +183,19 @@ void expect_exact(const std::vector<float>& got, const std::vector<float>& want,
                      << (bad ? got[first] : 0.f) << " want " << (bad ? want[first] : 0.f);
 }
 
-// The 20 types with a spec dequantizer and the 18 matmul weight types (backend/cpu/matmul.h).
-const DType kDequantTypes[] = {DType::F32,    DType::F16,    DType::BF16,  DType::Q4_0,  DType::Q4_1,
-                               DType::Q5_0,   DType::Q5_1,   DType::Q8_0,  DType::Q8_1,  DType::Q2_K,
-                               DType::Q3_K,   DType::Q4_K,   DType::Q5_K,  DType::Q6_K,  DType::Q8_K,
-                               DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::TQ1_0, DType::TQ2_0};
-const DType kMatmulTypes[] = {DType::F32,  DType::F16,    DType::BF16,   DType::Q4_0,  DType::Q4_1,  DType::Q5_0,
-                              DType::Q5_1, DType::Q8_0,   DType::Q2_K,   DType::Q3_K,  DType::Q4_K,  DType::Q5_K,
-                              DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::TQ1_0, DType::TQ2_0};
+// The 27 types with a spec dequantizer and the 25 matmul weight types (backend/cpu/matmul.h). The i-quant grid
+// types have no kiln quantizer: their weights are random blocks (test::weight_rows).
+const DType kDequantTypes[] = {DType::F32,     DType::F16,    DType::BF16,    DType::Q4_0,   DType::Q4_1,
+                               DType::Q5_0,    DType::Q5_1,   DType::Q8_0,    DType::Q8_1,   DType::Q2_K,
+                               DType::Q3_K,    DType::Q4_K,   DType::Q5_K,    DType::Q6_K,   DType::Q8_K,
+                               DType::IQ4_NL,  DType::IQ4_XS, DType::MXFP4,   DType::TQ1_0,  DType::TQ2_0,
+                               DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,   DType::IQ3_XXS, DType::IQ3_S,
+                               DType::IQ1_S,   DType::IQ1_M};
+const DType kMatmulTypes[] = {DType::F32,     DType::F16,    DType::BF16,   DType::Q4_0,    DType::Q4_1,
+                              DType::Q5_0,    DType::Q5_1,   DType::Q8_0,   DType::Q2_K,    DType::Q3_K,
+                              DType::Q4_K,    DType::Q5_K,   DType::Q6_K,   DType::IQ4_NL,  DType::IQ4_XS,
+                              DType::MXFP4,   DType::TQ1_0,  DType::TQ2_0,  DType::IQ2_XXS, DType::IQ2_XS,
+                              DType::IQ2_S,   DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S,   DType::IQ1_M};
 
 // ================================================================================================================
 // get_rows
@@ -201,7 +207,7 @@ TEST_P(BackendOps, GetRowsEveryDequantizableType) {
     if (!be().supports(Op::kGetRows, t)) continue;  // (the contract test checks supports() against the op)
     const int64_t d = dtype_block_size(t) == 256 ? 512 : 288 + (dtype_block_size(t) == 1 ? 5 : 0);
     const std::vector<float> src = randn(static_cast<size_t>(d * rows), 100 + static_cast<uint32_t>(t));
-    const std::vector<uint8_t> w = test::quantize_rows(t, src, d);
+    const std::vector<uint8_t> w = test::weight_rows(t, src, d);
     const std::vector<float> deq = test::dequantize_rows(t, w, d);  // the format's values (spec dequantizer)
     const DevTensor wt = dev_upload(be(), t, w, d, rows);
     const DevTensor it = dev_i32(be(), ids);
@@ -210,7 +216,8 @@ TEST_P(BackendOps, GetRowsEveryDequantizableType) {
     const std::vector<float> got = dev_read<float>(be(), out);
     const bool exact = t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::Q4_0 ||
                        t == DType::Q5_0 || t == DType::Q8_0 || t == DType::Q8_1 || t == DType::IQ4_NL ||
-                       t == DType::IQ4_XS || t == DType::MXFP4 || t == DType::TQ1_0 || t == DType::TQ2_0;
+                       t == DType::IQ4_XS || t == DType::MXFP4 || t == DType::TQ1_0 || t == DType::TQ2_0 ||
+                       is_iquant_grid(t);
     std::vector<double> want(got.size());
     std::vector<float> wantf(got.size());
     double rowmax = 0;
@@ -364,7 +371,7 @@ MatmulCase make_matmul_case(DType t, int64_t n_tok, bool bias, uint32_t seed, in
   c.n_in = dtype_block_size(t) == 256 ? 768 : dtype_block_size(t) == 32 ? 288 : 300;
   c.n_out = n_out;
   c.n_tok = n_tok;
-  c.w = test::quantize_rows(t, randn(static_cast<size_t>(c.n_in * n_out), seed, 0.5f), c.n_in);
+  c.w = test::weight_rows(t, randn(static_cast<size_t>(c.n_in * n_out), seed, 0.5f), c.n_in);
   c.wdeq = test::dequantize_rows(t, c.w, c.n_in);
   c.x = randn(static_cast<size_t>(c.n_in * n_tok), seed + 1, 1.5f);
   if (bias) c.bias = randn(static_cast<size_t>(n_out), seed + 2);

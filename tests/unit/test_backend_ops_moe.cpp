@@ -345,7 +345,7 @@ TEST_P(BackendOpsMoe, OperandErrorsNameTheOperand) {
   expect(a, A.t, ErrorCode::kUnsupported, "down_bias");
   expect(ok, X.t, ErrorCode::kInvalidArgument, "alias");
   // A type supports() rejects is kUnsupported from the op, naming the operand.
-  for (DType t : {DType::IQ2_XXS, DType::Q8_1}) {
+  for (DType t : {DType::Q8_K, DType::Q8_1}) {
     EXPECT_FALSE(be().supports(Op::kMoeFfn, t)) << dtype_name(t);
     a = ok;
     a.up.dtype = t;

@@ -418,6 +418,8 @@ TEST(CliSynth, BadArgumentsNameTheOption) {
   } cases[] = {
       {"synth --shape nope " + out, "--shape"},
       {"synth --shape tiny --type q5_k " + out, "--type"},
+      {"synth --shape tiny --type iq2_xxs " + out, "does not write them"},  // decoded, never written
+      {"synth --shape tiny --type IQ1_M " + out, "iq1_m"},
       {"synth --shape tiny --type q4_k_m --embd 100 " + out, "--embd"},
       {"synth --shape tiny --layers 0 " + out, "--layers"},
       {"synth --shape tiny --kv-heads 3 " + out, "--kv-heads"},

@@ -279,12 +279,15 @@ namespace kiln {
 namespace {
 
 // tests/data/models-quant (tools/quant_fixture): the llama F16 source (tests/data/models) quantized by llama-quantize
-// to IQ4_NL, IQ4_XS, MXFP4, TQ1_0 and TQ2_0 (Q4_K / Q6_K / Q8_0 beside them).
+// to IQ4_NL, IQ4_XS, MXFP4, TQ1_0 and TQ2_0 (Q4_K / Q6_K / Q8_0 beside them), and one file of the seven i-quant
+// grid types (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M).
 TEST(GgufQuantFixtures, CodebookTypesDequantWithinLlamaCppError) {
   std::map<std::string, TypeStats> stats;
-  EXPECT_EQ(check_dequant_against_f16(test::data_path("models-quant"), stats, test::data_path("models")), 5);
+  EXPECT_EQ(check_dequant_against_f16(test::data_path("models-quant"), stats, test::data_path("models")), 6);
   print_stats(stats, test::data_path("models-quant"));
-  for (const char* t : {"IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0"}) EXPECT_GT(stats[t].tensors, 0) << t;
+  for (const char* t : {"IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS",
+                        "IQ3_S", "IQ1_S", "IQ1_M"})
+    EXPECT_GT(stats[t].tensors, 0) << t;
 }
 
 TEST(GgufQuantFixtures, Mxfp4QuantizerExactLlama) {

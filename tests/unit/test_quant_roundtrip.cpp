@@ -25,11 +25,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "quant/iq_grids.h"
 #include "quant/reference.h"
 #include "util/fp16.h"
 
@@ -263,7 +265,7 @@ TEST(QuantRoundTrip, CanQuantizeMatchesCanDequantize) {
     if (!dtype_is_valid(id)) continue;
     const DType t = static_cast<DType>(id);
     EXPECT_EQ(can_dequantize(t), dtype_traits(t).has_reference) << dtype_name(t);
-    EXPECT_EQ(can_quantize(t), can_dequantize(t)) << dtype_name(t);
+    EXPECT_EQ(can_quantize(t), can_dequantize(t) && !is_iquant_grid(t)) << dtype_name(t);
   }
 }
 
@@ -319,6 +321,150 @@ TEST(QuantRoundTrip, Tq2Code3IsTwoD) {
   std::vector<float> y(256);
   ASSERT_TRUE(dequantize_row(DType::TQ2_0, &b, y.data(), 256).is_ok());
   for (float v : y) ASSERT_EQ(v, 1.0f);
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// Invariants of the i-quant tables (quant/iq_grids.h, generated from llama.cpp's decoder): entry counts, the value
+// set of each grid, no duplicate entries, and the sign patterns' even-parity rule.
+template <class T, size_t N>
+void check_grid(const T (&grid)[N], int bytes, std::vector<int> values, const char* name) {
+  std::vector<T> sorted(grid, grid + N);
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << name << ": duplicate entries";
+  std::vector<int> seen;
+  for (size_t i = 0; i < N; ++i)
+    for (int j = 0; j < bytes; ++j) {
+      const int v = static_cast<int8_t>(static_cast<uint8_t>(static_cast<uint64_t>(grid[i]) >> (8 * j)));
+      const int u = values.front() < 0 ? v : static_cast<uint8_t>(v);
+      ASSERT_NE(std::find(values.begin(), values.end(), u), values.end()) << name << "[" << i << "] byte " << j << " = " << u;
+      if (std::find(seen.begin(), seen.end(), u) == seen.end()) seen.push_back(u);
+    }
+  EXPECT_EQ(seen.size(), values.size()) << name << ": not every grid value is used";
+}
+
+TEST(IqGrids, ValueSetsCountsAndNoDuplicates) {
+  check_grid(kIq2xxsGrid, 8, {8, 25, 43}, "iq2xxs");
+  check_grid(kIq2xsGrid, 8, {8, 25, 43}, "iq2xs");
+  check_grid(kIq2sGrid, 8, {8, 25, 43}, "iq2s");
+  check_grid(kIq3xxsGrid, 4, {4, 12, 20, 28, 36, 44, 52, 62}, "iq3xxs");
+  check_grid(kIq3sGrid, 4, {1, 3, 5, 7, 9, 11, 13, 15}, "iq3s");
+  check_grid(kIq1sGrid, 8, {-1, 0, 1}, "iq1s");
+  static_assert(sizeof(kIq2xxsGrid) / 8 == 256 && sizeof(kIq2xsGrid) / 8 == 512 && sizeof(kIq2sGrid) / 8 == 1024);
+  static_assert(sizeof(kIq3xxsGrid) / 4 == 256 && sizeof(kIq3sGrid) / 4 == 512 && sizeof(kIq1sGrid) / 8 == 2048);
+  for (int k = 0; k < 128; ++k) {
+    EXPECT_EQ(kIqSigns[k] & 127, k);
+    EXPECT_EQ(__builtin_popcount(kIqSigns[k]) % 2, 0) << k;
+  }
+}
+
+// Element order and scales of each layout (quant/blocks.h), independent of the tables' contents: one group of a
+// zeroed block gets a grid index, signs and a scale; its 8 outputs must land at its position with that scale.
+TEST(IqGrids, DequantizePlacesOneGroup) {
+  const int s = 5, l = 2, e0 = 32 * s + 8 * l;  // sub-block 5, group 2
+  const uint16_t one = f32_to_fp16(1.0f);
+  auto run = [](DType t, const std::vector<uint8_t>& b) {
+    std::vector<float> y(256);
+    EXPECT_TRUE(dequantize_row(t, b.data(), y.data(), 256).is_ok());
+    return y;
+  };
+  auto expect_group = [&](const std::vector<float>& y, const std::function<float(int)>& want, const char* name) {
+    for (int e = 0; e < 256; ++e) {
+      if (e >= e0 && e < e0 + 8) {
+        EXPECT_EQ(y[e], want(e - e0)) << name << " element " << e;
+      }
+    }
+  };
+  auto g8 = [](uint64_t g, int j) { return static_cast<float>(static_cast<uint8_t>(g >> (8 * j))); };
+  auto sgn = [](uint8_t signs, int j) { return (signs >> j) & 1 ? -1.f : 1.f; };
+  {  // IQ2_XXS: index 77, sign index 5, scale 3 -> (0.5 + 3) / 4
+    std::vector<uint8_t> b(66, 0);
+    std::memcpy(b.data(), &one, 2);
+    b[2 + 8 * s + l] = 77;
+    const uint32_t aux = (5u << (7 * l)) | (3u << 28);
+    std::memcpy(b.data() + 2 + 8 * s + 4, &aux, 4);
+    expect_group(run(DType::IQ2_XXS, b), [&](int j) { return 0.875f * g8(kIq2xxsGrid[77], j) * sgn(kIqSigns[5], j); },
+                 "iq2_xxs");
+  }
+  {  // IQ2_XS: index 300, sign index 9, high scale nibble 6 (groups 2-3)
+    std::vector<uint8_t> b(74, 0);
+    std::memcpy(b.data(), &one, 2);
+    const uint16_t q = 300 | (9 << 9);
+    std::memcpy(b.data() + 2 + 2 * (4 * s + l), &q, 2);
+    b[66 + s] = 0x61;
+    expect_group(run(DType::IQ2_XS, b), [&](int j) { return 1.625f * g8(kIq2xsGrid[300], j) * sgn(kIqSigns[9], j); },
+                 "iq2_xs");
+  }
+  {  // IQ2_S: index 0x2A5 (qh bits 2l..2l+1 = 2), sign byte 0x5A, high scale nibble 2
+    std::vector<uint8_t> b(82, 0);
+    std::memcpy(b.data(), &one, 2);
+    b[2 + 4 * s + l] = 0xA5;
+    b[2 + 32 + 4 * s + l] = 0x5A;
+    b[66 + s] = static_cast<uint8_t>(2 << (2 * l));
+    b[74 + s] = 0x20;
+    expect_group(run(DType::IQ2_S, b), [&](int j) { return 0.625f * g8(kIq2sGrid[0x2A5], j) * sgn(0x5A, j); }, "iq2_s");
+  }
+  {  // IQ3_XXS: indices 200 (elements 0-3) and 17 (4-7), sign index 100, scale 1 -> (0.5 + 1) / 2
+    std::vector<uint8_t> b(98, 0);
+    std::memcpy(b.data(), &one, 2);
+    b[2 + 8 * s + 2 * l] = 200;
+    b[2 + 8 * s + 2 * l + 1] = 17;
+    const uint32_t aux = (100u << (7 * l)) | (1u << 28);
+    std::memcpy(b.data() + 2 + 64 + 4 * s, &aux, 4);
+    expect_group(run(DType::IQ3_XXS, b), [&](int j) {
+      return 0.75f * g8(j < 4 ? kIq3xxsGrid[200] : kIq3xxsGrid[17], j % 4) * sgn(kIqSigns[100], j);
+    }, "iq3_xxs");
+  }
+  {  // IQ3_S: indices 0x1FE / 0x003 (qh bit 2l set, 2l+1 clear), sign byte 0xC3, scale nibble of odd s = 4 -> 9
+    std::vector<uint8_t> b(110, 0);
+    std::memcpy(b.data(), &one, 2);
+    b[2 + 8 * s + 2 * l] = 0xFE;
+    b[2 + 8 * s + 2 * l + 1] = 0x03;
+    b[66 + s] = static_cast<uint8_t>(1 << (2 * l));
+    b[74 + 4 * s + l] = 0xC3;
+    b[106 + s / 2] = 0x40;
+    expect_group(run(DType::IQ3_S, b), [&](int j) {
+      return 9.f * g8(j < 4 ? kIq3sGrid[0x1FE] : kIq3sGrid[3], j % 4) * sgn(0xC3, j);
+    }, "iq3_s");
+  }
+  auto i8 = [](uint64_t g, int j) { return static_cast<float>(static_cast<int8_t>(g >> (8 * j))); };
+  {  // IQ1_S: index 0x5C3 (qh bits 3l..3l+2 = 5), scale 2 -> 5, negative delta
+    std::vector<uint8_t> b(50, 0);
+    std::memcpy(b.data(), &one, 2);
+    b[2 + 4 * s + l] = 0xC3;
+    const uint16_t qh = static_cast<uint16_t>((5 << (3 * l)) | (2 << 12) | 0x8000);
+    std::memcpy(b.data() + 34 + 2 * s, &qh, 2);
+    expect_group(run(DType::IQ1_S, b), [&](int j) { return 5.f * (i8(kIq1sGrid[0x5C3], j) - 0.125f); }, "iq1_s");
+  }
+  {  // IQ1_M: d = 2 in the scale words' top nibbles, index 0x3A0 (qh low nibble of byte 2s+1 = 3), positive
+     // delta, scale of elements 16-31 of odd s = 6 -> 13
+    std::vector<uint8_t> b(56, 0);
+    const uint16_t two = f32_to_fp16(2.0f);
+    uint16_t sc[4] = {};
+    for (int k = 0; k < 4; ++k) sc[k] = static_cast<uint16_t>(((two >> (4 * k)) & 0xF) << 12);
+    sc[s / 2] |= static_cast<uint16_t>(6 << (6 * (s % 2) + 3));
+    std::memcpy(b.data() + 48, sc, 8);
+    b[4 * s + l] = 0xA0;
+    b[32 + 2 * s + 1] = 3;
+    expect_group(run(DType::IQ1_M, b), [&](int j) { return 26.f * (i8(kIq1sGrid[0x3A0], j) + 0.125f); }, "iq1_m");
+  }
+}
+
+TEST(IqGrids, QuantizeRefusesWithAClearError) {
+  std::vector<float> x(256, 1.f);
+  std::vector<uint8_t> out(256);
+  for (DType t : {DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S,
+                  DType::IQ1_M}) {
+    EXPECT_TRUE(can_dequantize(t)) << dtype_name(t);
+    EXPECT_FALSE(can_quantize(t)) << dtype_name(t);
+    const Status st = quantize_row(t, x.data(), out.data(), 256);
+    EXPECT_FALSE(st.is_ok());
+    EXPECT_NE(st.to_string().find("importance matrix"), std::string::npos) << st.to_string();
+  }
 }
 
 }  // namespace

@@ -49,6 +49,19 @@ void fill_weights(DType t, uint8_t* w, size_t bytes, std::mt19937& rng) {
   std::vector<int> offs;
   switch (t) {
     case DType::Q8_0: case DType::Q4_0: case DType::Q5_0: case DType::IQ4_NL: case DType::IQ4_XS: offs = {0}; break;
+    case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S:
+    case DType::IQ1_S:
+      offs = {0};
+      break;
+    case DType::IQ1_M: {  // f16 d in the top nibbles of the 4 scale words (bytes 48..55)
+      const uint16_t h = f32_to_fp16(0.004f);
+      for (size_t b = 0; b + ts <= bytes; b += ts)
+        for (int k = 0; k < 4; ++k) {
+          uint8_t& hi = w[b + 49 + 2 * k];
+          hi = static_cast<uint8_t>((hi & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
+        }
+      return;
+    }
     case DType::MXFP4:  // E8M0 exponent byte: 2^-8
       for (size_t b = 0; b + 17 <= bytes; b += 17) w[b] = 120;
       return;

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Remakes tests/data/models-quant (parity fixtures of the codebook weight types) from a llama.cpp build, as
 # ../shared/fixtures/tools/gen.sh makes the shared fixtures: the shared llama F16 source quantized by llama-quantize
-# (no imatrix) to IQ4_NL, IQ4_XS, a dense MXFP4 file, TQ1_0 and TQ2_0, reference logits and greedy ids from libllama
+# (no imatrix) to IQ4_NL, IQ4_XS, a dense MXFP4 file, TQ1_0 and TQ2_0, one file of the seven i-quant grid types
+# (with an all-ones importance matrix from make_imatrix.py, which they require), reference logits and greedy ids from libllama
 # (fixture_ref), statistics with fixture_stats.py, then the manifest.
 # usage: tools/quant_fixture/gen.sh LLAMA_CPP_SRC LLAMA_CPP_BUILD_BIN FIXTURE_REF_BIN [OUT_DIR]
 #   OUT_DIR defaults to tests/data/models-quant. Reads fixture-llama-f16.gguf and fixture_stats.py from
@@ -31,9 +32,18 @@ q "$work/fixture-llama-f16.gguf" "$work/fixture-llama-iq4_xs.gguf" IQ4_XS
 q "${mx[@]}" "$work/fixture-llama-f16.gguf" "$work/fixture-llama-mxfp4.gguf" Q8_0
 q "$work/fixture-llama-f16.gguf" "$work/fixture-llama-tq1_0.gguf" TQ1_0
 q "$work/fixture-llama-f16.gguf" "$work/fixture-llama-tq2_0.gguf" TQ2_0
+# The i-quant grid types, one per matrix role so that one file holds all seven (token_embd IQ3_XXS: get_rows of a
+# grid type; output Q6_K, the Q4_K_S file type's). llama-quantize refuses IQ2_XXS/IQ2_XS/IQ2_S/IQ1_S/IQ1_M without
+# an importance matrix: an all-ones one (make_imatrix.py) weighs every column alike.
+/usr/bin/python3 "$here/make_imatrix.py" "$SRC/gguf-py" "$work/fixture-llama-f16.gguf" "$work/ones.imatrix.gguf"
+iq=(--imatrix "$work/ones.imatrix.gguf" --token-embedding-type iq3_xxs)
+for tt in attn_q=iq2_xxs attn_k=iq2_xs attn_v=iq3_xxs attn_output=iq3_s ffn_gate=iq2_s ffn_up=iq1_s ffn_down=iq1_m; do
+  iq+=(--tensor-type "$tt")
+done
+q "${iq[@]}" "$work/fixture-llama-f16.gguf" "$work/fixture-llama-iq_grid.gguf" Q4_K_S
 
 names=()
-for t in f16 iq4_nl iq4_xs mxfp4 tq1_0 tq2_0; do
+for t in f16 iq4_nl iq4_xs mxfp4 tq1_0 tq2_0 iq_grid; do
   m="$work/fixture-llama-$t.gguf"
   "$REF" "$m" "$work/fixture-llama-$t" "$ids" 32 512 2>/dev/null
   # the same sequence (prompt + these greedy ids) one token at a time: llama.cpp's own batch-vs-single spread

@@ -6,7 +6,7 @@
 //
 // Numerics (as llama.cpp's CPU backend, so logits agree with it): the activations X are first converted, row by
 // row, to the weight type's "activation type": Q8_0 blocks for Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4, Q8_1 for Q4_1/Q5_1,
-// Q8_K for Q2_K..Q6_K, IQ4_XS, TQ1_0 and TQ2_0, F16 for F16 weights, BF16 for BF16 weights, F32 for F32. The dot products then
+// Q8_K for Q2_K..Q6_K, IQ4_XS, TQ1_0, TQ2_0 and the i-quant grid types (IQ2_XXS..IQ1_M), F16 for F16 weights, BF16 for BF16 weights, F32 for F32. The dot products then
 // run in integers per block (exact) and are scaled/accumulated in f32. matmul_ref is the scalar executable spec of exactly this;
 // matmul (threaded, SIMD picked at run time) must agree with it up to f32 summation order.
 #pragma once
@@ -34,7 +34,7 @@ struct MatmulArgs {
 };
 
 // Weight types matmul accepts: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
-// IQ4_XS, MXFP4, TQ1_0, TQ2_0.
+// IQ4_XS, MXFP4, TQ1_0, TQ2_0, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M.
 bool matmul_supports(DType wtype);
 // Checks shapes/strides/type; the error names the field at fault.
 Status matmul_check(const MatmulArgs& a);

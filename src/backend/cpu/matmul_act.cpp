@@ -27,7 +27,8 @@ ActLayout act_layout(DType wtype, int64_t n_in, bool bias128) {
       l.row_bytes = align64(np + np / 32 * 8 * sizeof(float));
       break;
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::IQ4_XS:
-    case DType::TQ1_0: case DType::TQ2_0:
+    case DType::TQ1_0: case DType::TQ2_0: case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S:
+    case DType::IQ3_XXS: case DType::IQ3_S: case DType::IQ1_S: case DType::IQ1_M:
       l.kind = ActKind::kQ8K;
       l.d_off = np;
       l.bsum_off = align64(l.d_off + static_cast<size_t>(n_in / QK_K) * sizeof(float));

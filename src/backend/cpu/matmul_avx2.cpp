@@ -437,6 +437,8 @@ bool has(DType t) {
     case DType::F32: case DType::F16: case DType::BF16:
     case DType::Q4_0: case DType::Q8_0: case DType::Q4_K: case DType::Q6_K:
     case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4: case DType::TQ1_0: case DType::TQ2_0:
+    case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S:
+    case DType::IQ1_S: case DType::IQ1_M:
       return true;
     default:
       return false;
@@ -457,6 +459,9 @@ void gemm(const GemmJob& j, int64_t o0, int64_t o1) {
     case DType::IQ4_XS: return gemm_with<Iq4XsKern, 1, 4>(j, o0, o1);
     case DType::TQ1_0: return gemm_with<TernaryKern<DType::TQ1_0>, 1, 4>(j, o0, o1);
     case DType::TQ2_0: return gemm_with<TernaryKern<DType::TQ2_0>, 1, 4>(j, o0, o1);
+    case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S:
+    case DType::IQ1_S: case DType::IQ1_M:
+      return gemm_iq_grid_avx2(j, o0, o1);  // matmul_iq_avx2.cpp
     default: return;
   }
 }

@@ -610,6 +610,8 @@ bool has(DType t) {
     case DType::Q4_0: case DType::Q5_0: case DType::Q8_0:
     case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
     case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4: case DType::TQ1_0: case DType::TQ2_0:
+    case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S:
+    case DType::IQ1_S: case DType::IQ1_M:
       return true;
     default:
       return false;
@@ -629,6 +631,9 @@ void gemm(const GemmJob& j, int64_t o0, int64_t o1) {
     case DType::IQ4_XS: return gemm_with<Iq4XsKern, 1, 4>(j, o0, o1);
     case DType::TQ1_0: return gemm_with<TernaryKern<DType::TQ1_0>, 1, 4>(j, o0, o1);
     case DType::TQ2_0: return gemm_with<TernaryKern<DType::TQ2_0>, 1, 4>(j, o0, o1);
+    case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S:
+    case DType::IQ1_S: case DType::IQ1_M:
+      return gemm_iq_grid_avx2(j, o0, o1);  // matmul_iq_avx2.cpp
     // K-quants: C = 8 (Q6_K: 6) tokens per weight row decode while C int8 activation rows fit in L1 (n_in <= 4096),
     // else 4. Measured, 1 thread, 128 tokens, GFLOP/s: Q4_K 2048x2048 and 8192x2048: 1x4 256-263, 1x6 265-268,
     // 1x8 271-289; Q6_K 1x4 271-285, 1x8 291-304, 1x6 306-321; 2048x8192 (n_in 8192): Q4_K 1x8 221 vs 1x4 255.

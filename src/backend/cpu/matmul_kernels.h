@@ -15,7 +15,7 @@ namespace kiln::cpu::detail {
 // ---- reference path: activations in standard GGUF blocks (quant/reference.h quantize_row) ---------------------
 
 // The activation type of a weight type: Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4, Q8_1 for Q4_1/Q5_1, Q8_K for
-// Q2_K..Q6_K, IQ4_XS, TQ1_0 and TQ2_0, and the weight type itself for F32/F16/BF16.
+// Q2_K..Q6_K, IQ4_XS, TQ1_0, TQ2_0 and the i-quant grid types, and the weight type itself for F32/F16/BF16.
 DType act_type(DType wtype);
 // Dot product of one weight row (n elements of wtype) with one activation row (n elements of act_type(wtype)),
 // llama.cpp's scalar formula; see matmul_ref.cpp for the numerics of each type. nullptr for unsupported types.
@@ -30,7 +30,7 @@ VecDotFn ref_vec_dot(DType wtype);
 //   kQ8Block32 (Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4 weights): int8 qs[n_pad] at 0 (the Q8_0 quants, or q + 128 as uint8 when
 //       `bias128`), zero past n_in; float dexp[n_pad / 32][8] at d_off: each block's f16 scale (as f32) repeated
 //       in 8 lanes (one per 4-element group of a vpdpbusd), zero past n_in.
-//   kQ8K (Q2_K..Q6_K, IQ4_XS, TQ1_0, TQ2_0 weights): int8 qs[n_pad] at 0; float d[n_in / 256] at d_off; int16
+//   kQ8K (Q2_K..Q6_K, IQ4_XS, TQ1_0, TQ2_0, IQ2_XXS..IQ1_M weights): int8 qs[n_pad] at 0; float d[n_in / 256] at d_off; int16
 //       bsums[n_in / 16] at bsum_off.
 // n_pad = n_in rounded up to 64. The quants and scales are byte-for-byte those of quantize_row(Q8_0 / Q8_K)
 // (tests check this through act_row_to_blocks).
@@ -95,6 +95,9 @@ struct FastKernels {
 };
 
 const FastKernels* fast_kernels_avx2();    // nullptr when not compiled in
+// The i-quant grid types' 256-bit kernels (matmul_iq_avx2.cpp), shared by the AVX2 and AVX-512 sets; j.wtype one of
+// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (only call where the CPU has AVX2).
+void gemm_iq_grid_avx2(const GemmJob& j, int64_t o0, int64_t o1);
 const FastKernels* fast_kernels_avx512();
 // The kernels matmul uses at `level` (nullptr for scalar).
 const FastKernels* fast_kernels_at(SimdLevel level);

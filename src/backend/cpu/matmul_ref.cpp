@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/iq_decode.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_kernels.h"
 #include "quant/blocks.h"
@@ -374,6 +375,33 @@ float dot_tq2_0(const void* w, const void* a, int64_t n) {
   return acc;
 }
 
+// I-quant grid types x Q8_K (llama.cpp's activation type for them), in the integer form of iq_decode.h:
+// isum = sum_s sum_e w_e sc_e a_e per super-block, exact in int32; acc += (d_w * d_a) * isum; the result times the
+// type's unit (llama.cpp's formula: its x86 kernels sum the same integers; IQ1's +-1/8 shift is in w here and a
+// bsums term there, the same integer).
+template <DType WT>
+float dot_iq_grid(const void* w, const void* a, int64_t n) {
+  const uint8_t* x = static_cast<const uint8_t*>(w);
+  const block_q8_K* y = static_cast<const block_q8_K*>(a);
+  const int64_t ts = dtype_type_size(WT);
+  float acc = 0;
+  for (int64_t b = 0; b < n / QK_K; ++b) {
+    const uint8_t* blk = x + b * ts;
+    int isum = 0;
+    for (int s = 0; s < 8; ++s) {
+      int8_t q[32];
+      int sc[2];
+      iq_decode_sub(WT, blk, s, q, sc);
+      const int8_t* q8 = y[b].qs + 32 * s;
+      int lo = 0, hi = 0;
+      for (int e = 0; e < 16; ++e) lo += q[e] * q8[e], hi += q[e + 16] * q8[e + 16];
+      isum += sc[0] * lo + sc[1] * hi;
+    }
+    acc += (h2f(iq_d_bits(WT, blk)) * y[b].d) * static_cast<float>(isum);
+  }
+  return iq_unit(WT) * acc;
+}
+
 }  // namespace
 
 DType act_type(DType wtype) {
@@ -381,7 +409,8 @@ DType act_type(DType wtype) {
     case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: case DType::IQ4_NL: case DType::MXFP4: return DType::Q8_0;
     case DType::Q4_1: case DType::Q5_1: return DType::Q8_1;
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::IQ4_XS:
-    case DType::TQ1_0: case DType::TQ2_0:
+    case DType::TQ1_0: case DType::TQ2_0: case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S:
+    case DType::IQ3_XXS: case DType::IQ3_S: case DType::IQ1_S: case DType::IQ1_M:
       return DType::Q8_K;
     default: return wtype;
   }
@@ -407,6 +436,13 @@ VecDotFn ref_vec_dot(DType wtype) {
     case DType::MXFP4: return dot_mxfp4;
     case DType::TQ1_0: return dot_tq1_0;
     case DType::TQ2_0: return dot_tq2_0;
+    case DType::IQ2_XXS: return dot_iq_grid<DType::IQ2_XXS>;
+    case DType::IQ2_XS: return dot_iq_grid<DType::IQ2_XS>;
+    case DType::IQ2_S: return dot_iq_grid<DType::IQ2_S>;
+    case DType::IQ3_XXS: return dot_iq_grid<DType::IQ3_XXS>;
+    case DType::IQ3_S: return dot_iq_grid<DType::IQ3_S>;
+    case DType::IQ1_S: return dot_iq_grid<DType::IQ1_S>;
+    case DType::IQ1_M: return dot_iq_grid<DType::IQ1_M>;
     default: return nullptr;
   }
 }

@@ -214,8 +214,11 @@ TEST(GgufQuantFixtures, SubsetDequantWithinLlamaCppError) {
   print_stats(stats, test::data_path("models"));
 }
 
-TEST(GgufQuantFixtures, SubsetQ8_0ExactLlama) {
+// The subset's Q8_0 file, and the Q8_0 and Q4_0 matrices of the mixed fixture (tests/data/models-quant).
+TEST(GgufQuantFixtures, SubsetQ8_0AndQ4_0ExactLlama) {
   check_exact(test::data_path("models"), "llama", "q8_0", DType::Q8_0);
+  check_exact(test::data_path("models-quant"), "llama", "mix", DType::Q8_0, test::data_path("models"));
+  check_exact(test::data_path("models-quant"), "llama", "mix", DType::Q4_0, test::data_path("models"));
 }
 
 TEST(GgufQuantFixtures, FullMatrixDequantWithinLlamaCppError) {
@@ -279,24 +282,25 @@ namespace kiln {
 namespace {
 
 // tests/data/models-quant (tools/quant_fixture): the llama F16 source (tests/data/models) quantized by llama-quantize
-// to IQ4_NL, IQ4_XS, MXFP4, TQ1_0 and TQ2_0 (Q4_K / Q6_K / Q8_0 beside them), and one file of the seven i-quant
-// grid types (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M).
+// into one file with a type per matrix: layer 0 IQ4_NL, IQ4_XS, Q8_0, MXFP4, TQ1_0, TQ2_0, Q4_0 (reference
+// rounding), layer 1 the seven i-quant grid types (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M),
+// token_embd IQ3_XXS, output IQ4_XS.
 TEST(GgufQuantFixtures, CodebookTypesDequantWithinLlamaCppError) {
   std::map<std::string, TypeStats> stats;
-  EXPECT_EQ(check_dequant_against_f16(test::data_path("models-quant"), stats, test::data_path("models")), 6);
+  EXPECT_EQ(check_dequant_against_f16(test::data_path("models-quant"), stats, test::data_path("models")), 1);
   print_stats(stats, test::data_path("models-quant"));
-  for (const char* t : {"IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS",
-                        "IQ3_S", "IQ1_S", "IQ1_M"})
+  for (const char* t : {"IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0", "Q8_0", "Q4_0", "IQ2_XXS", "IQ2_XS", "IQ2_S",
+                        "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"})
     EXPECT_GT(stats[t].tensors, 0) << t;
 }
 
 TEST(GgufQuantFixtures, Mxfp4QuantizerExactLlama) {
-  check_exact(test::data_path("models-quant"), "llama", "mxfp4", DType::MXFP4, test::data_path("models"));
+  check_exact(test::data_path("models-quant"), "llama", "mix", DType::MXFP4, test::data_path("models"));
 }
 
 TEST(GgufQuantFixtures, TernaryQuantizersExactLlama) {
-  check_exact(test::data_path("models-quant"), "llama", "tq1_0", DType::TQ1_0, test::data_path("models"));
-  check_exact(test::data_path("models-quant"), "llama", "tq2_0", DType::TQ2_0, test::data_path("models"));
+  check_exact(test::data_path("models-quant"), "llama", "mix", DType::TQ1_0, test::data_path("models"));
+  check_exact(test::data_path("models-quant"), "llama", "mix", DType::TQ2_0, test::data_path("models"));
 }
 
 // kiln's IQ4 search (plain squared error) against llama.cpp's (errors weighted by x^2), tensor by tensor.

@@ -53,12 +53,12 @@ const char* const kModelsNext[] = {
 const char* const kModelsMqa[] = {"fixture-mqa-q4_k_m"};
 
 // models-quant/ (own manifest, the shared prompt; committed in tests/data, made by tools/quant_fixture): the llama
-// fixture's F16 source quantized by llama-quantize to the codebook types: IQ4_NL (with a Q6_K output), IQ4_XS (the
-// same), MXFP4 (every attention and FFN matrix; token_embd and output Q8_0) and the ternary TQ1_0 / TQ2_0 (every
-// attention and FFN matrix; token_embd Q4_K, output Q6_K), and the seven i-quant grid types in one file (one type
-// per matrix role, token_embd IQ3_XXS, output Q6_K).
-const char* const kModelsQuant[] = {"fixture-llama-iq4_nl", "fixture-llama-iq4_xs", "fixture-llama-mxfp4",
-                                    "fixture-llama-tq1_0", "fixture-llama-tq2_0", "fixture-llama-iq_grid"};
+// fixture's F16 source quantized by llama-quantize into one file with a type per matrix: layer 0 IQ4_NL (attn_q),
+// IQ4_XS (attn_k), Q8_0 (attn_v), MXFP4 (attn_output), TQ1_0 (ffn_gate), TQ2_0 (ffn_up), Q4_0 (ffn_down); layer 1
+// the seven i-quant grid types (IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S, IQ2_S, IQ1_S, IQ1_M in the same roles);
+// token_embd IQ3_XXS, output IQ4_XS. Ternary and 1-bit matrices leave little of the F16 model: the fixture tests
+// agreement with llama.cpp on the same file.
+const char* const kModelsQuant[] = {"fixture-llama-mix"};
 
 // models-moe/ (own manifest and prompt, read from the fixtures dir): qwen3moe, 8 experts, top 2 renormalised, F16,
 // Q8_0 and Q4_K_M (the expert stacks Q4_K, one layer's ffn_down_exps Q6_K). A router near-tie makes quantized MoE

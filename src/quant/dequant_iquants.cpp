@@ -33,6 +33,14 @@ inline void put_iq1(float* y, float dl, uint64_t grid, float delta) {
   for (int j = 0; j < 8; ++j) y[j] = dl * (static_cast<float>(static_cast<int8_t>(grid_byte(grid, j))) + delta);
 }
 
+// The scales of groups 0-1 and 2-3 of an IQ2_XS / IQ2_S sub-block (the low and high nibble of its scale byte).
+struct Iq2Scales {
+  float v[2];
+  Iq2Scales(float d, uint8_t sc)
+      : v{d * (0.5f + static_cast<float>(sc & 0xF)) * 0.25f, d * (0.5f + static_cast<float>(sc >> 4)) * 0.25f} {}
+  float operator[](int h) const { return v[h]; }
+};
+
 }  // namespace
 
 void dequantize_row_iq2_xxs(const block_iq2_xxs* x, float* y, int64_t n) {
@@ -53,8 +61,7 @@ void dequantize_row_iq2_xs(const block_iq2_xs* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const float d = fp16_to_f32(x[i].d);
     for (int s = 0; s < QK_K / 32; ++s) {
-      const float db[2] = {d * (0.5f + static_cast<float>(x[i].scales[s] & 0xF)) * 0.25f,
-                           d * (0.5f + static_cast<float>(x[i].scales[s] >> 4)) * 0.25f};
+      const Iq2Scales db(d, x[i].scales[s]);
       for (int l = 0; l < 4; ++l, y += 8) {
         const uint16_t q = x[i].qs[4 * s + l];
         put8(y, db[l / 2], kIq2xsGrid[q & 511], kIqSigns[q >> 9]);
@@ -67,8 +74,7 @@ void dequantize_row_iq2_s(const block_iq2_s* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n / QK_K; ++i) {
     const float d = fp16_to_f32(x[i].d);
     for (int s = 0; s < QK_K / 32; ++s) {
-      const float db[2] = {d * (0.5f + static_cast<float>(x[i].scales[s] & 0xF)) * 0.25f,
-                           d * (0.5f + static_cast<float>(x[i].scales[s] >> 4)) * 0.25f};
+      const Iq2Scales db(d, x[i].scales[s]);
       for (int l = 0; l < 4; ++l, y += 8) {
         const int idx = x[i].qs[4 * s + l] | (((x[i].qh[s] >> (2 * l)) & 3) << 8);
         put8(y, db[l / 2], kIq2sGrid[idx], x[i].qs[QK_K / 8 + 4 * s + l]);

@@ -441,7 +441,7 @@ TEST(DraftModel, CpuRowsDoNotDependOnTheBatch) {
         // Step 1: the first 20 tokens of seq 0 (between two others); step 2: its 21st (and others' decodes/chunks).
         for (int step = 0; step < 2; ++step) {
           b.clear();
-          if (crowded) add(step == 0 ? s1 : s1, 1, step == 0 ? 0 : 11, step == 0 ? 11 : 14);
+          if (crowded) add(s1, 1, step == 0 ? 0 : 11, step == 0 ? 11 : 14);
           add(s0, 0, step == 0 ? 0 : 20, step == 0 ? 20 : 21);
           if (crowded) add(s2, 2, step == 0 ? 0 : 7, step == 0 ? 7 : 8);
           auto out = (*e)->step(b, kinds);
@@ -554,7 +554,8 @@ TEST(DraftModel, BatchedDraftsAreThePerSequenceDrafts) {
 TEST(DraftModel, ParallelSequencesKeepTheirGreedyIds) {
   const std::string f = fixture("fixture-llama-f16");
   std::vector<GenRequest> rq;
-  for (int i = 0; i < 4; ++i) rq.push_back(test::greedy_request(ids_of(static_cast<size_t>(32 - 7 * i), i), 16 + 5 * i));
+  for (int i = 0; i < 4; ++i)
+    rq.push_back(test::greedy_request(ids_of(static_cast<size_t>(32 - 7 * i), i), 16 + 5 * i));
   rq[2].spec.p_min = 0.2f;
   for (int32_t batch : {512, 12}) {
     EngineConfig c = test::one_sequence(1024, batch);

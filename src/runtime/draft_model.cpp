@@ -178,7 +178,7 @@ void DraftModel::propose(std::span<const DraftJob> jobs, int64_t budget) {
     const DraftJob& job = jobs[i];
     if (!job.proposer || job.proposer->batch() != this) continue;
     auto* p = static_cast<DraftModelProposer*>(job.proposer);  // batch() == this: one of this model's proposers
-    p->d_ = DraftModelProposer::Drafting{};
+    p->d_.clear();
     const int64_t k = std::min<int64_t>(job.max_k, budget - static_cast<int64_t>(i) - 1);
     if (p->off_ || k <= 0 || job.tokens.empty()) continue;
     const size_t keep = p->rollback(job.tokens);
@@ -282,7 +282,7 @@ size_t DraftModelProposer::rollback(std::span<const int32_t> tokens) {
 void DraftModelProposer::fail() {
   reset();
   off_ = true;
-  d_ = Drafting{};
+  d_.clear();
 }
 
 void DraftModelProposer::extend(size_t k) {
@@ -311,10 +311,10 @@ int32_t DraftModelProposer::propose(std::span<const int32_t> tokens, int32_t max
   const int32_t k_max = std::min<int32_t>(max_k, static_cast<int32_t>(out.size()));
   const bool batched = d_.valid && d_.gen == m_->generation() && d_.n_tokens == tokens.size();
   if (off_ || k_max <= 0 || tokens.empty()) {
-    d_ = Drafting{};
+    d_.clear();
     return 0;
   }
-  if (!batched) d_ = Drafting{};
+  if (!batched) d_.clear();
   if (!batched) {
     // The catch-up: what the draft's cache lacks of the sequence, the newest token at least (its row gives the
     // first draft).
@@ -330,7 +330,7 @@ int32_t DraftModelProposer::propose(std::span<const int32_t> tokens, int32_t max
   extend(static_cast<size_t>(k_max));
   const int32_t got = std::min<int32_t>(k_max, static_cast<int32_t>(d_.drafts.size()));
   std::copy(d_.drafts.begin(), d_.drafts.begin() + got, out.begin());
-  d_ = Drafting{};
+  d_.clear();
   last_k_ = got;
   return got;
 }

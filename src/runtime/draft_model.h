@@ -139,6 +139,12 @@ class DraftModelProposer final : public DraftProposer {
     DraftModel::Next next;
     bool stopped = false;
     bool valid = false;
+    void clear() {  // keeps the drafts' storage
+      std::vector<int32_t> keep = std::move(drafts);
+      keep.clear();
+      *this = Drafting{};
+      drafts = std::move(keep);
+    }
   };
   // Drafts on alone (DraftModel::run per token) until k drafts, p_min or a failure.
   void extend(size_t k);

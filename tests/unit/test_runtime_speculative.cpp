@@ -415,13 +415,14 @@ std::shared_ptr<DraftModel> draft_of(const Model& target, const std::string& fil
 // One model's row for the last token of seq 0 (20 tokens, then 1 more) alone, and in steps with other sequences
 // around it: on the CPU backend the rows are the same bit for bit (what makes batched drafts the per-sequence ones).
 TEST(DraftModel, CpuRowsDoNotDependOnTheBatch) {
-  for (const char* name : {"fixture-llama-f16", "fixture-llama-q4_k_m", "fixture-qwen3-q4_0", "fixture-llama-q8_0"})
-    for (int threads : {1, 3}) {
-      SCOPED_TRACE(std::string(name) + ", threads " + std::to_string(threads));
+  for (const std::string& file : {fixture("fixture-llama-f16"), fixture("fixture-llama-q4_k_m"),
+                                   fixture("fixture-qwen3-q4_0"), fixture("fixture-llama-q8_0"), demo_model()})
+    for (int threads : {1, 2, 3}) {
+      SCOPED_TRACE(file + ", threads " + std::to_string(threads));
       LoadOptions lo;
       lo.devices.device = "cpu";
       lo.devices.backend.n_threads = threads;
-      auto m = Model::load(fixture(name), lo);
+      auto m = Model::load(file, lo);
       ASSERT_TRUE(m.is_ok()) << m.status().to_string();
       KvCacheConfig kc;
       kc.n_ctx = 256;

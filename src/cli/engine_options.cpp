@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <tuple>
 
 namespace kiln::cli {
 
@@ -24,6 +25,10 @@ void add_engine_options(ArgParser& args, EngineArgs* a) {
               "where the draft model runs: auto, cpu, cuda, cuda:N (default: as --device)");
   args.option({"-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft", "--spec-draft-ngl"}, &a->draft_ngl, "N",
               "with a GPU: the draft model's last N layers on it; auto or all: every layer (default auto)");
+  args.option({"-ctkd", "--cache-type-k-draft"}, &a->draft_type_k, "TYPE",
+              "the draft model's KV cache type for K: " + kv_cache_type_names() + " (default: as -ctk)");
+  args.option({"-ctvd", "--cache-type-v-draft"}, &a->draft_type_v, "TYPE",
+              "the draft model's KV cache type for V: " + kv_cache_type_names() + " (default: as -ctv)");
   args.option({"--spec-draft-p-min", "--draft-p-min"}, &a->spec.p_min, "P",
               "draft-simple: stop drafting before a token the draft model gives less than this probability (default " +
                   strprintf("%.2f", static_cast<double>(a->spec.p_min)) + ")");
@@ -71,6 +76,17 @@ Status check_engine_options(EngineArgs& a) {
   if (md && a.spec.type != SpecConfig::Type::kDraft)
     return make_error(ErrorCode::kInvalidArgument, "-md: a draft model is used by --spec-type draft-simple (got %s)",
                       type.c_str());
+  a.draft_k.reset();
+  a.draft_v.reset();
+  for (const auto& [flag, name, t] : {std::tuple<const char*, const std::string&, std::optional<DType>&>{
+                                          "-ctkd", a.draft_type_k, a.draft_k},
+                                      {"-ctvd", a.draft_type_v, a.draft_v}}) {
+    if (name.empty()) continue;
+    if (!md)
+      return make_error(ErrorCode::kInvalidArgument, "%s: the draft model's KV cache type needs a draft model (-md "
+                        "FILE)", flag);
+    KILN_ASSIGN_OR_RETURN(t, kv_cache_type_from_name(flag, name));
+  }
   if (!a.draft_device.empty()) {
     const std::string& d = a.draft_device;
     if (!(d == "auto" || d == "cpu" || d == "cuda" || d.rfind("cuda:", 0) == 0))
@@ -129,6 +145,8 @@ Result<EngineConfig> engine_config(const Model& model, const EngineArgs& a_in) {
   c.block_size = defaults::kBlockSize;
   c.kv_type_k = a.cache.k;
   c.kv_type_v = a.cache.v;
+  c.kv_type_k_draft = a.draft_k;
+  c.kv_type_v_draft = a.draft_v;
   c.prefix_cache = !a.no_prefix_cache;
   c.ctx_checkpoints = a.ctx_checkpoints;
   c.spec = a.spec;

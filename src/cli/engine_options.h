@@ -5,6 +5,7 @@
 //   -np/--parallel, --no-prefix-cache      serve only (run and chat: one sequence) max_seqs, prefix_cache
 //   --spec-type, --spec-draft-n-max/-min/-p-min, --spec-ngram-simple-size-n/-m   spec (speculative decoding)
 //   -md/--model-draft, -devd/--device-draft, -ngld/--gpu-layers-draft           the draft model (load_draft_model)
+//   -ctkd, -ctvd (with -md)                                                       kv_type_k_draft, kv_type_v_draft
 //   --ctx-checkpoints                                                             ctx_checkpoints (hybrid models)
 // What -c means differs as it does in llama.cpp: for run and chat it is the one sequence's context (default: the
 // model's, at most kContextCap), for serve the KV pool shared by --parallel sequences (default: the model's context
@@ -13,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "cli/args.h"
@@ -34,6 +36,8 @@ struct EngineArgs {
   std::string draft_path;          // -md: the draft model's file ("": none)
   std::string draft_device;        // -devd ("": as --device)
   std::string draft_ngl = "auto";  // -ngld: N, auto or all (auto and all: every layer, as -ngl -1)
+  std::string draft_type_k, draft_type_v;  // -ctkd, -ctvd: the draft's KV cache types ("": the model's -ctk / -ctv)
+  std::optional<DType> draft_k, draft_v;   // what check_engine_options makes of them
   int32_t ctx_checkpoints = defaults::kCtxCheckpoints;  // --ctx-checkpoints
 };
 

@@ -3,8 +3,8 @@
 // DraftProposer, the scheduler's verify path).
 //
 // DraftModel: the draft Model and its own Engine: a KV cache with one slot per sequence slot of the engine loop (the
-// sequence's slot id is its draft slot), no prefix cache, the engine's KV types and block size. Shared by the
-// sequences' proposers and used on the engine thread only: propose() runs in schedule(), one sequence at a time.
+// sequence's slot id is its draft slot), no prefix cache, the engine's block size and its KV types unless -ctkd /
+// -ctvd say otherwise. Shared by the sequences' proposers and used on the engine thread only, in schedule().
 //
 // Vocabulary compatibility (check_draft_vocab; llama.cpp's rules, made strict): the same tokenizer model, sizes at
 // most kMaxVocabDiff apart, the same BOS and EOS ids and add-BOS/EOS flags, the same end-of-generation ids, and
@@ -18,6 +18,15 @@
 // sampler with top-k 10), which is not proposed. The draft-count floor (n_min) is the scheduler's: fewer drafts
 // than that and the step decodes one token. A draft failure (a step error, the draft's KV full) proposes nothing
 // more for that sequence: drafts only ever save steps, they never fail a request.
+//
+// Batched drafting (DraftModel is the proposers' DraftBatch, runtime/hooks.h): once per step the scheduler hands
+// over every decoding sequence; the catch-up tokens of all of them run in shared steps (within the engine's
+// batch_tokens and max_outputs: a sequence's tokens may span steps), then each round feeds every still-drafting
+// sequence's newest draft as one step (several when the round exceeds the caps), until each has reached its share
+// of the budget or stopped at p_min. The drafts are the per-sequence ones: each row is the argmax (and p) of the
+// same positions of the same tokens, and on the CPU backend a row does not depend on what else is in the step
+// (tests: test_runtime_speculative). Blocks are reserved per sequence before each step, so a sequence whose tokens
+// do not fit the draft's KV fails alone (catch-up: it proposes nothing more; a round: its drafts so far stand).
 #pragma once
 
 #include <cstdint>
@@ -49,7 +58,9 @@ struct DraftModelConfig {
   DType kv_type_k = DType::F16, kv_type_v = DType::F16;
 };
 
-class DraftModel : public std::enable_shared_from_this<DraftModel> {
+class DraftModelProposer;
+
+class DraftModel final : public DraftBatch, public std::enable_shared_from_this<DraftModel> {
  public:
   // Checks the vocabularies and that the draft can roll back (no recurrent layers, causal), then creates its engine.
   static Result<std::shared_ptr<DraftModel>> create(const Model& target, std::unique_ptr<Model> draft,
@@ -66,20 +77,46 @@ class DraftModel : public std::enable_shared_from_this<DraftModel> {
   // Runs ids at positions pos0.. of slot's sequence (in steps within the engine's caps); the last one's next token.
   Result<Next> run(int32_t slot, std::span<const int32_t> ids, int64_t pos0, bool want_p);
 
+  // DraftBatch: the jobs' drafts together (see above); each proposer's next propose() in this step serves them.
+  void propose(std::span<const DraftJob> jobs, int64_t budget) override;
+  uint64_t generation() const { return gen_; }  // counts propose(jobs) calls: what a proposer's drafts belong to
+
  private:
   DraftModel() = default;
+  // A sequence in a batched step: ids at positions pos0.. of its slot; the row after the last one comes to next.
+  struct Lane {
+    DraftModelProposer* p = nullptr;
+    std::span<const int32_t> ids;
+    int64_t pos0 = 0;
+    bool want_p = false;
+    bool ok = true;    // false: its blocks could not be reserved, or a step with its tokens failed
+    bool live = true;  // propose(jobs): still drafting
+    Next next;
+  };
+  // Runs every lane's ids in steps within the engine's caps (one lane's tokens stay consecutive).
+  void run_lanes(std::span<Lane> lanes);
+  void flush(std::span<Lane> lanes);  // run_lanes' step of toks_
+
   std::unique_ptr<Model> model_;
   std::unique_ptr<Engine> engine_;
-  std::vector<BatchToken> toks_;  // run()'s batch
+  std::vector<BatchToken> toks_;  // the batch of run() and run_lanes()
+  std::vector<OutputKind> kinds_;
+  std::vector<size_t> out_lane_;  // run_lanes(): the lane of each output row
+  std::vector<Lane> lanes_, round_;
+  std::vector<size_t> lane_of_job_;
+  uint64_t gen_ = 0;
 };
 
 class DraftModelProposer final : public DraftProposer {
  public:
   DraftModelProposer(std::shared_ptr<DraftModel> m, int32_t slot, float p_min);
   ~DraftModelProposer() override;  // frees the slot's draft KV
+  // Serves the drafts of this step's batch when there are some for these tokens (drafting on alone past them when
+  // max_k asks for more), else drafts alone; the same ids either way.
   int32_t propose(std::span<const int32_t> tokens, int32_t max_k, std::span<int32_t> out) override;
   // May run on a sampling thread (Scheduler::update): touches only this proposer's counters.
   void accepted(int32_t n) override;
+  DraftBatch* batch() override { return m_.get(); }
 
   const std::vector<int32_t>& held() const { return held_; }  // what the draft's cache holds for the slot
   int64_t n_proposed() const { return n_proposed_; }
@@ -87,11 +124,35 @@ class DraftModelProposer final : public DraftProposer {
   bool off() const { return off_; }
 
  private:
+  friend class DraftModel;
   void reset();  // empties the slot
+  // Keeps the common prefix of held() and tokens (at least the newest token runs again); how many tokens stay.
+  size_t rollback(std::span<const int32_t> tokens);
+  void fail();   // the catch-up failed: no more drafts for this sequence
+  // The drafting state after a catch-up: drafts so far, of which n_fed are in the draft's cache; next: the row
+  // after held() (valid when n_fed == drafts.size()); stopped: at p_min or by a failed step (no further drafts).
+  struct Drafting {
+    uint64_t gen = 0;      // DraftModel::generation() of the batch that made it (0: made by propose() alone)
+    size_t n_tokens = 0;   // the sequence's length it was made for
+    std::vector<int32_t> drafts;
+    size_t n_fed = 0;
+    DraftModel::Next next;
+    bool stopped = false;
+    bool valid = false;
+    void clear() {  // keeps the drafts' storage
+      std::vector<int32_t> keep = std::move(drafts);
+      keep.clear();
+      *this = Drafting{};
+      drafts = std::move(keep);
+    }
+  };
+  // Drafts on alone (DraftModel::run per token) until k drafts, p_min or a failure.
+  void extend(size_t k);
   std::shared_ptr<DraftModel> m_;
   int32_t slot_;
   float p_min_;
   std::vector<int32_t> held_;
+  Drafting d_;
   int32_t last_k_ = 0;
   int64_t n_proposed_ = 0, n_accepted_ = 0;
   bool off_ = false;

@@ -96,6 +96,8 @@ struct EngineConfig {
   int32_t max_outputs = 0;
   int32_t block_size = defaults::kBlockSize;
   DType kv_type_k = DType::F16, kv_type_v = DType::F16;
+  // The draft model's K and V cache types (-ctkd / -ctvd; SpecConfig::kDraft only); unset: kv_type_k / kv_type_v.
+  std::optional<DType> kv_type_k_draft, kv_type_v_draft;
   bool prefix_cache = true;
   int32_t ctx_checkpoints = defaults::kCtxCheckpoints;
   SpecConfig spec;

@@ -5,7 +5,8 @@
 // (runtime/grammar_mask.h); speculative decoding plugs in as a DraftProposer.
 //
 // Where they sit in one step (Scheduler: schedule -> execute -> update):
-//   schedule()  DraftProposer::propose for a sequence that decodes (its only pending token is its last sample)
+//   schedule()  DraftBatch::propose once for the decoding sequences whose proposers draft together, then
+//               DraftProposer::propose for each sequence that decodes (its only pending token is its last sample)
 //   execute()   plan -> forward -> fetch: a sequence with any logits processor or a restricting mask fetches its
 //               logits row (OutputKind::kLogits) even when greedy; otherwise a greedy sequence whose sampler only
 //               takes the argmax (Sampler::argmax_only: no logit bias, penalty, DRY, typical or XTC) takes the
@@ -76,11 +77,38 @@ class TokenMaskProvider {
 // every decode step is one token) and what the step's token, output and KV budgets leave. Sampling each row as
 // usual and stopping at the first mismatch is the rejection rule for drafts proposed with certainty (prompt
 // lookup): the distribution of every emitted token is the sampler's.
+class DraftBatch;
 class DraftProposer {
  public:
   virtual ~DraftProposer() = default;
   virtual int32_t propose(std::span<const int32_t> tokens, int32_t max_k, std::span<int32_t> out) = 0;
   virtual void accepted(int32_t n) = 0;
+  // The batch this proposer drafts in (null: it drafts alone, in propose()). The proposers of one batch share it.
+  virtual DraftBatch* batch() { return nullptr; }
+};
+
+// One decoding sequence of a step, for DraftBatch::propose.
+struct DraftJob {
+  DraftProposer* proposer = nullptr;  // null: a sequence that drafts elsewhere (or not): its token counts, no more
+  std::span<const int32_t> tokens;    // as propose()'s
+  int32_t max_k = 0;                  // the sequence's own limit (the request's draft_max, its context, its last token)
+};
+
+// Drafts for many sequences at once: a draft model runs the forward passes of all of them as one batch instead of
+// one sequence after another (vLLM's and SGLang's way; llama-server drafts per slot).
+//   propose(jobs, budget)   schedule(), once per step, before the per-sequence propose() calls: `jobs` are the
+//                           step's decoding sequences in the order the step takes them; the jobs whose proposer's
+//                           batch() is this one draft, together. Job i drafts at most
+//                             min(max_k, budget - sum over jobs j < i of (1 + drafts of j) - 1),
+//                           the step's token and output budget as the scheduler spends it in that order (an estimate:
+//                           a sequence may find more room or less). Afterwards each proposer's propose(tokens, k, out)
+//                           in the same step answers from what was drafted: exactly the ids it would have proposed
+//                           alone, drafting the rest on its own only when asked for more than was drafted here.
+//                           A failure (the draft's KV full) stays with its sequence, as in propose().
+class DraftBatch {
+ public:
+  virtual ~DraftBatch() = default;
+  virtual void propose(std::span<const DraftJob> jobs, int64_t budget) = 0;
 };
 
 // What one sequence runs with. Empty members are the identity (no processor, every token allowed, no drafts).

@@ -133,6 +133,9 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
   if (!want_draft && draft)
     return make_error(ErrorCode::kInvalidArgument, "-md: a draft model is used by --spec-type draft-simple (got %s)",
                       spec_type_name(cfg.spec.type));
+  if (!draft && (cfg.kv_type_k_draft || cfg.kv_type_v_draft))
+    return make_error(ErrorCode::kInvalidArgument, "%s: the draft model's KV cache type needs a draft model (-md FILE)",
+                      cfg.kv_type_k_draft ? "-ctkd" : "-ctvd");
   if (want_draft && model->hparams().hybrid())
     return make_error(ErrorCode::kUnsupported, "-md: speculative decoding is off for %s (a hybrid model: a rejected "
                       "draft would have advanced its recurrent state)", model->hparams().arch.c_str());
@@ -160,8 +163,8 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
     dc.max_seqs = cfg.max_seqs;
     dc.batch_tokens = cfg.batch_tokens;
     dc.block_size = cfg.block_size;
-    dc.kv_type_k = cfg.kv_type_k;
-    dc.kv_type_v = cfg.kv_type_v;
+    dc.kv_type_k = cfg.kv_type_k_draft.value_or(cfg.kv_type_k);
+    dc.kv_type_v = cfg.kv_type_v_draft.value_or(cfg.kv_type_v);
     KILN_ASSIGN_OR_RETURN(I.draft, DraftModel::create(*model, std::move(draft), dc));
   }
   I.model = std::move(model);
@@ -211,6 +214,9 @@ const EngineConfig& Scheduler::config() const { return impl_->cfg; }
 const EmbeddingSetup& Scheduler::embedding() const { return impl_->emb; }
 const Model& Scheduler::model() const { return *impl_->model; }
 const Model* Scheduler::draft_model() const { return impl_->draft ? &impl_->draft->model() : nullptr; }
+const KvCacheConfig* Scheduler::draft_cache_config() const {
+  return impl_->draft ? &impl_->draft->engine().cache().config() : nullptr;
+}
 uint64_t Scheduler::kv_bytes() const { return impl_->engine->state().kv_bytes(); }
 uint64_t Scheduler::checkpoint_bytes() const { return impl_->engine->state().checkpoint_bytes(); }
 void Scheduler::set_step_observer(std::function<void(const StepInfo&)> f) { impl_->observer = std::move(f); }

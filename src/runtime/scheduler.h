@@ -135,6 +135,7 @@ class Scheduler {
   // The model (the CLI prints its sizes) and the bytes of KV storage.
   const Model& model() const;
   const Model* draft_model() const;  // null without one
+  const KvCacheConfig* draft_cache_config() const;  // the draft model's KV cache (-ctkd / -ctvd); null without one
   uint64_t kv_bytes() const;
   uint64_t checkpoint_bytes() const;  // hybrid models' recurrent-state checkpoints (0: none kept)
   // Called on the engine thread after every step that ran the model (tests). Set it before start() or while idle.

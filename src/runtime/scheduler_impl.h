@@ -111,6 +111,7 @@ struct Scheduler::Impl {
   std::vector<Active*> order, sched, outs;
   std::vector<OutputKind> kinds;  // [max_outputs]
   std::vector<int32_t> drafts;    // [cfg.spec.drafts_per_step()] DraftProposer output
+  std::vector<DraftJob> draft_jobs;  // draft_ahead(): the step's decoding sequences
   StepInfo info;
   int64_t tokens_left = 0, outs_left = 0;  // what is left of batch_tokens and max_outputs in this step
   int64_t n_prompt_tok = 0;       // prompt tokens computed in this step (incl. recomputation)
@@ -143,6 +144,8 @@ struct Scheduler::Impl {
   bool has_kv(const Active& a) const;
   int64_t decode_room(Active& a);        // 1 + drafts when a decode token fits (preempting if needed), else 0
   int64_t propose_drafts(Active& a);     // fills a.draft: how many
+  int64_t draft_limit(const Active& a) const;  // a's drafts at most, before the step's budget
+  void draft_ahead();                    // the batched drafts of the step (DraftBatch), before the decodes
   int64_t chunk_room(Active& a);         // prompt tokens of a that fit tokens_left and the free blocks
   int64_t fit(const Active& a, int64_t n, int64_t free_blocks) const;
   int64_t prompt_chunk(const Active& a) const;  // pending tokens for the next chunk, ending at a checkpoint

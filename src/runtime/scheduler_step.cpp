@@ -204,12 +204,7 @@ int64_t Scheduler::Impl::propose_drafts(Active& a) {
   DraftProposer* d = a.seq->hooks().drafts.get();
   if (!d) return 0;
   KvCache& cache = engine->cache();
-  // Past the request's last token a draft could not be emitted: the pending token's sample is one of those left.
-  const int32_t max_new = a.h->request().max_new_tokens;
-  const int64_t left = max_new < 0 ? INT64_MAX : static_cast<int64_t>(max_new) - a.seq->n_generated() - 1;
-  const int64_t room = std::max<int64_t>(
-      0, std::min<int64_t>({static_cast<int64_t>(drafts.size()), static_cast<int64_t>(a.spec_max), tokens_left - 1,
-                            outs_left - 1, left, a.seq->n_ctx() - static_cast<int64_t>(a.seq->tokens().size())}));
+  const int64_t room = std::max<int64_t>(0, std::min({draft_limit(a), tokens_left - 1, outs_left - 1}));
   int64_t k = d->propose(a.seq->tokens(), static_cast<int32_t>(room),
                          std::span<int32_t>(drafts.data(), static_cast<size_t>(room)));
   k = std::clamp<int64_t>(k, 0, room);
@@ -219,6 +214,37 @@ int64_t Scheduler::Impl::propose_drafts(Active& a) {
   if (k == 0 || k < a.spec_min) return 0;
   a.draft.assign(drafts.begin(), drafts.begin() + k);
   return k;
+}
+
+// A sequence's own draft limit: the request's, the proposers' buffer, its last token and its context.
+int64_t Scheduler::Impl::draft_limit(const Active& a) const {
+  // Past the request's last token a draft could not be emitted: the pending token's sample is one of those left.
+  const int32_t max_new = a.h->request().max_new_tokens;
+  const int64_t left = max_new < 0 ? INT64_MAX : static_cast<int64_t>(max_new) - a.seq->n_generated() - 1;
+  return std::max<int64_t>(0, std::min<int64_t>({static_cast<int64_t>(drafts.size()), static_cast<int64_t>(a.spec_max),
+                                                 left, a.seq->n_ctx() - static_cast<int64_t>(a.seq->tokens().size())}));
+}
+
+// Batched drafting (runtime/hooks.h DraftBatch): the decoding sequences whose proposers share a batch (the first
+// such batch met; a proposer of another drafts alone) draft together, in the order the step takes them, before
+// decode_room asks each one; propose_drafts then gets the same ids as without the batch.
+void Scheduler::Impl::draft_ahead() {
+  draft_jobs.clear();
+  DraftBatch* group = nullptr;
+  for (Active* a : order) {
+    if (!decoding(*a)) break;  // the decoding sequences come first
+    DraftJob j;
+    DraftProposer* d = a->seq->hooks().drafts.get();
+    DraftBatch* b = d ? d->batch() : nullptr;
+    if (b && (!group || b == group)) {
+      group = b;
+      j.proposer = d;
+      j.tokens = a->seq->tokens();
+      j.max_k = static_cast<int32_t>(draft_limit(*a));
+    }
+    draft_jobs.push_back(j);
+  }
+  if (group) group->propose(draft_jobs, std::min(tokens_left, outs_left));
 }
 
 int64_t Scheduler::Impl::chunk_room(Active& a) {
@@ -329,6 +355,7 @@ void Scheduler::Impl::schedule() {
     if (decoding(*a)) order.push_back(a.get());
   for (auto& a : active)
     if (!decoding(*a)) order.push_back(a.get());
+  draft_ahead();
   for (Active* a : order) {
     if (tokens_left <= 0 || outs_left <= 0) break;
     const bool decode = decoding(*a);

@@ -711,7 +711,8 @@ TEST(CliRun, SpeculativeDecodingFlags) {
 }
 
 // A draft model (-md; draft-simple is then the type): the same ids as without, the acceptance on stderr; -ngld and
-// -devd take llama.cpp's values; a wrong file, a missing -md and a wrong type are refused naming the flag.
+// -devd take llama.cpp's values; a wrong file, a missing -md and a wrong type are refused naming the flag; -ctkd and
+// -ctvd set the draft's cache types and are refused without -md (run, chat, serve).
 TEST(CliRun, DraftModelFlags) {
   const std::string m = kiln::test::data_path("models/fixture-llama-f16.gguf");
   const std::string d = kiln::test::data_path("models/fixture-llama-q4_k_m.gguf");
@@ -740,6 +741,20 @@ TEST(CliRun, DraftModelFlags) {
                            "/models/kiln-demo.gguf'");
   EXPECT_NE(h.rc, 0);
   EXPECT_NE(h.err.find("-md: "), std::string::npos) << h.err;
+  // -ctkd / -ctvd: the draft's cache types (the same ids), llama.cpp's names and the -ctk error style; only with -md.
+  const CmdResult i = kiln(base + " -md '" + d + "' -ctkd q8_0 --cache-type-v-draft q4_0");
+  ASSERT_EQ(i.rc, 0) << i.err;
+  EXPECT_EQ(i.out, a.out);
+  const CmdResult j = kiln(base + " -md '" + d + "' -ctkd q4_k");
+  EXPECT_NE(j.rc, 0);
+  EXPECT_NE(j.err.find("-ctkd: 'q4_k' is not a KV cache type (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)"),
+            std::string::npos) << j.err;
+  for (const char* cmd : {"run", "chat", "serve"}) {
+    const CmdResult k = kiln(std::string(cmd) + " -m '" + m + "' -ctvd q8_0");
+    EXPECT_NE(k.rc, 0) << cmd;
+    EXPECT_NE(k.err.find("-ctvd: the draft model's KV cache type needs a draft model (-md FILE)"), std::string::npos)
+        << cmd << ": " << k.err;
+  }
 }
 
 }  // namespace

@@ -6,10 +6,14 @@
 // A draft model (runtime/draft_model.h): the vocabulary check names what differs; the same file as its own draft is
 // accepted in full and another fixture with the same vocabulary in part, the greedy ids unchanged either way; the
 // draft's cache follows the confirmed tokens (rejected drafts rolled back); a request's speculative limits hold.
+// Batched drafting (runtime/hooks.h DraftBatch): CPU rows do not depend on the batch; the batched drafts and draft
+// caches are the per-sequence ones; parallel sequences keep their greedy ids; -ctkd / -ctvd reach the draft's cache.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -389,6 +393,258 @@ TEST(DraftModel, RequestLimits) {
   EXPECT_EQ(check_spec_request({4, -1, -1}, off).message().rfind("speculative.n_max: this engine runs without", 0), 0u);
   EXPECT_TRUE(check_spec_request({0, 0, 0}, off).is_ok());
   EXPECT_EQ(check_spec_request({-1, -1, 0.5f}, lookup).message().rfind("speculative.p_min:", 0), 0u);
+}
+
+// ---- batched drafting (runtime/hooks.h DraftBatch) ----
+
+// n ids of the fixture vocabulary: the prompt file's, shifted by `seed` (sequences of different content and length).
+std::vector<int32_t> ids_of(size_t n, int32_t seed) {
+  const std::vector<int32_t> p = test::read_ids(test::data_path("models/prompt.txt"));
+  std::vector<int32_t> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = (p[i % p.size()] + seed * 7 + static_cast<int32_t>(i / p.size()) * 3) % 1000;
+  return v;
+}
+
+std::shared_ptr<DraftModel> draft_of(const Model& target, const std::string& file, DraftModelConfig c) {
+  auto dm = DraftModel::create(target, test::load_cpu_model(file), c);
+  EXPECT_TRUE(dm.is_ok()) << dm.status().to_string();
+  return dm ? *dm : nullptr;
+}
+
+// One model's row for the last token of seq 0 (20 tokens, then 1 more) alone, and in steps with other sequences
+// around it (a few tokens, or 130 and 70: wide matmul tiles), with 1 and 2 threads: on the CPU backend the rows are
+// the same bit for bit (what makes batched drafts the per-sequence ones).
+TEST(DraftModel, CpuRowsDoNotDependOnTheBatch) {
+  for (const std::string& file : {fixture("fixture-llama-f16"), fixture("fixture-llama-q4_k_m"),
+                                   fixture("fixture-qwen3-q4_0"), fixture("fixture-llama-q8_0"), demo_model()})
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(file + ", threads " + std::to_string(threads));
+      LoadOptions lo;
+      lo.devices.device = "cpu";
+      lo.devices.backend.n_threads = threads;
+      auto m = Model::load(file, lo);
+      ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+      KvCacheConfig kc;
+      kc.n_ctx = 1024;
+      kc.max_seqs = 3;
+      kc.max_outputs = 3;
+      const std::vector<int32_t> s0 = ids_of(21, 0), s1 = ids_of(400, 1), s2 = ids_of(8, 2);
+      const OutputKind kinds[3] = {OutputKind::kLogits, OutputKind::kLogits, OutputKind::kLogits};
+      // c0, c1: tokens of seq 1 in steps 1 and 2 (0: seq 0 alone); a few, or enough for wide matmul tiles.
+      auto rows_of = [&](size_t c0, size_t c1) {
+        const bool crowded = c0 > 0;
+        std::vector<std::vector<float>> rows;
+        auto e = Engine::create(**m, kc);
+        EXPECT_TRUE(e.is_ok()) << e.status().to_string();
+        if (!e) return rows;
+        std::vector<BatchToken> b;
+        auto add = [&](const std::vector<int32_t>& s, int32_t seq, size_t from, size_t to) {
+          for (size_t i = from; i < to; ++i) b.push_back({s[i], static_cast<int32_t>(i), seq, i + 1 == to});
+        };
+        // Step 1: the first 20 tokens of seq 0 (between two others); step 2: its 21st (and others' chunks, decodes).
+        for (int step = 0; step < 2; ++step) {
+          b.clear();
+          if (crowded) add(s1, 1, step == 0 ? 0 : c0, step == 0 ? c0 : c0 + c1);
+          add(s0, 0, step == 0 ? 0 : 20, step == 0 ? 20 : 21);
+          if (crowded) add(s2, 2, step == 0 ? 0 : 7, step == 0 ? 7 : 8);
+          auto out = (*e)->step(b, kinds);
+          EXPECT_TRUE(out.is_ok()) << out.status().to_string();
+          if (!out) return rows;
+          const int32_t r = crowded ? 1 : 0;
+          rows.emplace_back(out->row(r), out->row(r) + out->n_vocab);
+        }
+        return rows;
+      };
+      const auto alone = rows_of(0, 0);
+      ASSERT_EQ(alone.size(), 2u);
+      for (const auto& [c0, c1] : {std::pair<size_t, size_t>{11, 3}, {130, 70}}) {
+        const auto crowded = rows_of(c0, c1);
+        ASSERT_EQ(crowded.size(), 2u);
+        for (size_t i = 0; i < 2; ++i)
+          EXPECT_EQ(std::memcmp(alone[i].data(), crowded[i].data(), alone[i].size() * sizeof(float)), 0)
+              << "step " << i << ", " << c0 << " + " << c1 << " tokens of another sequence";
+      }
+    }
+}
+
+// Five sequences, drafted together by one DraftModel and one propose() at a time by another: the same drafts and the
+// same draft caches, over two steps, with steps of 512 and of 4 tokens (catch-ups and rounds split over several).
+// Sequence 0 reaches its max_k, 1 has its drafts rejected in the second step, 2 stops at p_min, 3 needs more than
+// the draft's whole cache (it proposes nothing, the others go on), 4 confirms one draft. The second step's budget
+// runs out part way: sequence 1 is given fewer drafts than it asks for and 2 and 4 only their catch-up (they draft
+// on alone).
+TEST(DraftModel, BatchedDraftsAreThePerSequenceDrafts) {
+  auto target = test::load_cpu_model(fixture("fixture-llama-f16"));
+  ASSERT_TRUE(target);
+  const std::string dfile = fixture("fixture-llama-q4_k_m");
+  // p_min for sequence 2: the probability of its first draft, when a later one of its first 4 is less likely.
+  std::vector<int32_t> s2;
+  float p2 = 0;
+  {
+    auto probe = draft_of(*target, dfile, DraftModelConfig{512, 1});
+    ASSERT_TRUE(probe);
+    for (size_t len = 33; len < 64 && p2 == 0; ++len) {
+      std::vector<int32_t> s = ids_of(len, 5);
+      probe->engine().cache().truncate(0, 0);
+      auto next = probe->run(0, s, 0, true);
+      ASSERT_TRUE(next.is_ok());
+      const float p0 = next->p;
+      for (int j = 1; j < 4; ++j) {
+        const int32_t id = next->id;
+        next = probe->run(0, std::span<const int32_t>(&id, 1), static_cast<int64_t>(len) + j - 1, true);
+        ASSERT_TRUE(next.is_ok());
+        if (next->p < p0) {
+          s2 = s, p2 = p0;
+          break;
+        }
+      }
+    }
+    ASSERT_GT(p2, 0.0f) << "no sequence whose draft probabilities fall";
+  }
+  for (int32_t batch : {512, 4}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    DraftModelConfig c{256, 5, batch};
+    auto bm = draft_of(*target, dfile, c), sm = draft_of(*target, dfile, c);
+    ASSERT_TRUE(bm && sm);
+    EXPECT_EQ(bm->engine().caps().max_outputs, std::min(5, batch));
+    const std::vector<float> p_min = {0, 0, p2, 0, 0};
+    std::vector<std::unique_ptr<DraftModelProposer>> pb, ps;
+    for (int32_t i = 0; i < 5; ++i) {
+      pb.push_back(std::make_unique<DraftModelProposer>(bm, i, p_min[static_cast<size_t>(i)]));
+      ps.push_back(std::make_unique<DraftModelProposer>(sm, i, p_min[static_cast<size_t>(i)]));
+    }
+    std::vector<std::vector<int32_t>> seqs = {ids_of(9, 0), ids_of(20, 1), s2, ids_of(300, 3), ids_of(3, 4)};
+    std::vector<int32_t> max_k = {4, 6, 4, 4, 3};
+    std::vector<std::vector<int32_t>> drafts(5);
+    for (int step = 0; step < 2; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      std::vector<DraftJob> jobs;
+      for (size_t i = 0; i < 5; ++i) jobs.push_back({pb[i].get(), seqs[i], max_k[i]});
+      bm->propose(jobs, step == 0 ? 1000 : 10);
+      for (size_t i = 0; i < 5; ++i) {
+        SCOPED_TRACE("sequence " + std::to_string(i));
+        std::vector<int32_t> ob(8, -1), os(8, -1);
+        const int32_t nb = pb[i]->propose(seqs[i], max_k[i], ob), ns = ps[i]->propose(seqs[i], max_k[i], os);
+        EXPECT_EQ(nb, ns);
+        EXPECT_EQ(ob, os);
+        EXPECT_EQ(pb[i]->held(), ps[i]->held());
+        EXPECT_EQ(pb[i]->off(), ps[i]->off());
+        EXPECT_EQ(bm->engine().cache().seq_len(static_cast<int32_t>(i)), static_cast<int64_t>(pb[i]->held().size()));
+        drafts[i].assign(ob.begin(), ob.begin() + std::max(nb, 0));
+      }
+      if (step == 0) {
+        EXPECT_EQ(drafts[0].size(), 4u) << "max_k";
+        EXPECT_EQ(drafts[1].size(), 6u);
+        EXPECT_GE(drafts[2].size(), 1u);
+        EXPECT_LT(drafts[2].size(), 4u) << "p_min";
+        EXPECT_TRUE(drafts[3].empty() && pb[3]->off()) << "the draft's cache holds 256 tokens, not 300";
+        EXPECT_EQ(drafts[4].size(), 3u);
+      }
+      // What the model made of them: 0 all confirmed and one more; 1 the first confirmed, the second rejected; 2 the
+      // first rejected; 4 one confirmed.
+      const auto confirm = [&](size_t i, size_t n, int32_t other) {
+        seqs[i].insert(seqs[i].end(), drafts[i].begin(), drafts[i].begin() + static_cast<std::ptrdiff_t>(n));
+        seqs[i].push_back(n < drafts[i].size() ? (drafts[i][n] + 1) % 1000 : other);
+      };
+      confirm(0, drafts[0].size(), 17);
+      confirm(1, std::min<size_t>(1, drafts[1].size()), 18);
+      confirm(2, 0, 19);
+      confirm(3, 0, 20);
+      confirm(4, std::min<size_t>(1, drafts[4].size()), 21);
+    }
+  }
+}
+
+// Several sequences at once through the scheduler with a draft model: each one's greedy ids are those without
+// drafts, with steps wide enough for every sequence's drafts and with steps of 12 tokens (the later sequences get
+// what the earlier ones leave); one request has its own p_min. The model as its own draft is confirmed in full.
+TEST(DraftModel, ParallelSequencesKeepTheirGreedyIds) {
+  const std::string f = fixture("fixture-llama-f16");
+  std::vector<GenRequest> rq;
+  for (int i = 0; i < 4; ++i)
+    rq.push_back(test::greedy_request(ids_of(static_cast<size_t>(32 - 7 * i), i), 16 + 5 * i));
+  rq[2].spec.p_min = 0.2f;
+  for (int32_t batch : {512, 12}) {
+    EngineConfig c = test::one_sequence(1024, batch);
+    c.max_seqs = 4;
+    auto plain = test::make_scheduler(f, c);
+    ASSERT_TRUE(plain);
+    std::vector<std::vector<int32_t>> want;
+    for (GenRequest r : rq) {
+      r.spec = SpecRequest{};  // the request's p_min is for drafts
+      want.push_back(test::generate(*plain, r).ids);
+      EXPECT_EQ(want.back().size(), static_cast<size_t>(r.max_new_tokens));
+    }
+    for (const char* d : {"fixture-llama-q4_k_m", "fixture-llama-f16"}) {
+      SCOPED_TRACE(std::string(d) + ", batch " + std::to_string(batch));
+      auto m = test::load_cpu_model(f);
+      auto dm = test::load_cpu_model(fixture(d));
+      ASSERT_TRUE(m && dm);
+      auto s = Scheduler::create(std::move(m), with_draft(c, 6), std::move(dm));
+      ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+      std::vector<std::shared_ptr<RequestHandle>> hs;
+      for (const GenRequest& r : rq) hs.push_back(*(*s)->submit(r));
+      for (size_t i = 0; i < hs.size(); ++i) {
+        std::vector<int32_t> got;
+        for (const TokenEvent& e : hs[i]->wait_all())
+          if (e.id >= 0) got.push_back(e.id);
+        EXPECT_EQ(got, want[i]) << "request " << i;
+        EXPECT_TRUE(hs[i]->error().is_ok()) << hs[i]->error().to_string();
+      }
+      const SchedulerStats st = (*s)->stats();
+      EXPECT_GT(st.draft_tokens, 0u);
+      if (std::string(d) == "fixture-llama-f16") {
+        EXPECT_EQ(st.draft_accepted, st.draft_tokens);
+      }
+    }
+  }
+}
+
+// -ctkd / -ctvd (EngineConfig::kv_type_k_draft / _v_draft): the draft's cache takes them, else the model's types;
+// without a draft model they are refused naming the flag.
+TEST(DraftModel, DraftCacheTypes) {
+  const std::string f = fixture("fixture-llama-f16"), d = fixture("fixture-llama-q4_k_m");
+  const std::vector<int32_t> prompt = test::read_ids(test::data_path("models/prompt.txt"));
+  const SpecRun plain = run(f, test::one_sequence(512), test::greedy_request(prompt, 24));
+  struct Case {
+    DType k, v;
+    std::optional<DType> dk, dv;
+    DType want_k, want_v;
+  } cases[] = {
+      {DType::F16, DType::F16, DType::Q8_0, std::nullopt, DType::Q8_0, DType::F16},
+      {DType::F16, DType::F16, DType::Q4_0, DType::Q8_0, DType::Q4_0, DType::Q8_0},
+      {DType::Q8_0, DType::F16, std::nullopt, std::nullopt, DType::Q8_0, DType::F16},
+      {DType::Q8_0, DType::Q8_0, DType::F16, DType::F16, DType::F16, DType::F16},
+  };
+  for (const Case& t : cases) {
+    EngineConfig c = with_draft(test::one_sequence(512));
+    c.kv_type_k = t.k, c.kv_type_v = t.v, c.kv_type_k_draft = t.dk, c.kv_type_v_draft = t.dv;
+    auto m = test::load_cpu_model(f);
+    auto dm = test::load_cpu_model(d);
+    ASSERT_TRUE(m && dm);
+    auto s = Scheduler::create(std::move(m), c, std::move(dm));
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    const KvCacheConfig* kc = (*s)->draft_cache_config();
+    ASSERT_NE(kc, nullptr);
+    EXPECT_EQ(kc->type_k, t.want_k);
+    EXPECT_EQ(kc->type_v, t.want_v);
+    const test::Generated g = test::generate(**s, test::greedy_request(prompt, 24));
+    EXPECT_TRUE(g.error.is_ok()) << g.error.to_string();
+    if (t.k == DType::F16 && t.v == DType::F16) {
+      EXPECT_EQ(g.ids, plain.g.ids) << "the draft's cache type changes its drafts, not the model's ids";
+    }
+    EXPECT_GT((*s)->stats().draft_tokens, 0u);
+  }
+  EXPECT_EQ(test::make_scheduler(f, test::one_sequence(256))->draft_cache_config(), nullptr);
+  for (bool k : {true, false}) {
+    EngineConfig c = test::one_sequence(256);
+    (k ? c.kv_type_k_draft : c.kv_type_v_draft) = DType::Q8_0;
+    auto s = Scheduler::create(test::load_cpu_model(f), c);
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_EQ(s.status().message(), std::string(k ? "-ctkd" : "-ctvd") +
+                                        ": the draft model's KV cache type needs a draft model (-md FILE)");
+  }
 }
 
 TEST(Speculative, BadOptionsNameTheFlag) {

@@ -7,7 +7,7 @@ import os
 
 OUT = "src/backend/cuda/instances"
 MMQ_QUANT_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
-MMVQ_TYPES = MMQ_QUANT_TYPES + ["IQ4_NL", "IQ4_XS", "MXFP4"]
+MMVQ_TYPES = MMQ_QUANT_TYPES + ["IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0"]
 FAST_TYPES = ["Q4_K", "Q6_K"]  # mmvq_fast.cuh: the bandwidth GEMV (+ grouped / SwiGLU launches)
 MMQ_TYPES = MMQ_QUANT_TYPES + ["F16", "BF16"]  # mmq.cuh: the tensor-core prefill GEMM
 

@@ -108,7 +108,8 @@ bool gemm_supports(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0:
     case DType::Q5_1: case DType::Q8_0: case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K:
-    case DType::Q6_K: case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4: return true;
+    case DType::Q6_K: case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4: case DType::TQ1_0:
+    case DType::TQ2_0: return true;
     default: return false;
   }
 }
@@ -134,6 +135,8 @@ Status launch_gemm(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
     case DType::IQ4_NL: return run<DType::IQ4_NL>(p, a, s);
     case DType::IQ4_XS: return run<DType::IQ4_XS>(p, a, s);
     case DType::MXFP4: return run<DType::MXFP4>(p, a, s);
+    case DType::TQ1_0: return run<DType::TQ1_0>(p, a, s);
+    case DType::TQ2_0: return run<DType::TQ2_0>(p, a, s);
     default: break;
   }
   return make_error(ErrorCode::kUnsupported, "gemm: weight type %s", dtype_name(p.type));

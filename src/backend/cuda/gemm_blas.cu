@@ -84,6 +84,8 @@ Status dequant_dispatch(const MatmulParams& p, int64_t r0, int64_t rows, __half*
     case DType::IQ4_NL: return dequant_rows<DType::IQ4_NL>(p, r0, rows, dst, s);
     case DType::IQ4_XS: return dequant_rows<DType::IQ4_XS>(p, r0, rows, dst, s);
     case DType::MXFP4: return dequant_rows<DType::MXFP4>(p, r0, rows, dst, s);
+    case DType::TQ1_0: return dequant_rows<DType::TQ1_0>(p, r0, rows, dst, s);
+    case DType::TQ2_0: return dequant_rows<DType::TQ2_0>(p, r0, rows, dst, s);
     default: break;
   }
   return make_error(ErrorCode::kUnsupported, "blas: weight type %s", dtype_name(p.type));
@@ -116,7 +118,7 @@ bool blas_usable(const MatmulParams& p, int cc) {
     case DType::BF16: return cc >= 80 && p.n_in % 8 == 0 && p.w_row_bytes % 16 == 0 && p.w_row_bytes / 2 <= INT32_MAX;
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0: case DType::Q2_K:
     case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::IQ4_NL: case DType::IQ4_XS:
-    case DType::MXFP4: return p.n_in % 32 == 0;
+    case DType::MXFP4: case DType::TQ1_0: case DType::TQ2_0: return p.n_in % 32 == 0;
     default: return false;
   }
 }

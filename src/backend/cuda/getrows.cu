@@ -77,6 +77,8 @@ Status launch_get_rows(const GetRowsParams& p, cudaStream_t s) {
     case DType::IQ4_NL: return run_q<DType::IQ4_NL>(p, s);
     case DType::IQ4_XS: return run_q<DType::IQ4_XS>(p, s);
     case DType::MXFP4: return run_q<DType::MXFP4>(p, s);
+    case DType::TQ1_0: return run_q<DType::TQ1_0>(p, s);
+    case DType::TQ2_0: return run_q<DType::TQ2_0>(p, s);
     default: break;
   }
   return make_error(ErrorCode::kUnsupported, "get_rows: weight type %s is not supported", dtype_name(p.type));

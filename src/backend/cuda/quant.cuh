@@ -11,7 +11,9 @@
 // TQ2_0's 66-byte blocks included) 2.
 // The codebook types (IQ4_NL, IQ4_XS: kIq4nlValues; MXFP4: kMxfp4Values, the doubled FP4 values with half the
 // E8M0 scale as d) decode to their int8 codebook values, so every path sees them as d * q with m = 0; the ternary
-// types (TQ1_0, TQ2_0) to their trits minus one (-1..1; TQ2_0's unused code 3 to 2, as the reference).
+// types (TQ1_0, TQ2_0) to their trits minus one (-1..1; TQ2_0's unused code 3 to 2, as the reference); the i-quant
+// grid types to their signed grid values (their decode32 and device tables are in quant_iq.cuh, included only by
+// the files that instantiate them: gemm.cu, gemm_blas.cu, getrows.cu and their mmvq instances).
 #pragma once
 
 #include "backend/cuda/common.cuh"
@@ -36,6 +38,13 @@ template <> struct QTraits<DType::IQ4_XS> { static constexpr int kElems = 256, k
 template <> struct QTraits<DType::MXFP4> { static constexpr int kElems = 32, kBytes = 17; };
 template <> struct QTraits<DType::TQ1_0> { static constexpr int kElems = 256, kBytes = 54; };
 template <> struct QTraits<DType::TQ2_0> { static constexpr int kElems = 256, kBytes = 66; };
+template <> struct QTraits<DType::IQ2_XXS> { static constexpr int kElems = 256, kBytes = 66; };
+template <> struct QTraits<DType::IQ2_XS> { static constexpr int kElems = 256, kBytes = 74; };
+template <> struct QTraits<DType::IQ2_S> { static constexpr int kElems = 256, kBytes = 82; };
+template <> struct QTraits<DType::IQ3_XXS> { static constexpr int kElems = 256, kBytes = 98; };
+template <> struct QTraits<DType::IQ3_S> { static constexpr int kElems = 256, kBytes = 110; };
+template <> struct QTraits<DType::IQ1_S> { static constexpr int kElems = 256, kBytes = 50; };
+template <> struct QTraits<DType::IQ1_M> { static constexpr int kElems = 256, kBytes = 56; };
 
 // 4 bits b0..b3 -> bit 4 of bytes 0..3 (the 5th bit of Q5 quants).
 __device__ __forceinline__ uint32_t spread4_bit4(uint32_t b) {

@@ -140,7 +140,19 @@ inline std::vector<uint8_t> random_weights(DType t, int64_t n_in, int64_t rows, 
       case DType::Q3_K: put(b, 108); break;
       case DType::Q6_K: put(b, 208); break;
       case DType::MXFP4: w[b * bs] = static_cast<uint8_t>(117 + rng() % 7); break;
-      default: put(b, 0); break;  // Q4_0 Q5_0 Q8_0 IQ4_NL IQ4_XS
+      case DType::TQ1_0: put(b, 52); break;
+      case DType::TQ2_0: put(b, 64); break;
+      case DType::IQ1_M: {  // d: the top nibbles of the four scale words (bytes 48..55), bits 4k..4k+3 in word k
+        const uint16_t h = f32_to_fp16(sd(rng));
+        for (int k = 0; k < 4; ++k) {
+          uint16_t v;
+          std::memcpy(&v, &w[b * bs + 48 + 2 * k], 2);
+          v = static_cast<uint16_t>((v & 0x0FFF) | (((h >> (4 * k)) & 0xF) << 12));
+          std::memcpy(&w[b * bs + 48 + 2 * k], &v, 2);
+        }
+        break;
+      }
+      default: put(b, 0); break;  // Q4_0 Q5_0 Q8_0 IQ4_NL IQ4_XS, the other i-quant grid types
     }
   }
   return w;

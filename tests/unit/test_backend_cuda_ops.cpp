@@ -61,7 +61,8 @@ std::vector<T> download(Backend& be, const Tensor& t, size_t n) {
 
 const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,   DType::Q4_1,   DType::Q5_0,
                         DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,   DType::Q4_K,   DType::Q5_K,
-                        DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4};
+                        DType::Q6_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::TQ1_0, DType::TQ2_0,
+                        DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S, DType::IQ1_M};
 
 TEST(CudaOps, MatmulEveryTypeAndTokenCount) {
   NEED_GPU();

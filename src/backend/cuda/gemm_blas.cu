@@ -18,6 +18,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/quant.cuh"
+#include "backend/cuda/quant_iq.cuh"  // the i-quant grid types' decode32
 
 namespace kiln::cuda {
 namespace {
@@ -84,6 +85,15 @@ Status dequant_dispatch(const MatmulParams& p, int64_t r0, int64_t rows, __half*
     case DType::IQ4_NL: return dequant_rows<DType::IQ4_NL>(p, r0, rows, dst, s);
     case DType::IQ4_XS: return dequant_rows<DType::IQ4_XS>(p, r0, rows, dst, s);
     case DType::MXFP4: return dequant_rows<DType::MXFP4>(p, r0, rows, dst, s);
+    case DType::TQ1_0: return dequant_rows<DType::TQ1_0>(p, r0, rows, dst, s);
+    case DType::TQ2_0: return dequant_rows<DType::TQ2_0>(p, r0, rows, dst, s);
+    case DType::IQ2_XXS: return dequant_rows<DType::IQ2_XXS>(p, r0, rows, dst, s);
+    case DType::IQ2_XS: return dequant_rows<DType::IQ2_XS>(p, r0, rows, dst, s);
+    case DType::IQ2_S: return dequant_rows<DType::IQ2_S>(p, r0, rows, dst, s);
+    case DType::IQ3_XXS: return dequant_rows<DType::IQ3_XXS>(p, r0, rows, dst, s);
+    case DType::IQ3_S: return dequant_rows<DType::IQ3_S>(p, r0, rows, dst, s);
+    case DType::IQ1_S: return dequant_rows<DType::IQ1_S>(p, r0, rows, dst, s);
+    case DType::IQ1_M: return dequant_rows<DType::IQ1_M>(p, r0, rows, dst, s);
     default: break;
   }
   return make_error(ErrorCode::kUnsupported, "blas: weight type %s", dtype_name(p.type));
@@ -116,7 +126,8 @@ bool blas_usable(const MatmulParams& p, int cc) {
     case DType::BF16: return cc >= 80 && p.n_in % 8 == 0 && p.w_row_bytes % 16 == 0 && p.w_row_bytes / 2 <= INT32_MAX;
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0: case DType::Q2_K:
     case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::IQ4_NL: case DType::IQ4_XS:
-    case DType::MXFP4: return p.n_in % 32 == 0;
+    case DType::MXFP4: case DType::TQ1_0: case DType::TQ2_0: case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S:
+    case DType::IQ3_XXS: case DType::IQ3_S: case DType::IQ1_S: case DType::IQ1_M: return p.n_in % 32 == 0;
     default: return false;
   }
 }

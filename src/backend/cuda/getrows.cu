@@ -4,6 +4,7 @@
 // up to one FMA rounding). Float rows: one thread per element.
 #include "backend/cuda/launch.h"
 #include "backend/cuda/quant.cuh"
+#include "backend/cuda/quant_iq.cuh"  // the i-quant grid types' decode32
 
 namespace kiln::cuda {
 namespace {
@@ -77,6 +78,15 @@ Status launch_get_rows(const GetRowsParams& p, cudaStream_t s) {
     case DType::IQ4_NL: return run_q<DType::IQ4_NL>(p, s);
     case DType::IQ4_XS: return run_q<DType::IQ4_XS>(p, s);
     case DType::MXFP4: return run_q<DType::MXFP4>(p, s);
+    case DType::TQ1_0: return run_q<DType::TQ1_0>(p, s);
+    case DType::TQ2_0: return run_q<DType::TQ2_0>(p, s);
+    case DType::IQ2_XXS: return run_q<DType::IQ2_XXS>(p, s);
+    case DType::IQ2_XS: return run_q<DType::IQ2_XS>(p, s);
+    case DType::IQ2_S: return run_q<DType::IQ2_S>(p, s);
+    case DType::IQ3_XXS: return run_q<DType::IQ3_XXS>(p, s);
+    case DType::IQ3_S: return run_q<DType::IQ3_S>(p, s);
+    case DType::IQ1_S: return run_q<DType::IQ1_S>(p, s);
+    case DType::IQ1_M: return run_q<DType::IQ1_M>(p, s);
     default: break;
   }
   return make_error(ErrorCode::kUnsupported, "get_rows: weight type %s is not supported", dtype_name(p.type));

@@ -34,7 +34,7 @@ namespace {
 //            64-token tile: Q4_K 0.345 / 0.530 ms at 64 / 96 tokens, blas 0.484 / 0.498).
 // Measured: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, F16 (BF16 as F16: the same GEMV and cuBLAS path); Q4_1, Q5_0, Q5_1 take
 // Q4_0's (the same dp4a GEMV, their mmq no faster than Q4_0's); Q2_K, Q3_K the rule measured before split-K mmq
-// (GEMV to kGemvMaxTok, blas from 33). IQ4_NL, IQ4_XS, MXFP4: not measured yet; the GEMV to kGemvMaxTok, then blas
+// (GEMV to kGemvMaxTok, blas from 33). IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0 and the i-quant grid types: not measured yet; the GEMV to kGemvMaxTok, then blas
 // (they have no mmq kernel).
 //   mmf_to: Q4_K's weight-streaming GEMM (mmf_bench, one layer, best geometry per shape): 0.098 / 0.113 / 0.151 /
 //            0.237 ms at 8 / 16 / 32 / 64 tokens against mmq's 0.175 / 0.179 / 0.244 / 0.343 and the GEMV's 0.189 at 8.
@@ -55,7 +55,9 @@ constexpr Crossover kCrossover[] = {
     {DType::Q4_0, 14, 0, 65},   {DType::Q4_1, 14, 0, 65},   {DType::Q5_0, 14, 0, 65},   {DType::Q5_1, 14, 0, 65},
     {DType::Q8_0, 5, 0, 65},    {DType::Q2_K, 32, 0, 33},   {DType::Q3_K, 32, 0, 33},   {DType::Q4_K, 2, 64, 65},
     {DType::Q5_K, 6, 0, 65},    {DType::Q6_K, 2, 32, 65},   {DType::F16, 2, 0, 3},      {DType::BF16, 2, 0, 3},
-    {DType::IQ4_NL, 32, 0, 33}, {DType::IQ4_XS, 32, 0, 33}, {DType::MXFP4, 32, 0, 33},
+    {DType::IQ4_NL, 32, 0, 33}, {DType::IQ4_XS, 32, 0, 33}, {DType::MXFP4, 32, 0, 33},  {DType::TQ1_0, 32, 0, 33},
+    {DType::TQ2_0, 32, 0, 33},  {DType::IQ2_XXS, 32, 0, 33}, {DType::IQ2_XS, 32, 0, 33}, {DType::IQ2_S, 32, 0, 33},
+    {DType::IQ3_XXS, 32, 0, 33}, {DType::IQ3_S, 32, 0, 33},  {DType::IQ1_S, 32, 0, 33},  {DType::IQ1_M, 32, 0, 33},
 };
 static_assert(kGemvMaxTok >= 32, "kCrossover's gemv_to values are at most 32");
 

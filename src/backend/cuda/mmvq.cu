@@ -11,7 +11,9 @@ bool mmvq_supports(DType t) {
   switch (t) {
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
-    case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4: return true;
+    case DType::IQ4_NL: case DType::IQ4_XS: case DType::MXFP4: case DType::TQ1_0: case DType::TQ2_0:
+    case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S: case DType::IQ1_S:
+    case DType::IQ1_M: return true;
     default: return false;
   }
 }
@@ -54,6 +56,15 @@ Status mmvq_pass(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
     case DType::IQ4_NL: return mmvq_run<DType::IQ4_NL>(p, a, s);
     case DType::IQ4_XS: return mmvq_run<DType::IQ4_XS>(p, a, s);
     case DType::MXFP4: return mmvq_run<DType::MXFP4>(p, a, s);
+    case DType::TQ1_0: return mmvq_run<DType::TQ1_0>(p, a, s);
+    case DType::TQ2_0: return mmvq_run<DType::TQ2_0>(p, a, s);
+    case DType::IQ2_XXS: return mmvq_run<DType::IQ2_XXS>(p, a, s);
+    case DType::IQ2_XS: return mmvq_run<DType::IQ2_XS>(p, a, s);
+    case DType::IQ2_S: return mmvq_run<DType::IQ2_S>(p, a, s);
+    case DType::IQ3_XXS: return mmvq_run<DType::IQ3_XXS>(p, a, s);
+    case DType::IQ3_S: return mmvq_run<DType::IQ3_S>(p, a, s);
+    case DType::IQ1_S: return mmvq_run<DType::IQ1_S>(p, a, s);
+    case DType::IQ1_M: return mmvq_run<DType::IQ1_M>(p, a, s);
     default: break;
   }
   return make_error(ErrorCode::kUnsupported, "mmvq: weight type %s", dtype_name(p.type));

@@ -7,9 +7,13 @@
 // The same decode feeds get_rows (value = d*q + m, the CPU's f32 operations: dl*q - ml), the integer GEMV (mmvq:
 // d * d_a * sum(q*q_a) + m * d_a * sum(q_a)) and the tiled GEMM (dequantized to shared memory), so the three agree
 // on what a block means. Alignment assumed of a block start: Q4_K/Q5_K 16 bytes (144/176-byte blocks in rows that
-// start 16-aligned), Q4_1/Q5_1/Q2_K/IQ4_XS 4, MXFP4 none (17-byte blocks: byte loads), the others 2.
+// start 16-aligned), Q4_1/Q5_1/Q2_K/IQ4_XS 4, MXFP4 none (17-byte blocks: byte loads), the others (TQ1_0's 54- and
+// TQ2_0's 66-byte blocks included) 2.
 // The codebook types (IQ4_NL, IQ4_XS: kIq4nlValues; MXFP4: kMxfp4Values, the doubled FP4 values with half the
-// E8M0 scale as d) decode to their int8 codebook values, so every path sees them as d * q with m = 0.
+// E8M0 scale as d) decode to their int8 codebook values, so every path sees them as d * q with m = 0; the ternary
+// types (TQ1_0, TQ2_0) to their trits minus one (-1..1; TQ2_0's unused code 3 to 2, as the reference); the i-quant
+// grid types to their signed grid values (their decode32 and device tables are in quant_iq.cuh, included only by
+// the files that instantiate them: gemm.cu, gemm_blas.cu, getrows.cu and their mmvq instances).
 #pragma once
 
 #include "backend/cuda/common.cuh"
@@ -32,6 +36,15 @@ template <> struct QTraits<DType::Q6_K> { static constexpr int kElems = 256, kBy
 template <> struct QTraits<DType::IQ4_NL> { static constexpr int kElems = 32, kBytes = 18; };
 template <> struct QTraits<DType::IQ4_XS> { static constexpr int kElems = 256, kBytes = 136; };
 template <> struct QTraits<DType::MXFP4> { static constexpr int kElems = 32, kBytes = 17; };
+template <> struct QTraits<DType::TQ1_0> { static constexpr int kElems = 256, kBytes = 54; };
+template <> struct QTraits<DType::TQ2_0> { static constexpr int kElems = 256, kBytes = 66; };
+template <> struct QTraits<DType::IQ2_XXS> { static constexpr int kElems = 256, kBytes = 66; };
+template <> struct QTraits<DType::IQ2_XS> { static constexpr int kElems = 256, kBytes = 74; };
+template <> struct QTraits<DType::IQ2_S> { static constexpr int kElems = 256, kBytes = 82; };
+template <> struct QTraits<DType::IQ3_XXS> { static constexpr int kElems = 256, kBytes = 98; };
+template <> struct QTraits<DType::IQ3_S> { static constexpr int kElems = 256, kBytes = 110; };
+template <> struct QTraits<DType::IQ1_S> { static constexpr int kElems = 256, kBytes = 50; };
+template <> struct QTraits<DType::IQ1_M> { static constexpr int kElems = 256, kBytes = 56; };
 
 // 4 bits b0..b3 -> bit 4 of bytes 0..3 (the 5th bit of Q5 quants).
 __device__ __forceinline__ uint32_t spread4_bit4(uint32_t b) {
@@ -301,6 +314,58 @@ __device__ __forceinline__ void decode32<DType::MXFP4>(const uint8_t* b, int, in
   book_decode32(w, kBook, q);
   const uint32_t e = b[0];
   d[0] = d[1] = __uint_as_float(e < 2 ? (0x00200000u << e) : ((e - 1) << 23));  // e8m0_half_to_f32 (blocks.h)
+  m[0] = m[1] = 0.0f;
+}
+
+// TQ2_0: qs[64] @0, d @64 (2-byte aligned). Sub-block s = elements 128j + 32l + m (j = s / 4, l = s % 4,
+// m = 0..31): bits 2l..2l+1 of qs[32j + m]; value d * (c - 1).
+template <>
+__device__ __forceinline__ void decode32<DType::TQ2_0>(const uint8_t* b, int s, int (&q)[8], float (&d)[2],
+                                                       float (&m)[2]) {
+  const uint8_t* qs = b + 32 * (s >> 2);
+  const int sh = 2 * (s & 3);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) q[i] = static_cast<int>(__vsub4((ld_u32_a2(qs + 4 * i) >> sh) & 0x03030303u, 0x01010101u));
+  d[0] = d[1] = h2f(ld_u16(b + 64));
+  m[0] = m[1] = 0.0f;
+}
+
+__device__ __forceinline__ uint32_t tq1_pow3(int n) { return n == 0 ? 1u : n == 1 ? 3u : n == 2 ? 9u : n == 3 ? 27u : 81u; }
+
+// Trit n of each byte of w (blocks.h tq1_trit: ((uint8_t)(byte * 3^n) * 3) >> 8), minus 1, as packed int8.
+__device__ __forceinline__ uint32_t tq1_trits4(uint32_t w, uint32_t pow3) {
+  uint32_t r = 0;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t t = ((((w >> (8 * k)) & 0xFFu) * pow3 & 0xFFu) * 3u) >> 8;
+    r |= t << (8 * k);
+  }
+  return __vsub4(r, 0x01010101u);
+}
+
+// TQ1_0: qs[48] @0, qh[4] @48, d @52 (2-byte aligned); element order in blocks.h. Sub-blocks 0..4: trit s of
+// qs[0..31]; 5, 6: trits 2(s-5) and 2(s-5)+1 of qs[32..47] (16 elements each); 7: trit 4 of qs[32..47], then
+// trits 0..3 of qh[0..3] (elements 240 + 4n + j).
+template <>
+__device__ __forceinline__ void decode32<DType::TQ1_0>(const uint8_t* b, int s, int (&q)[8], float (&d)[2],
+                                                       float (&m)[2]) {
+  if (s < 5) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) q[i] = static_cast<int>(tq1_trits4(ld_u32_a2(b + 4 * i), tq1_pow3(s)));
+  } else {
+    const int n0 = 2 * (s - 5);  // s = 7: trit 4 of qs[32..47], then qh
+#pragma unroll
+    for (int i = 0; i < 4; ++i) q[i] = static_cast<int>(tq1_trits4(ld_u32_a2(b + 32 + 4 * i), tq1_pow3(n0)));
+    if (s < 7) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) q[i + 4] = static_cast<int>(tq1_trits4(ld_u32_a2(b + 32 + 4 * i), tq1_pow3(n0 + 1)));
+    } else {
+      const uint32_t qh = ld_u32_a2(b + 48);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) q[i + 4] = static_cast<int>(tq1_trits4(qh, tq1_pow3(i)));
+    }
+  }
+  d[0] = d[1] = h2f(ld_u16(b + 52));
   m[0] = m[1] = 0.0f;
 }
 

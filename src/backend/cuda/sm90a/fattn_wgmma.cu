@@ -11,14 +11,14 @@
 //   O += P V: BC/16 wgmma.m64nDk16, A = P converted in registers (the C -> A identity of fattn_mma.cu), B = the V tile
 //   from shared memory, read MN-major (transposed: d contiguous).
 // Shared memory: a ring of NST stages (3 for one warpgroup, 4 for two) of (K, V) tiles, filled by cp.async NST - 1
-// tiles ahead; the Q staging aliases the ring before the first copy. Both tiles use one layout,
-// wgmma's canonical no-swizzle layout in 128-byte core matrices of 8 positions x 8 dims (16 contiguous bytes per
-// position): core matrix (pg, dg) = positions 8pg..8pg+7, dims 8dg..8dg+7 at byte (pg * D/8 + dg) * 128, position
-// row pos % 8 at +16 (pos % 8). Read as K-major B of Q K^T (N = positions, K = dims): LBO (next dim group) 128, SBO
-// (next position group) 16 D. Read as MN-major B of P V (K = positions, N = dims): LBO (next position group) 16 D,
-// SBO (next dim group) 128. A 16-byte chunk i of the tile (i = (pg * D/8 + dg) * 8 + pos % 8) lands at byte 16 i:
-// consecutive threads fill consecutive rows of one core matrix (no bank conflicts) and read 64 contiguous bytes of
-// each of 8 positions per warp instruction.
+// tiles ahead; the Q staging aliases the ring before the first copy. Both tiles use one layout, wgmma's 128-byte
+// swizzle (wgmma.cuh): atoms of 8 positions x 64 dims (128 bytes a position), 1024 bytes each, 16-byte chunk c of
+// position row r at chunk c ^ r; atom (pg, dg) = positions 8pg.., dims 64dg.. at byte dg * BC * 128 + pg * 1024.
+// Read as K-major B of Q K^T (N = positions, K = dims): SBO 1024 (next position group), a k-step of 16 dims advances
+// the start by 32 bytes inside the atom, the next 64 dims are the next atom column. Read as MN-major B of P V (K =
+// positions, N = dims): LBO one atom column (BC * 128: the next 64 dims), SBO 1024 (the next 8 positions). Copies:
+// 8 consecutive threads take one position's 128-byte row (whole rows from global memory, 8 distinct bank groups in
+// shared memory). The ring starts at a 1024-byte boundary (1 KB more dynamic shared memory).
 // Order per tile j without PIPE (one barrier): wait for tile j's copies, fence them to the async proxy, barrier
 // (every thread is past tile j - 1's wgmmas, so its stage is free), issue the copies of tile j + NST - 1, S wgmmas,
 // wait, softmax, O *= alpha, P V wgmmas, wait. The tensor cores idle during one CTA's softmax; other CTAs on the SM

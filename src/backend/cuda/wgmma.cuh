@@ -28,6 +28,13 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr, uint32_t lbo, uint32
   return static_cast<uint64_t>((saddr >> 4) & 0x3FFF) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
          (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32);
 }
+// The 128-byte swizzle (bits 62-63 = 1): atoms of 8 rows x 128 bytes, 1024-byte aligned, the 16-byte chunk c of row
+// r stored at chunk c ^ (r % 8). K-major: a row is 64 K-elements of one M/N index (LBO unused, SBO the distance
+// between 8-row groups; a k-step inside the atom advances the start address by its 32 bytes). MN-major: a row is 64
+// N-elements of one K index (LBO the distance between 64-element N groups, SBO between 8-row K groups).
+__device__ __forceinline__ uint64_t wg_desc_sw128(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  return wg_desc(saddr, lbo, sbo) | (1ull << 62);
+}
 // Before the first wgmma that reads registers (A, or accumulators) written since the last wgmma.
 __device__ __forceinline__ void wg_fence() {
 #ifdef KILN_WG

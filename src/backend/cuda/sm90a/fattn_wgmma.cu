@@ -11,14 +11,14 @@
 //   O += P V: BC/16 wgmma.m64nDk16, A = P converted in registers (the C -> A identity of fattn_mma.cu), B = the V tile
 //   from shared memory, read MN-major (transposed: d contiguous).
 // Shared memory: a ring of NST stages (3 for one warpgroup, 4 for two) of (K, V) tiles, filled by cp.async NST - 1
-// tiles ahead; the Q staging aliases the ring before the first copy. Both tiles use one layout,
-// wgmma's canonical no-swizzle layout in 128-byte core matrices of 8 positions x 8 dims (16 contiguous bytes per
-// position): core matrix (pg, dg) = positions 8pg..8pg+7, dims 8dg..8dg+7 at byte (pg * D/8 + dg) * 128, position
-// row pos % 8 at +16 (pos % 8). Read as K-major B of Q K^T (N = positions, K = dims): LBO (next dim group) 128, SBO
-// (next position group) 16 D. Read as MN-major B of P V (K = positions, N = dims): LBO (next position group) 16 D,
-// SBO (next dim group) 128. A 16-byte chunk i of the tile (i = (pg * D/8 + dg) * 8 + pos % 8) lands at byte 16 i:
-// consecutive threads fill consecutive rows of one core matrix (no bank conflicts) and read 64 contiguous bytes of
-// each of 8 positions per warp instruction.
+// tiles ahead; the Q staging aliases the ring before the first copy. Both tiles use one layout, wgmma's 128-byte
+// swizzle (wgmma.cuh): atoms of 8 positions x 64 dims (128 bytes a position), 1024 bytes each, 16-byte chunk c of
+// position row r at chunk c ^ r; atom (pg, dg) = positions 8pg.., dims 64dg.. at byte dg * BC * 128 + pg * 1024.
+// Read as K-major B of Q K^T (N = positions, K = dims): SBO 1024 (next position group), a k-step of 16 dims advances
+// the start by 32 bytes inside the atom, the next 64 dims are the next atom column. Read as MN-major B of P V (K =
+// positions, N = dims): LBO one atom column (BC * 128: the next 64 dims), SBO 1024 (the next 8 positions). Copies:
+// 8 consecutive threads take one position's 128-byte row (whole rows from global memory, 8 distinct bank groups in
+// shared memory). The ring starts at a 1024-byte boundary (1 KB more dynamic shared memory).
 // Order per tile j without PIPE (one barrier): wait for tile j's copies, fence them to the async proxy, barrier
 // (every thread is past tile j - 1's wgmmas, so its stage is free), issue the copies of tile j + NST - 1, S wgmmas,
 // wait, softmax, O *= alpha, P V wgmmas, wait. The tensor cores idle during one CTA's softmax; other CTAs on the SM
@@ -41,7 +41,8 @@ namespace {
 constexpr int kWgBc = 64;
 constexpr int wg_stages(int wgs) { return wgs == 2 ? 4 : 3; }
 constexpr size_t wg_tile_bytes(int d) { return static_cast<size_t>(kWgBc) * d * 2; }  // K or V
-constexpr size_t wg_smem_of(int d, int wgs) { return wg_stages(wgs) * 2 * wg_tile_bytes(d); }
+// + 1024: the ring starts at the first 1024-byte boundary (the swizzle atoms' alignment).
+constexpr size_t wg_smem_of(int d, int wgs) { return wg_stages(wgs) * 2 * wg_tile_bytes(d) + 1024; }
 constexpr int wg_min_blocks(int d, int wgs) { return wgs == 2 ? 1 : d <= 64 ? 3 : 2; }
 
 template <int D, bool PIPE, int WGS>
@@ -52,11 +53,14 @@ __global__ void __launch_bounds__(128 * WGS, wg_min_blocks(D, WGS)) fattn_wg(Att
     constexpr int BC = kWgBc, LD = D + 8, NS = BC / 8, NO = D / 8, KQ = D / 16, CH = D / 8;
     constexpr int THREADS = 128 * WGS, ROWS = 64 * WGS, NST = wg_stages(WGS);
     constexpr uint32_t kTile = static_cast<uint32_t>(wg_tile_bytes(D)), kStage = 2 * kTile;
+    constexpr uint32_t kAtomCol = BC * 128;  // one 64-dim column of atoms: BC / 8 atoms of 1024 bytes
+    // S's k-step k (dims 16k..16k+15): its atom column, then 32 bytes per step inside the atom (16-byte units).
+    constexpr auto k_step = [](int k) { return static_cast<uint64_t>(((k / 4) * kAtomCol + (k % 4) * 32) >> 4); };
     static_assert(ROWS * LD * 2 <= NST * kStage, "the Q staging aliases the ring");
     static_assert(BC * CH % THREADS == 0, "whole copy rounds");
     extern __shared__ __align__(128) uint8_t fa_wg_smem[];
-    const uint32_t s_base = smem_u32(fa_wg_smem);
-    __half* qs = reinterpret_cast<__half*>(fa_wg_smem);  // Q staging [ROWS][D + 8] f16 (ldmatrix-friendly)
+    const uint32_t s_raw = smem_u32(fa_wg_smem), s_base = (s_raw + 1023u) & ~1023u;
+    __half* qs = reinterpret_cast<__half*>(fa_wg_smem + (s_base - s_raw));  // Q staging [ROWS][D + 8] f16
 
     const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid / kWarp, 0), lane = tid % kWarp;
     FaCta c;
@@ -87,18 +91,20 @@ __global__ void __launch_bounds__(128 * WGS, wg_min_blocks(D, WGS)) fattn_wg(Att
 #pragma unroll
       for (int it = 0; it < BC * CH / THREADS; ++it) {
         const int i = tid + it * THREADS;
-        const int ch = (i >> 3) % CH, pos = base + (i / (8 * CH)) * 8 + (i & 7);
+        const int cc = i & 7, atom = (i >> 3) % (CH / 8), pl = i / CH, pos = base + pl;
         const bool ok = pos >= kv_begin && pos < kv_end;
         const int64_t slot = ok ? fa_slot(c.table, pos, p.block_size, bs_shift) : 0;
-        if (ld_k) cp_async16(ks + 16 * i, ok ? kg + slot * p.k_slot_bytes + ch * 16 : p.k, ok);
-        if (ld_v) cp_async16(vs + 16 * i, ok ? vg + slot * p.v_slot_bytes + ch * 16 : p.v, ok);
+        const uint32_t dst = atom * kAtomCol + (pl >> 3) * 1024 + (pl & 7) * 128 + ((cc ^ (pl & 7)) << 4);
+        const int src = (atom * 8 + cc) * 16;
+        if (ld_k) cp_async16(ks + dst, ok ? kg + slot * p.k_slot_bytes + src : p.k, ok);
+        if (ld_v) cp_async16(vs + dst, ok ? vg + slot * p.v_slot_bytes + src : p.v, ok);
       }
     };
     auto k_desc_of = [&](int j) {
-      return wg_desc(s_base + static_cast<uint32_t>(j % NST) * kStage, 128, 16 * D);
+      return wg_desc_sw128(s_base + static_cast<uint32_t>(j % NST) * kStage, 16, 1024);
     };
     auto v_desc_of = [&](int j) {
-      return wg_desc(s_base + static_cast<uint32_t>(j % NST) * kStage + kTile, 16 * D, 128);
+      return wg_desc_sw128(s_base + static_cast<uint32_t>(j % NST) * kStage + kTile, kAtomCol, 1024);
     };
 
     float o[NO][4];
@@ -126,7 +132,7 @@ __global__ void __launch_bounds__(128 * WGS, wg_min_blocks(D, WGS)) fattn_wg(Att
         const uint64_t k_desc = k_desc_of(j);
         wg_fence();
 #pragma unroll
-        for (int k = 0; k < KQ; ++k) wg_mma<NS, 0>(s, qf[k], k_desc + ((k * 256) >> 4), k > 0);
+        for (int k = 0; k < KQ; ++k) wg_mma<NS, 0>(s, qf[k], k_desc + k_step(k), k > 0);
         wg_commit();
         wg_wait<0>();
 
@@ -141,7 +147,7 @@ __global__ void __launch_bounds__(128 * WGS, wg_min_blocks(D, WGS)) fattn_wg(Att
         const uint64_t v_desc = v_desc_of(j);
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < BC / 16; ++kk) wg_mma<NO, 1>(o, pa[kk], v_desc + ((kk * 32 * D) >> 4), 1);
+        for (int kk = 0; kk < BC / 16; ++kk) wg_mma<NO, 1>(o, pa[kk], v_desc + ((kk * 2048) >> 4), 1);
         wg_commit();
         wg_wait<0>();
       }
@@ -165,7 +171,7 @@ __global__ void __launch_bounds__(128 * WGS, wg_min_blocks(D, WGS)) fattn_wg(Att
         const uint64_t v_desc = v_desc_of(jp);
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < BC / 16; ++kk) wg_mma<NO, 1>(o, pa[kk], v_desc + ((kk * 32 * D) >> 4), 1);
+        for (int kk = 0; kk < BC / 16; ++kk) wg_mma<NO, 1>(o, pa[kk], v_desc + ((kk * 2048) >> 4), 1);
         wg_commit();
       };
       for (int j = 0; j < n_tiles; ++j) {
@@ -178,7 +184,7 @@ __global__ void __launch_bounds__(128 * WGS, wg_min_blocks(D, WGS)) fattn_wg(Att
         const uint64_t k_desc = k_desc_of(j);
         wg_fence();
 #pragma unroll
-        for (int k = 0; k < KQ; ++k) wg_mma<NS, 0>(s, qf[k], k_desc + ((k * 256) >> 4), k > 0);
+        for (int k = 0; k < KQ; ++k) wg_mma<NS, 0>(s, qf[k], k_desc + k_step(k), k > 0);
         wg_commit();
         if (j > 0) {
           pv(j - 1);

@@ -2,8 +2,9 @@
 // used by both the AVX2 and the AVX-512 kernel sets (fast_kernels_avx2 / fast_kernels_avx512 dispatch here).
 //
 // Numerics: the integer form of iq_decode.h. Per sub-block of 32 the weights are decoded to int8 magnitudes |w|
-// (grid bytes gathered from the tables, 8 or 4 at a time) and a +-1 per element (8 at a time from a table of
-// sign-byte expansions), applied to the activations:
+// (grid bytes gathered from the tables, 8 or 4 at a time) and a +-1 per element (from the 32 sign bits), applied
+// to the activations. The grid indices, sign bits and scales of a whole super-block are unpacked with vector ops
+// first (Prep), so a sub-block costs its table loads and a few broadcasts:
 // vpmaddubsw(|w|, sign(a, w)) gives int16 pair sums (|w| <= 62, |a| <= 127: < 2^14), vpmaddwd with the two 16-element
 // scales (2 ls + 1 <= 31) widens them to int32, exact over the super-block (iq_decode.h bounds it below 2^26);
 // acc += (d_w * unit * d_a) * isum in f32 lanes (unit a power of two: exact). Same integers as matmul_ref.cpp.
@@ -26,21 +27,6 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(b);
 }
 
-// Sign bytes +-1 (0x01 / 0xFF) of the 8 elements of a group by its 7-bit packed sign index (through kIqSigns;
-// by_byte: the expansion of every sign byte), built once from the format's tables.
-struct SignTables {
-  uint64_t by_byte[256];
-  uint64_t by_index[128];
-};
-SignTables make_sign_tables() {
-  SignTables t{};
-  for (int b = 0; b < 256; ++b)
-    for (int j = 0; j < 8; ++j) t.by_byte[b] |= static_cast<uint64_t>((b >> j) & 1 ? 0xFF : 0x01) << (8 * j);
-  for (int k = 0; k < 128; ++k) t.by_index[k] = t.by_byte[kIqSigns[k]];
-  return t;
-}
-const SignTables kSignTab = make_sign_tables();  // kIqSigns is constant-initialized: ready before this runs
-
 // +-1 per byte from 4 sign bytes (little-endian in `bits`; bit j of byte l: element 8l + j negative), in vector
 // registers (one broadcast, one shuffle, three logic ops: lighter on the shuffle port than 4 table inserts).
 inline __m256i signs_of_bytes(uint32_t bits) {
@@ -50,24 +36,12 @@ inline __m256i signs_of_bytes(uint32_t bits) {
   const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), spread);
   return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(1));
 }
-inline __m256i signs_of_index7(uint32_t aux) {
-  const uint64_t* t = kSignTab.by_index;
-  return _mm256_setr_epi64x(static_cast<long long>(t[aux & 127]), static_cast<long long>(t[(aux >> 7) & 127]),
-                            static_cast<long long>(t[(aux >> 14) & 127]), static_cast<long long>(t[(aux >> 21) & 127]));
-}
-
-inline __m256i scales16(int lo, int hi) {
-  return _mm256_setr_m128i(_mm_set1_epi16(static_cast<short>(lo)), _mm_set1_epi16(static_cast<short>(hi)));
-}
-
 // IQ1: w = 8 grid + delta (grid bytes in {-1, 0, 1}, delta +-1 per group as bytes).
 inline __m256i iq1_w(__m256i grid, __m256i delta) {
   const __m256i g2 = _mm256_add_epi8(grid, grid), g4 = _mm256_add_epi8(g2, g2);
   return _mm256_add_epi8(_mm256_add_epi8(g4, g4), delta);
 }
 
-// Sub-block s of one super-block: |w| (mag), the signs to apply to the activations (sgn: +-1 or w itself) and the
-// int16 scales of elements 0-15 / 16-31 (sc).
 inline uint64_t load64(const void* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
@@ -80,99 +54,180 @@ inline uint32_t load32(const void* p) {
 }
 inline long long ll(uint64_t v) { return static_cast<long long>(v); }
 inline int ii(uint32_t v) { return static_cast<int>(v); }
+inline __m128i loadu128(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+inline __m256i loadu256(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// A super-block's fields decoded with vector ops once, so that a sub-block's decode is grid loads and broadcasts:
+//   sc[s]: the int16 scales of sub-block s's elements 0-15 (low half) and 16-31 (high half)
+//   sg[s]: its 32 sign bits, bit j: element j negative (IQ2_XXS, IQ2_XS, IQ3_XXS); IQ1_S: the delta (+-1) in byte 0
+//   idx:   grid indices of the 8-element groups in order (IQ3_S: 64 4-element groups); IQ1_S uses idx32
+//   db:    IQ1_M's delta byte (+-1) per group
+struct Prep {
+  alignas(32) uint32_t sc[8];
+  alignas(32) uint32_t sg[8];
+  alignas(32) uint16_t idx[64];
+  alignas(32) uint32_t idx32[32];
+  alignas(32) int8_t db[32];
+};
+
+// Bytes with bit 7 clear -> bit 7 set to the parity of bits 0-6 (kIqSigns; the xor folds of each byte stay in its
+// low bits, what leaks in from the byte above lands in bits that are masked off).
+inline __m256i with_parity(__m256i t) {
+  __m256i x = _mm256_xor_si256(t, _mm256_srli_epi32(t, 4));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 2));
+  x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 1));
+  return _mm256_or_si256(t, _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi8(1)), 7));
+}
+// 8 dwords of 4 x 7-bit sign indices (bits 0-27) -> the 4 sign bytes of each.
+inline __m256i signs_of_aux(__m256i a) {
+  const __m256i m7 = _mm256_set1_epi32(0x7F);
+  __m256i t = _mm256_and_si256(a, m7);
+  t = _mm256_or_si256(t, _mm256_and_si256(_mm256_slli_epi32(a, 1), _mm256_slli_epi32(m7, 8)));
+  t = _mm256_or_si256(t, _mm256_and_si256(_mm256_slli_epi32(a, 2), _mm256_slli_epi32(m7, 16)));
+  t = _mm256_or_si256(t, _mm256_and_si256(_mm256_slli_epi32(a, 3), _mm256_slli_epi32(m7, 24)));
+  return with_parity(t);
+}
+// (2 lo + 1) | (2 hi + 1) << 16 from dwords lo | hi << 16.
+inline __m256i odd_scales(__m256i w) { return _mm256_add_epi32(_mm256_add_epi32(w, w), _mm256_set1_epi32(0x10001)); }
+// The 4-bit field at bit 28 of each dword, both halves.
+inline __m256i scales_of_aux(__m256i a) {
+  const __m256i s = _mm256_srli_epi32(a, 28);
+  return odd_scales(_mm256_or_si256(s, _mm256_slli_epi32(s, 16)));
+}
+// 8 scale bytes, a nibble per 16 elements.
+inline __m256i scales_of_nibbles(const uint8_t* p) {
+  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return odd_scales(_mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(15)),
+                                    _mm256_and_si256(_mm256_slli_epi32(v, 12), _mm256_set1_epi32(0xF0000))));
+}
+inline void store(void* p, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(p), v); }
+
+template <DType WT>
+inline void prep(const uint8_t* blk, Prep& pp) {
+  if constexpr (WT == DType::IQ2_XXS || WT == DType::IQ3_XXS) {
+    __m256i aux;
+    if constexpr (WT == DType::IQ2_XXS) {  // 8 x (4 index bytes, aux): the aux dwords of s0 s1 s4 s5 | s2 s3 s6 s7
+      const __m256 a = _mm256_castsi256_ps(loadu256(blk + 2)), b = _mm256_castsi256_ps(loadu256(blk + 34));
+      aux = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(a, b, 0xDD)), 0xD8);
+    } else {
+      aux = loadu256(blk + 66);
+    }
+    store(pp.sg, signs_of_aux(aux));
+    store(pp.sc, scales_of_aux(aux));
+  } else if constexpr (WT == DType::IQ2_XS) {  // 32 u16: 9-bit index, 7-bit sign index
+    const __m256i a = loadu256(blk + 2), b = loadu256(blk + 34), m9 = _mm256_set1_epi16(511);
+    store(pp.idx, _mm256_and_si256(a, m9));
+    store(pp.idx + 16, _mm256_and_si256(b, m9));
+    const __m256i s = _mm256_packus_epi16(_mm256_srli_epi16(a, 9), _mm256_srli_epi16(b, 9));
+    store(pp.sg, with_parity(_mm256_permute4x64_epi64(s, 0xD8)));
+    store(pp.sc, scales_of_nibbles(blk + 66));
+  } else if constexpr (WT == DType::IQ2_S) {  // index = qs byte | 2 bits of qh[s] (bits 2l, 2l + 1 for group l)
+    const __m128i qh = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 66));
+    const __m256i mul = _mm256_set1_epi64x(0x0004001000400100LL);  // 256, 64, 16, 4: qh << (8 - 2l)
+    for (int h = 0; h < 2; ++h) {
+      const __m128i ctrl = h == 0 ? _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3)
+                                  : _mm_setr_epi8(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
+      const __m256i hw = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(qh, ctrl));
+      const __m256i hb = _mm256_and_si256(_mm256_mullo_epi16(hw, mul), _mm256_set1_epi16(0x300));
+      store(pp.idx + 16 * h, _mm256_or_si256(_mm256_cvtepu8_epi16(loadu128(blk + 2 + 16 * h)), hb));
+    }
+    store(pp.sc, scales_of_nibbles(blk + 74));
+  } else if constexpr (WT == DType::IQ3_S) {  // 64 groups of 4: index = qs byte | bit j % 8 of qh[j / 8]
+    const __m128i qh = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 66));
+    const __m128i bit = _mm_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+    for (int h = 0; h < 4; ++h) {
+      const __m128i ctrl = _mm_add_epi8(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                        _mm_set1_epi8(static_cast<char>(2 * h)));
+      const __m128i t = _mm_cmpeq_epi8(_mm_and_si128(_mm_shuffle_epi8(qh, ctrl), bit), bit);
+      const __m256i hb = _mm256_and_si256(_mm256_cvtepi8_epi16(t), _mm256_set1_epi16(0x100));
+      store(pp.idx + 16 * h, _mm256_or_si256(_mm256_cvtepu8_epi16(loadu128(blk + 2 + 16 * h)), hb));
+    }
+    // scales: a nibble per sub-block (byte s / 2, low nibble for even s), the same for both halves
+    const __m128i sb = _mm_shuffle_epi8(_mm_cvtsi32_si128(ii(load32(blk + 106))),
+                                        _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1));
+    const __m256i v = _mm256_and_si256(_mm256_srlv_epi32(_mm256_cvtepu8_epi32(sb), _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)),
+                                       _mm256_set1_epi32(15));
+    store(pp.sc, odd_scales(_mm256_or_si256(v, _mm256_slli_epi32(v, 16))));
+  } else if constexpr (WT == DType::IQ1_S) {  // qh[s]: 4 x 3 index bits, 3 scale bits, the delta sign (bit 15)
+    const __m256i qhd = _mm256_cvtepu16_epi32(loadu128(blk + 34));
+    const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9);
+    for (int p = 0; p < 4; ++p) {
+      const __m256i hp = _mm256_permutevar8x32_epi32(qhd, _mm256_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1,
+                                                                            2 * p + 1, 2 * p + 1, 2 * p + 1));
+      const __m256i hb = _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(hp, sh), _mm256_set1_epi32(7)), 8);
+      const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * p)));
+      store(pp.idx32 + 8 * p, _mm256_or_si256(q, hb));
+    }
+    const __m256i ls = _mm256_and_si256(_mm256_srli_epi32(qhd, 12), _mm256_set1_epi32(7));
+    store(pp.sc, odd_scales(_mm256_or_si256(ls, _mm256_slli_epi32(ls, 16))));
+    store(pp.sg, _mm256_or_si256(_mm256_srai_epi32(_mm256_slli_epi32(qhd, 16), 31), _mm256_set1_epi32(1)));
+  } else {  // IQ1_M: a nibble of qh per group (3 index bits, the delta sign), 3-bit scales in 4 u16 (d in the tops)
+    const __m128i qh = loadu128(blk + 32), m15 = _mm_set1_epi8(15);
+    const __m128i lo = _mm_and_si128(qh, m15), hi = _mm_and_si128(_mm_srli_epi16(qh, 4), m15);
+    const __m128i n[2] = {_mm_unpacklo_epi8(lo, hi), _mm_unpackhi_epi8(lo, hi)};  // nibble of groups 0-15, 16-31
+    for (int h = 0; h < 2; ++h) {
+      const __m256i hb = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(n[h], _mm_set1_epi8(7))), 8);
+      store(pp.idx + 16 * h, _mm256_or_si256(_mm256_cvtepu8_epi16(loadu128(blk + 16 * h)), hb));
+    }
+    const __m256i nn = _mm256_setr_m128i(n[0], n[1]), m8 = _mm256_set1_epi8(8);
+    store(pp.db, _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(nn, m8), m8), _mm256_set1_epi8(1)));
+    // scale field j (0-15) = bits 3 (j % 4) of u16 j / 4; j = 2s (elements 0-15), 2s + 1 (16-31)
+    const __m256i w = _mm256_shuffle_epi8(_mm256_set1_epi64x(ll(load64(blk + 48))),
+                                          _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,
+                                                           4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7));
+    const __m256i f = _mm256_srli_epi16(_mm256_mullo_epi16(w, _mm256_set1_epi64x(0x0010008004002000LL)), 13);
+    store(pp.sc, _mm256_add_epi16(_mm256_add_epi16(f, f), _mm256_set1_epi16(1)));
+  }
+}
 
 // Sub-block s of one super-block: |w| (mag), the signs to apply to the activations (sgn: +-1 or w itself) and the
-// int16 scales of elements 0-15 / 16-31 (sc). The index fields are read with one wide load each and split in
-// registers (per-field narrow loads made the compiler round-trip them through the stack).
+// int16 scales of elements 0-15 / 16-31 (sc).
 template <DType WT>
-inline void decode(const uint8_t* blk, int s, __m256i& mag, __m256i& sgn, __m256i& sc) {
+inline void decode(const uint8_t* blk, const Prep& pp, int s, __m256i& mag, __m256i& sgn, __m256i& sc) {
+  const __m256i lohi = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  sc = _mm256_shuffle_epi8(_mm256_set1_epi32(ii(pp.sc[s])), lohi);
+  const uint16_t* ix = pp.idx + 4 * s;
   if constexpr (WT == DType::IQ2_XXS) {
-    const uint64_t v = load64(blk + 2 + 8 * s);  // 4 index bytes, then signs / scale
-    const uint32_t aux = static_cast<uint32_t>(v >> 32);
+    const uint32_t v = load32(blk + 2 + 8 * s);
     mag = _mm256_setr_epi64x(ll(kIq2xxsGrid[v & 255]), ll(kIq2xxsGrid[(v >> 8) & 255]),
-                             ll(kIq2xxsGrid[(v >> 16) & 255]), ll(kIq2xxsGrid[(v >> 24) & 255]));
-    sgn = signs_of_index7(aux);
-    const int ls = 2 * static_cast<int>(aux >> 28) + 1;
-    sc = scales16(ls, ls);
+                             ll(kIq2xxsGrid[(v >> 16) & 255]), ll(kIq2xxsGrid[v >> 24]));
+    sgn = signs_of_bytes(pp.sg[s]);
   } else if constexpr (WT == DType::IQ2_XS) {
-    const uint64_t v = load64(blk + 2 + 8 * s);  // 4 u16: 9-bit index, 7-bit sign index
-    const uint64_t* t = kSignTab.by_index;
-    mag = _mm256_setr_epi64x(ll(kIq2xsGrid[v & 511]), ll(kIq2xsGrid[(v >> 16) & 511]),
-                             ll(kIq2xsGrid[(v >> 32) & 511]), ll(kIq2xsGrid[(v >> 48) & 511]));
-    sgn = _mm256_setr_epi64x(ll(t[(v >> 9) & 127]), ll(t[(v >> 25) & 127]), ll(t[(v >> 41) & 127]),
-                             ll(t[(v >> 57) & 127]));
-    const int sb = blk[66 + s];
-    sc = scales16(2 * (sb & 0xF) + 1, 2 * (sb >> 4) + 1);
+    mag = _mm256_setr_epi64x(ll(kIq2xsGrid[ix[0]]), ll(kIq2xsGrid[ix[1]]), ll(kIq2xsGrid[ix[2]]),
+                             ll(kIq2xsGrid[ix[3]]));
+    sgn = signs_of_bytes(pp.sg[s]);
   } else if constexpr (WT == DType::IQ2_S) {
-    const uint32_t q = load32(blk + 2 + 4 * s);
-    const uint32_t qh = blk[66 + s];
-    mag = _mm256_setr_epi64x(ll(kIq2sGrid[(q & 255) | ((qh << 8) & 0x300)]),
-                             ll(kIq2sGrid[((q >> 8) & 255) | ((qh << 6) & 0x300)]),
-                             ll(kIq2sGrid[((q >> 16) & 255) | ((qh << 4) & 0x300)]),
-                             ll(kIq2sGrid[(q >> 24) | ((qh << 2) & 0x300)]));
+    mag = _mm256_setr_epi64x(ll(kIq2sGrid[ix[0]]), ll(kIq2sGrid[ix[1]]), ll(kIq2sGrid[ix[2]]), ll(kIq2sGrid[ix[3]]));
     sgn = signs_of_bytes(load32(blk + 2 + 32 + 4 * s));
-    const int sb = blk[74 + s];
-    sc = scales16(2 * (sb & 0xF) + 1, 2 * (sb >> 4) + 1);
   } else if constexpr (WT == DType::IQ3_XXS) {
     const uint64_t q = load64(blk + 2 + 8 * s);
-    const uint32_t aux = load32(blk + 2 + 64 + 4 * s);
     mag = _mm256_setr_epi32(ii(kIq3xxsGrid[q & 255]), ii(kIq3xxsGrid[(q >> 8) & 255]),
                             ii(kIq3xxsGrid[(q >> 16) & 255]), ii(kIq3xxsGrid[(q >> 24) & 255]),
                             ii(kIq3xxsGrid[(q >> 32) & 255]), ii(kIq3xxsGrid[(q >> 40) & 255]),
                             ii(kIq3xxsGrid[(q >> 48) & 255]), ii(kIq3xxsGrid[q >> 56]));
-    sgn = signs_of_index7(aux);
-    const int ls = 2 * static_cast<int>(aux >> 28) + 1;
-    sc = scales16(ls, ls);
+    sgn = signs_of_bytes(pp.sg[s]);
   } else if constexpr (WT == DType::IQ3_S) {
-    const uint64_t q = load64(blk + 2 + 8 * s);
-    const uint64_t qh = blk[66 + s];
-    // element group k's 9th index bit is bit k of qh: spread to bit 8 of each index
-    mag = _mm256_setr_epi32(ii(kIq3sGrid[(q & 255) | ((qh << 8) & 256)]),
-                            ii(kIq3sGrid[((q >> 8) & 255) | ((qh << 7) & 256)]),
-                            ii(kIq3sGrid[((q >> 16) & 255) | ((qh << 6) & 256)]),
-                            ii(kIq3sGrid[((q >> 24) & 255) | ((qh << 5) & 256)]),
-                            ii(kIq3sGrid[((q >> 32) & 255) | ((qh << 4) & 256)]),
-                            ii(kIq3sGrid[((q >> 40) & 255) | ((qh << 3) & 256)]),
-                            ii(kIq3sGrid[((q >> 48) & 255) | ((qh << 2) & 256)]),
-                            ii(kIq3sGrid[(q >> 56) | ((qh << 1) & 256)]));
+    const uint16_t* i8 = pp.idx + 8 * s;
+    mag = _mm256_setr_epi32(ii(kIq3sGrid[i8[0]]), ii(kIq3sGrid[i8[1]]), ii(kIq3sGrid[i8[2]]), ii(kIq3sGrid[i8[3]]),
+                            ii(kIq3sGrid[i8[4]]), ii(kIq3sGrid[i8[5]]), ii(kIq3sGrid[i8[6]]), ii(kIq3sGrid[i8[7]]));
     sgn = signs_of_bytes(load32(blk + 74 + 4 * s));
-    const int ls = 2 * ((blk[106 + s / 2] >> (4 * (s % 2))) & 0xF) + 1;
-    sc = scales16(ls, ls);
   } else if constexpr (WT == DType::IQ1_S) {
-    const uint32_t q = load32(blk + 2 + 4 * s);
-    uint16_t qh16;
-    std::memcpy(&qh16, blk + 34 + 2 * s, 2);
-    const uint32_t qh = qh16;
-    const __m256i grid = _mm256_setr_epi64x(ll(kIq1sGrid[(q & 255) | ((qh << 8) & 0x700)]),
-                                            ll(kIq1sGrid[((q >> 8) & 255) | ((qh << 5) & 0x700)]),
-                                            ll(kIq1sGrid[((q >> 16) & 255) | ((qh << 2) & 0x700)]),
-                                            ll(kIq1sGrid[(q >> 24) | ((qh >> 1) & 0x700)]));
-    const __m256i w = iq1_w(grid, _mm256_set1_epi8(qh & 0x8000 ? -1 : 1));
+    const uint32_t* i4 = pp.idx32 + 4 * s;
+    const __m256i grid = _mm256_setr_epi64x(ll(kIq1sGrid[i4[0]]), ll(kIq1sGrid[i4[1]]), ll(kIq1sGrid[i4[2]]),
+                                            ll(kIq1sGrid[i4[3]]));
+    const __m256i w = iq1_w(grid, _mm256_set1_epi8(static_cast<char>(pp.sg[s])));
     mag = _mm256_sign_epi8(w, w);
     sgn = w;
-    const int ls = 2 * ((qh >> 12) & 7) + 1;
-    sc = scales16(ls, ls);
   } else {  // IQ1_M
-    const uint32_t q = load32(blk + 4 * s);
-    uint16_t h16;
-    std::memcpy(&h16, blk + 32 + 2 * s, 2);
-    const uint32_t h = h16;  // qh[2s] low byte, qh[2s + 1] high byte: a nibble per group
-    const __m256i grid = _mm256_setr_epi64x(ll(kIq1sGrid[(q & 255) | ((h << 8) & 0x700)]),
-                                            ll(kIq1sGrid[((q >> 8) & 255) | ((h << 4) & 0x700)]),
-                                            ll(kIq1sGrid[((q >> 16) & 255) | (h & 0x700)]),
-                                            ll(kIq1sGrid[(q >> 24) | ((h >> 4) & 0x700)]));
-    // delta bytes: -1 where group g's sign bit (bit 4g + 3 of h) is set, else +1
-    const __m256i m = _mm256_setr_epi64x(0x0008000800080008LL, 0x0080008000800080LL, 0x0800080008000800LL,
-                                         static_cast<long long>(0x8000800080008000ULL));
-    const __m256i neg = _mm256_cmpeq_epi16(_mm256_and_si256(_mm256_set1_epi16(static_cast<short>(h)), m), m);
-    const __m256i delta = _mm256_or_si256(neg, _mm256_set1_epi8(1));
+    const __m256i grid = _mm256_setr_epi64x(ll(kIq1sGrid[ix[0]]), ll(kIq1sGrid[ix[1]]), ll(kIq1sGrid[ix[2]]),
+                                            ll(kIq1sGrid[ix[3]]));
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i delta = _mm256_shuffle_epi8(_mm256_set1_epi32(ii(load32(pp.db + 4 * s))), spread);
     const __m256i w = iq1_w(grid, delta);
     mag = _mm256_sign_epi8(w, w);
     sgn = w;
-    uint16_t scw;
-    std::memcpy(&scw, blk + 48 + 2 * (s / 2), 2);
-    const int sh = 6 * (s % 2);
-    sc = scales16(2 * ((scw >> sh) & 7) + 1, 2 * ((scw >> (sh + 3)) & 7) + 1);
   }
 }
 
@@ -197,12 +252,17 @@ struct IqGridKern {
         blk[r] = w[r] + b * kBytes;
         prefetch_weights(blk[r], (kBytes + 63) / 64);
       }
+      Prep pp[R];
+      for (int r = 0; r < R; ++r) prep<WT>(blk[r], pp[r]);
+      // The sub-blocks read pp back from memory (one load per field): kept in registers instead, each index would
+      // be extracted with a 2-uop vpextrd.
+      asm volatile("" : : "r"(pp) : "memory");
       __m256i isum[R][C];
       for (int r = 0; r < R; ++r)
         for (int c = 0; c < C; ++c) isum[r][c] = _mm256_setzero_si256();
       for (int s = 0; s < 8; ++s) {
         __m256i mag[R], sgn[R], sc[R];
-        for (int r = 0; r < R; ++r) decode<WT>(blk[r], s, mag[r], sgn[r], sc[r]);
+        for (int r = 0; r < R; ++r) decode<WT>(blk[r], pp[r], s, mag[r], sgn[r], sc[r]);
         for (int c = 0; c < C; ++c) {
           const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[c] + b * QK_K + 32 * s));
           for (int r = 0; r < R; ++r) {

@@ -40,12 +40,6 @@ inline __m256i signs_of_bytes(uint32_t bits) {
   const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), spread);
   return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit), _mm256_set1_epi8(1));
 }
-// IQ1: w = 8 grid + delta (grid bytes in {-1, 0, 1}, delta +-1 per group as bytes).
-inline __m256i iq1_w(__m256i grid, __m256i delta) {
-  const __m256i g2 = _mm256_add_epi8(grid, grid), g4 = _mm256_add_epi8(g2, g2);
-  return _mm256_add_epi8(_mm256_add_epi8(g4, g4), delta);
-}
-
 inline uint64_t load64(const void* p) {
   uint64_t v;
   std::memcpy(&v, p, 8);
@@ -63,9 +57,10 @@ inline __m256i loadu256(const uint8_t* p) { return _mm256_loadu_si256(reinterpre
 
 // A super-block's fields decoded with vector ops once, so that a sub-block's decode is grid loads and broadcasts:
 //   sc[s]: the int16 scales of sub-block s's elements 0-15 (low half) and 16-31 (high half)
-//   sg[s]: its 32 sign bits, bit j: element j negative (IQ2_XXS, IQ2_XS, IQ3_XXS); IQ1_S: the delta (+-1) in byte 0
+//   sg[s]: its 32 sign bits, bit j: element j negative (IQ2_XXS, IQ2_XS, IQ3_XXS); IQ1_S: delta - 1 (0 or -2) in
+//          byte 0
 //   idx:   grid indices of the 8-element groups in order (IQ3_S: 64 4-element groups); IQ1_S uses idx32
-//   db:    IQ1_M's delta byte (+-1) per group
+//   db:    IQ1_M's delta - 1 (0 or -2) per group
 struct Prep {
   alignas(32) uint32_t sc[8];
   alignas(32) uint32_t sg[8];
@@ -164,7 +159,8 @@ inline void prep(const uint8_t* blk, Prep& pp) {
     }
     const __m256i ls = _mm256_and_si256(_mm256_srli_epi32(qhd, 12), _mm256_set1_epi32(7));
     store(pp.sc, odd_scales(_mm256_or_si256(ls, _mm256_slli_epi32(ls, 16))));
-    store(pp.sg, _mm256_or_si256(_mm256_srai_epi32(_mm256_slli_epi32(qhd, 16), 31), _mm256_set1_epi32(1)));
+    const __m256i neg = _mm256_srai_epi32(_mm256_slli_epi32(qhd, 16), 31);
+    store(pp.sg, _mm256_add_epi32(neg, neg));
   } else {  // IQ1_M: a nibble of qh per group (3 index bits, the delta sign), 3-bit scales in 4 u16 (d in the tops)
     const __m128i qh = loadu128(blk + 32), m15 = _mm_set1_epi8(15);
     const __m128i lo = _mm_and_si128(qh, m15), hi = _mm_and_si128(_mm_srli_epi16(qh, 4), m15);
@@ -174,7 +170,8 @@ inline void prep(const uint8_t* blk, Prep& pp) {
       store(pp.idx + 16 * h, _mm256_or_si256(_mm256_cvtepu8_epi16(loadu128(blk + 16 * h)), hb));
     }
     const __m256i nn = _mm256_setr_m128i(n[0], n[1]), m8 = _mm256_set1_epi8(8);
-    store(pp.db, _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(nn, m8), m8), _mm256_set1_epi8(1)));
+    const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(nn, m8), m8);
+    store(pp.db, _mm256_add_epi8(neg, neg));
     // scale field j (0-15) = bits 3 (j % 4) of u16 j / 4; j = 2s (elements 0-15), 2s + 1 (16-31)
     const __m256i w = _mm256_shuffle_epi8(_mm256_set1_epi64x(ll(load64(blk + 48))),
                                           _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,
@@ -223,18 +220,18 @@ inline void decode(const uint8_t* blk, const Prep& pp, int s, __m256i& mag, __m2
     bits = load32(blk + 74 + 4 * s);
   } else if constexpr (WT == DType::IQ1_S) {
     const uint32_t* i4 = pp.idx32 + 4 * s;
-    const __m256i grid = _mm256_setr_epi64x(ll(kIq1sGrid[i4[0]]), ll(kIq1sGrid[i4[1]]), ll(kIq1sGrid[i4[2]]),
-                                            ll(kIq1sGrid[i4[3]]));
-    const __m256i w = iq1_w(grid, _mm256_set1_epi8(static_cast<char>(pp.sg[s])));
+    const uint64_t* t = kIq1sGrid8p1.data();  // w = t + (delta - 1)
+    const __m256i w = _mm256_add_epi8(_mm256_setr_epi64x(ll(t[i4[0]]), ll(t[i4[1]]), ll(t[i4[2]]), ll(t[i4[3]])),
+                                      _mm256_set1_epi8(static_cast<char>(pp.sg[s])));
     mag = _mm256_sign_epi8(w, w);
     sgn = w;
   } else {  // IQ1_M
-    const __m256i grid = _mm256_setr_epi64x(ll(kIq1sGrid[ix[0]]), ll(kIq1sGrid[ix[1]]), ll(kIq1sGrid[ix[2]]),
-                                            ll(kIq1sGrid[ix[3]]));
+    const uint64_t* t = kIq1sGrid8p1.data();  // w = t + (delta - 1)
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i delta = _mm256_shuffle_epi8(_mm256_set1_epi32(ii(load32(pp.db + 4 * s))), spread);
-    const __m256i w = iq1_w(grid, delta);
+    const __m256i w = _mm256_add_epi8(_mm256_setr_epi64x(ll(t[ix[0]]), ll(t[ix[1]]), ll(t[ix[2]]), ll(t[ix[3]])),
+                                      delta);
     mag = _mm256_sign_epi8(w, w);
     sgn = w;
   }
@@ -255,14 +252,20 @@ struct IqGridKern {
     __m256 acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < j.n_in / QK_K; ++b) {
+    // Super-block b + 1 is unpacked (Prep) before b is multiplied, so that its stores have long retired when its
+    // sub-blocks load the fields back.
+    const int64_t nb = j.n_in / QK_K;
+    Prep pps[2][R];
+    for (int r = 0; r < R; ++r) prep<WT>(w[r], pps[0][r]);
+    for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk[R];
       for (int r = 0; r < R; ++r) {
         blk[r] = w[r] + b * kBytes;
         prefetch_weights(blk[r], (kBytes + 63) / 64);
       }
-      Prep pp[R];
-      for (int r = 0; r < R; ++r) prep<WT>(blk[r], pp[r]);
+      if (b + 1 < nb)
+        for (int r = 0; r < R; ++r) prep<WT>(blk[r] + kBytes, pps[(b + 1) & 1][r]);
+      const Prep* pp = pps[b & 1];
       // The sub-blocks read pp back from memory (one load per field): kept in registers instead, each index would
       // be extracted with a 2-uop vpextrd.
       asm volatile("" : : "r"(pp) : "memory");

@@ -181,6 +181,31 @@ inline void prep(const uint8_t* blk, Prep& pp) {
   }
 }
 
+// Table entries into one vector: 4 of 8 bytes / 8 of 4 bytes, element k from t[i[k]]. With AVX-512 each entry after
+// the first is a masked broadcast straight from memory (one uop; the AVX2 inserts cost two, plus the lane merge).
+template <class I>
+inline __m256i entries4(const uint64_t* t, I i0, I i1, I i2, I i3) {
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+  __m256i v = _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(t + i0)));
+  v = _mm256_mask_set1_epi64(v, 0x2, ll(t[i1]));
+  v = _mm256_mask_set1_epi64(v, 0x4, ll(t[i2]));
+  return _mm256_mask_set1_epi64(v, 0x8, ll(t[i3]));
+#else
+  return _mm256_setr_epi64x(ll(t[i0]), ll(t[i1]), ll(t[i2]), ll(t[i3]));
+#endif
+}
+template <class I>
+inline __m256i entries8(const uint32_t* t, const I* i) {
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+  __m256i v = _mm256_castsi128_si256(_mm_cvtsi32_si128(ii(t[i[0]])));
+  for (int k = 1; k < 8; ++k) v = _mm256_mask_set1_epi32(v, static_cast<__mmask8>(1u << k), ii(t[i[k]]));
+  return v;
+#else
+  return _mm256_setr_epi32(ii(t[i[0]]), ii(t[i[1]]), ii(t[i[2]]), ii(t[i[3]]), ii(t[i[4]]), ii(t[i[5]]), ii(t[i[6]]),
+                           ii(t[i[7]]));
+#endif
+}
+
 // The types whose signs come as 32 bits per sub-block (the IQ1 types carry them in w itself).
 template <DType WT>
 constexpr bool kBitSigns = WT != DType::IQ1_S && WT != DType::IQ1_M;
@@ -196,32 +221,25 @@ inline void decode(const uint8_t* blk, const Prep& pp, int s, __m256i& mag, __m2
   const uint16_t* ix = pp.idx + 4 * s;
   if constexpr (WT == DType::IQ2_XXS) {
     const uint32_t v = load32(blk + 2 + 8 * s);
-    mag = _mm256_setr_epi64x(ll(kIq2xxsGrid[v & 255]), ll(kIq2xxsGrid[(v >> 8) & 255]),
-                             ll(kIq2xxsGrid[(v >> 16) & 255]), ll(kIq2xxsGrid[v >> 24]));
+    mag = entries4(kIq2xxsGrid, v & 255, (v >> 8) & 255, (v >> 16) & 255, v >> 24);
     bits = pp.sg[s];
   } else if constexpr (WT == DType::IQ2_XS) {
-    mag = _mm256_setr_epi64x(ll(kIq2xsGrid[ix[0]]), ll(kIq2xsGrid[ix[1]]), ll(kIq2xsGrid[ix[2]]),
-                             ll(kIq2xsGrid[ix[3]]));
+    mag = entries4(kIq2xsGrid, ix[0], ix[1], ix[2], ix[3]);
     bits = pp.sg[s];
   } else if constexpr (WT == DType::IQ2_S) {
-    mag = _mm256_setr_epi64x(ll(kIq2sGrid[ix[0]]), ll(kIq2sGrid[ix[1]]), ll(kIq2sGrid[ix[2]]), ll(kIq2sGrid[ix[3]]));
+    mag = entries4(kIq2sGrid, ix[0], ix[1], ix[2], ix[3]);
     bits = load32(blk + 2 + 32 + 4 * s);
   } else if constexpr (WT == DType::IQ3_XXS) {
-    const uint64_t q = load64(blk + 2 + 8 * s);
-    mag = _mm256_setr_epi32(ii(kIq3xxsGrid[q & 255]), ii(kIq3xxsGrid[(q >> 8) & 255]),
-                            ii(kIq3xxsGrid[(q >> 16) & 255]), ii(kIq3xxsGrid[(q >> 24) & 255]),
-                            ii(kIq3xxsGrid[(q >> 32) & 255]), ii(kIq3xxsGrid[(q >> 40) & 255]),
-                            ii(kIq3xxsGrid[(q >> 48) & 255]), ii(kIq3xxsGrid[q >> 56]));
+    mag = entries8(kIq3xxsGrid, blk + 2 + 8 * s);
     bits = pp.sg[s];
   } else if constexpr (WT == DType::IQ3_S) {
     const uint16_t* i8 = pp.idx + 8 * s;
-    mag = _mm256_setr_epi32(ii(kIq3sGrid[i8[0]]), ii(kIq3sGrid[i8[1]]), ii(kIq3sGrid[i8[2]]), ii(kIq3sGrid[i8[3]]),
-                            ii(kIq3sGrid[i8[4]]), ii(kIq3sGrid[i8[5]]), ii(kIq3sGrid[i8[6]]), ii(kIq3sGrid[i8[7]]));
+    mag = entries8(kIq3sGrid, i8);
     bits = load32(blk + 74 + 4 * s);
   } else if constexpr (WT == DType::IQ1_S) {
     const uint32_t* i4 = pp.idx32 + 4 * s;
     const uint64_t* t = kIq1sGrid8p1.data();  // w = t + (delta - 1)
-    const __m256i w = _mm256_add_epi8(_mm256_setr_epi64x(ll(t[i4[0]]), ll(t[i4[1]]), ll(t[i4[2]]), ll(t[i4[3]])),
+    const __m256i w = _mm256_add_epi8(entries4(t, i4[0], i4[1], i4[2], i4[3]),
                                       _mm256_set1_epi8(static_cast<char>(pp.sg[s])));
     mag = _mm256_sign_epi8(w, w);
     sgn = w;
@@ -230,7 +248,7 @@ inline void decode(const uint8_t* blk, const Prep& pp, int s, __m256i& mag, __m2
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i delta = _mm256_shuffle_epi8(_mm256_set1_epi32(ii(load32(pp.db + 4 * s))), spread);
-    const __m256i w = _mm256_add_epi8(_mm256_setr_epi64x(ll(t[ix[0]]), ll(t[ix[1]]), ll(t[ix[2]]), ll(t[ix[3]])),
+    const __m256i w = _mm256_add_epi8(entries4(t, ix[0], ix[1], ix[2], ix[3]),
                                       delta);
     mag = _mm256_sign_epi8(w, w);
     sgn = w;

@@ -312,7 +312,11 @@ struct IqGridKern {
             const __m256i xs = _mm256_sign_epi8(xv, sgn[r]);
 #endif
             const __m256i p = _mm256_maddubs_epi16(mag[r], xs);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+            isum[r][c] = _mm256_dpwssd_epi32(isum[r][c], p, sc[r]);  // the vpmaddwd + add below in one
+#else
             isum[r][c] = _mm256_add_epi32(isum[r][c], _mm256_madd_epi16(p, sc[r]));
+#endif
           }
         }
       }

@@ -60,13 +60,13 @@ inline __m256i loadu256(const uint8_t* p) { return _mm256_loadu_si256(reinterpre
 //   sg[s]: its 32 sign bits, bit j: element j negative (IQ2_XXS, IQ2_XS, IQ3_XXS); IQ1_S: delta - 1 (0 or -2) in
 //          byte 0
 //   idx:   grid indices of the 8-element groups in order (IQ3_S: 64 4-element groups); IQ1_S uses idx32
-//   db:    IQ1_M's delta - 1 (0 or -2) per group
+//   dsc:   IQ1_M's delta - 1 (0 or -2) per group, 4 bytes per sub-block, each followed by its sc
 struct Prep {
   alignas(32) uint32_t sc[8];
   alignas(32) uint32_t sg[8];
   alignas(32) uint16_t idx[64];
   alignas(32) uint32_t idx32[32];
-  alignas(32) int8_t db[32];
+  alignas(32) uint32_t dsc[16];  // IQ1_M: per sub-block its 4 delta - 1 bytes (0 or -2), then sc[s]: one load
 };
 
 // Bytes with bit 7 clear -> bit 7 set to the parity of bits 0-6 (kIqSigns; the xor folds of each byte stay in its
@@ -170,14 +170,16 @@ inline void prep(const uint8_t* blk, Prep& pp) {
       store(pp.idx + 16 * h, _mm256_or_si256(_mm256_cvtepu8_epi16(loadu128(blk + 16 * h)), hb));
     }
     const __m256i nn = _mm256_setr_m128i(n[0], n[1]), m8 = _mm256_set1_epi8(8);
-    const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(nn, m8), m8);
-    store(pp.db, _mm256_add_epi8(neg, neg));
+    const __m256i neg = _mm256_cmpeq_epi8(_mm256_and_si256(nn, m8), m8), db = _mm256_add_epi8(neg, neg);
     // scale field j (0-15) = bits 3 (j % 4) of u16 j / 4; j = 2s (elements 0-15), 2s + 1 (16-31)
     const __m256i w = _mm256_shuffle_epi8(_mm256_set1_epi64x(ll(load64(blk + 48))),
                                           _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3,
                                                            4, 5, 4, 5, 4, 5, 4, 5, 6, 7, 6, 7, 6, 7, 6, 7));
     const __m256i f = _mm256_srli_epi16(_mm256_mullo_epi16(w, _mm256_set1_epi64x(0x0010008004002000LL)), 13);
-    store(pp.sc, _mm256_add_epi16(_mm256_add_epi16(f, f), _mm256_set1_epi16(1)));
+    const __m256i sc = _mm256_add_epi16(_mm256_add_epi16(f, f), _mm256_set1_epi16(1));
+    const __m256i dl = _mm256_unpacklo_epi32(db, sc), dh = _mm256_unpackhi_epi32(db, sc);  // s 0 1 4 5 | 2 3 6 7
+    store(pp.dsc, _mm256_permute2x128_si256(dl, dh, 0x20));
+    store(pp.dsc + 8, _mm256_permute2x128_si256(dl, dh, 0x31));
   }
 }
 
@@ -194,8 +196,7 @@ inline __m256i entries4(const uint64_t* t, I i0, I i1, I i2, I i3) {
   return _mm256_setr_epi64x(ll(t[i0]), ll(t[i1]), ll(t[i2]), ll(t[i3]));
 #endif
 }
-template <class I>
-inline __m256i entries8(const uint32_t* t, const I* i) {
+inline __m256i entries8(const uint32_t* t, const uint32_t (&i)[8]) {
 #if defined(__AVX512F__) && defined(__AVX512VL__)
   __m256i v = _mm256_castsi128_si256(_mm_cvtsi32_si128(ii(t[i[0]])));
   for (int k = 1; k < 8; ++k) v = _mm256_mask_set1_epi32(v, static_cast<__mmask8>(1u << k), ii(t[i[k]]));
@@ -204,6 +205,36 @@ inline __m256i entries8(const uint32_t* t, const I* i) {
   return _mm256_setr_epi32(ii(t[i[0]]), ii(t[i[1]]), ii(t[i[2]]), ii(t[i[3]]), ii(t[i[4]]), ii(t[i[5]]), ii(t[i[6]]),
                            ii(t[i[7]]));
 #endif
+}
+// The indices themselves come 4 or 8 per load, split in registers: these loops are bound by loads more than by
+// integer ops (the empty asm keeps the compiler from turning the split back into narrow loads).
+inline uint64_t load64_whole(const void* p) {
+  uint64_t v = load64(p);
+  asm("" : "+r"(v));
+  return v;
+}
+inline __m256i entries4_u16(const uint64_t* t, const uint16_t* ix) {
+  const uint64_t v = load64_whole(ix);
+  return entries4(t, v & 0xFFFF, (v >> 16) & 0xFFFF, (v >> 32) & 0xFFFF, v >> 48);
+}
+inline __m256i entries4_u32(const uint64_t* t, const uint32_t* ix) {
+  const uint64_t a = load64_whole(ix), b = load64_whole(ix + 2);
+  return entries4(t, a & 0xFFFFFFFF, a >> 32, b & 0xFFFFFFFF, b >> 32);
+}
+inline __m256i entries8_u8(const uint32_t* t, const uint8_t* ix) {
+  const uint64_t v = load64_whole(ix);
+  uint32_t i[8];
+  for (int k = 0; k < 8; ++k) i[k] = static_cast<uint32_t>((v >> (8 * k)) & 255);
+  return entries8(t, i);
+}
+inline __m256i entries8_u16(const uint32_t* t, const uint16_t* ix) {
+  const uint64_t a = load64_whole(ix), b = load64_whole(ix + 4);
+  uint32_t i[8];
+  for (int k = 0; k < 4; ++k) {
+    i[k] = static_cast<uint32_t>((a >> (16 * k)) & 0xFFFF);
+    i[k + 4] = static_cast<uint32_t>((b >> (16 * k)) & 0xFFFF);
+  }
+  return entries8(t, i);
 }
 
 // The types whose signs come as 32 bits per sub-block (the IQ1 types carry them in w itself).
@@ -217,29 +248,27 @@ inline void decode(const uint8_t* blk, const Prep& pp, int s, __m256i& mag, __m2
                    __m256i& sc) {
   const __m256i lohi = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
                                         2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-  sc = _mm256_shuffle_epi8(_mm256_set1_epi32(ii(pp.sc[s])), lohi);
+  if constexpr (WT != DType::IQ1_M) sc = _mm256_shuffle_epi8(_mm256_set1_epi32(ii(pp.sc[s])), lohi);
   const uint16_t* ix = pp.idx + 4 * s;
   if constexpr (WT == DType::IQ2_XXS) {
     const uint32_t v = load32(blk + 2 + 8 * s);
     mag = entries4(kIq2xxsGrid, v & 255, (v >> 8) & 255, (v >> 16) & 255, v >> 24);
     bits = pp.sg[s];
   } else if constexpr (WT == DType::IQ2_XS) {
-    mag = entries4(kIq2xsGrid, ix[0], ix[1], ix[2], ix[3]);
+    mag = entries4_u16(kIq2xsGrid, ix);
     bits = pp.sg[s];
   } else if constexpr (WT == DType::IQ2_S) {
-    mag = entries4(kIq2sGrid, ix[0], ix[1], ix[2], ix[3]);
+    mag = entries4_u16(kIq2sGrid, ix);
     bits = load32(blk + 2 + 32 + 4 * s);
   } else if constexpr (WT == DType::IQ3_XXS) {
-    mag = entries8(kIq3xxsGrid, blk + 2 + 8 * s);
+    mag = entries8_u8(kIq3xxsGrid, blk + 2 + 8 * s);
     bits = pp.sg[s];
   } else if constexpr (WT == DType::IQ3_S) {
-    const uint16_t* i8 = pp.idx + 8 * s;
-    mag = entries8(kIq3sGrid, i8);
+    mag = entries8_u16(kIq3sGrid, pp.idx + 8 * s);
     bits = load32(blk + 74 + 4 * s);
   } else if constexpr (WT == DType::IQ1_S) {
-    const uint32_t* i4 = pp.idx32 + 4 * s;
     const uint64_t* t = kIq1sGrid8p1.data();  // w = t + (delta - 1)
-    const __m256i w = _mm256_add_epi8(entries4(t, i4[0], i4[1], i4[2], i4[3]),
+    const __m256i w = _mm256_add_epi8(entries4_u32(t, pp.idx32 + 4 * s),
                                       _mm256_set1_epi8(static_cast<char>(pp.sg[s])));
     mag = _mm256_sign_epi8(w, w);
     sgn = w;
@@ -247,9 +276,9 @@ inline void decode(const uint8_t* blk, const Prep& pp, int s, __m256i& mag, __m2
     const uint64_t* t = kIq1sGrid8p1.data();  // w = t + (delta - 1)
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i delta = _mm256_shuffle_epi8(_mm256_set1_epi32(ii(load32(pp.db + 4 * s))), spread);
-    const __m256i w = _mm256_add_epi8(entries4(t, ix[0], ix[1], ix[2], ix[3]),
-                                      delta);
+    const __m256i ds = _mm256_set1_epi64x(ll(load64(pp.dsc + 2 * s)));
+    sc = _mm256_shuffle_epi8(ds, _mm256_add_epi8(lohi, _mm256_set1_epi8(4)));
+    const __m256i w = _mm256_add_epi8(entries4_u16(t, ix), _mm256_shuffle_epi8(ds, spread));
     mag = _mm256_sign_epi8(w, w);
     sgn = w;
   }

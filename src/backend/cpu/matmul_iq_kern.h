@@ -8,8 +8,9 @@
 // to the activations. The grid indices, sign bits and scales of a whole super-block are unpacked with vector ops
 // first (Prep), so a sub-block costs its table loads and a few broadcasts:
 // vpmaddubsw(|w|, sign(a, w)) gives int16 pair sums (|w| <= 62, |a| <= 127: < 2^14), vpmaddwd with the two 16-element
-// scales (2 ls + 1 <= 31) widens them to int32, exact over the super-block (iq_decode.h bounds it below 2^26);
-// acc += (d_w * unit * d_a) * isum in f32 lanes (unit a power of two: exact). Same integers as matmul_ref.cpp.
+// scales (2 ls + 1 <= 31) widens them to int32 (vpdpwssd where there is AVX-512 VNNI: the same sums), exact over the
+// super-block (iq_decode.h bounds it below 2^26); acc += (d_w * unit * d_a) * isum in f32 lanes (unit a power of two:
+// exact). Same integers as matmul_ref.cpp, and the same 8 lanes in both builds, so the same results bit for bit.
 #pragma once
 
 #include <immintrin.h>

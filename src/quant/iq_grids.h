@@ -4,6 +4,7 @@
 // (little-endian) is element j of the group.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 namespace kiln {
@@ -18,6 +19,9 @@ extern const uint32_t kIq3xxsGrid[256];
 extern const uint32_t kIq3sGrid[512];
 // 8-element groups of int8 values in {-1, 0, 1} (11-bit index): IQ1_S and IQ1_M.
 extern const uint64_t kIq1sGrid[2048];
+// kIq1sGrid as 8 * element + 1 per byte (int8: -7, 1, 9): the IQ1 weight times 8 before its +-1 delta, for kernels
+// (derived at compile time; not part of the format).
+extern const std::array<uint64_t, 2048> kIq1sGrid8p1;
 // Sign patterns of the 7-bit packed signs (IQ2_XXS, IQ2_XS, IQ3_XXS): bit j set = element j of the group negated.
 // Pattern k keeps k's 7 bits and sets bit 7 so that the number of negated elements is even.
 extern const uint8_t kIqSigns[128];

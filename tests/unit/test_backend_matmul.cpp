@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/iq_decode.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/matmul_kernels.h"
 #include "common/test_util.h"
@@ -252,6 +253,69 @@ TEST_P(MatmulTypes, LevelsAgreeWithReferenceAndReferenceWithExact) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTypes, ::testing::ValuesIn(kTypes),
                          [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
+
+// The i-quant grid kernels (AVX2 and AVX-512 sets) bit for bit against a scalar model of their arithmetic, which the
+// tolerance above would not see a change of: per super-block the exact int32 sums of 8 lanes (lane i: elements
+// 4i..4i+3 of every sub-block, as vpmaddubsw + vpmaddwd produce them), then per lane acc = fma(float(sum),
+// d_w * unit * d_a, acc) in f32, and the lanes summed as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+float iq_grid_lane_model(DType t, const uint8_t* wrow, const detail::ActLayout& l, const uint8_t* arow) {
+  const auto* q = reinterpret_cast<const int8_t*>(arow);
+  const auto* d = reinterpret_cast<const float*>(arow + l.d_off);
+  const int64_t ts = dtype_type_size(t);
+  float acc[8] = {};
+  for (int64_t b = 0; b < l.n_in / 256; ++b) {
+    const uint8_t* blk = wrow + b * ts;
+    int32_t isum[8] = {};
+    for (int s = 0; s < 8; ++s) {
+      int8_t w[32];
+      int sc[2];
+      detail::iq_decode_sub(t, blk, s, w, sc);
+      for (int e = 0; e < 32; ++e) isum[e / 4] += w[e] * sc[e / 16] * q[b * 256 + 32 * s + e];
+    }
+    const float m = fp16_to_f32(detail::iq_d_bits(t, blk)) * detail::iq_unit(t) * d[b];
+    for (int i = 0; i < 8; ++i) acc[i] = std::fma(static_cast<float>(isum[i]), m, acc[i]);
+  }
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+TEST(MatmulIqGrid, KernelsMatchTheirLaneModelBitForBit) {
+  const DType types[] = {DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS,
+                         DType::IQ3_S,   DType::IQ1_S,  DType::IQ1_M};
+  std::mt19937 rng(4321);
+  ThreadPool pool(2);
+  for (DType t : types) {
+    const int64_t n_out = 19, n_in = 1024;
+    const size_t rb = dtype_row_bytes(t, n_in).value();
+    const std::vector<uint8_t> w = random_weights(t, n_out, n_in, rb, rng);
+    for (int64_t n_tok : {1, 6}) {
+      const std::vector<float> x = random_x(n_tok, n_in, n_in, rng);
+      const detail::ActLayout l = detail::act_layout(t, n_in, false);
+      std::vector<uint8_t> act(l.row_bytes * n_tok + 64);
+      uint8_t* a0 = act.data() + (64 - reinterpret_cast<uintptr_t>(act.data()) % 64) % 64;
+      for (int64_t k = 0; k < n_tok; ++k) detail::quantize_act_row_scalar(l, x.data() + k * n_in, a0 + k * l.row_bytes);
+      for (SimdLevel lv : levels()) {
+        if (lv == SimdLevel::kScalar) continue;
+        MatmulArgs a;
+        a.wtype = t;
+        a.w = w.data();
+        a.w_row_bytes = rb;
+        a.n_out = n_out;
+        a.n_in = n_in;
+        a.x = x.data();
+        a.x_stride = n_in;
+        a.n_tok = n_tok;
+        std::vector<float> y(n_out * n_tok);
+        a.y = y.data();
+        a.y_stride = n_out;
+        ASSERT_TRUE(detail::matmul_at_level(a, pool, lv).is_ok());
+        for (int64_t k = 0; k < n_tok; ++k)
+          for (int64_t o = 0; o < n_out; ++o)
+            ASSERT_EQ(y[k * n_out + o], iq_grid_lane_model(t, w.data() + o * rb, l, a0 + k * l.row_bytes))
+                << dtype_name(t) << " " << simd_level_name(lv) << " o=" << o << " t=" << k;
+      }
+    }
+  }
+}
 
 // matmul_group gives each product bit for bit what matmul gives it alone, at every level and thread count: products
 // of one input with different activation layouts (Q8_K for q4_K/q6_K, Q8_0, f16), one with another input, sizes

@@ -633,7 +633,7 @@ void gemm(const GemmJob& j, int64_t o0, int64_t o1) {
     case DType::TQ2_0: return gemm_with<TernaryKern<DType::TQ2_0>, 1, 4>(j, o0, o1);
     case DType::IQ2_XXS: case DType::IQ2_XS: case DType::IQ2_S: case DType::IQ3_XXS: case DType::IQ3_S:
     case DType::IQ1_S: case DType::IQ1_M:
-      return gemm_iq_grid_avx2(j, o0, o1);  // matmul_iq_avx2.cpp
+      return gemm_iq_grid_avx512(j, o0, o1);  // matmul_iq_avx512.cpp
     // K-quants: C = 8 (Q6_K: 6) tokens per weight row decode while C int8 activation rows fit in L1 (n_in <= 4096),
     // else 4. Measured, 1 thread, 128 tokens, GFLOP/s: Q4_K 2048x2048 and 8192x2048: 1x4 256-263, 1x6 265-268,
     // 1x8 271-289; Q6_K 1x4 271-285, 1x8 291-304, 1x6 306-321; 2048x8192 (n_in 8192): Q4_K 1x8 221 vs 1x4 255.

@@ -95,9 +95,11 @@ struct FastKernels {
 };
 
 const FastKernels* fast_kernels_avx2();    // nullptr when not compiled in
-// The i-quant grid types' 256-bit kernels (matmul_iq_avx2.cpp), shared by the AVX2 and AVX-512 sets; j.wtype one of
-// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (only call where the CPU has AVX2).
+// The i-quant grid types' 256-bit kernels (matmul_iq_kern.h) of the AVX2 set (matmul_iq_avx2.cpp) and the AVX-512
+// set (matmul_iq_avx512.cpp: mask-register signs); j.wtype one of IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S,
+// IQ1_M (only call where the CPU has the set's instructions). Both give the same results bit for bit.
 void gemm_iq_grid_avx2(const GemmJob& j, int64_t o0, int64_t o1);
+void gemm_iq_grid_avx512(const GemmJob& j, int64_t o0, int64_t o1);
 const FastKernels* fast_kernels_avx512();
 // The kernels matmul uses at `level` (nullptr for scalar).
 const FastKernels* fast_kernels_at(SimdLevel level);

@@ -297,14 +297,10 @@ inline int iq4xs_scale(const block_iq4_xs* x, int s) {
 struct Iq4XsKern {
   template <int R, int C>
   static void run(const GemmJob& j, int64_t o, int64_t t) {
-    const uint8_t* w[R];
-    const uint8_t* xq[C];
-    const float* xd[C];
-    for (int r = 0; r < R; ++r) w[r] = j.w + (o + r) * j.w_row_bytes;
-    for (int c = 0; c < C; ++c) {
-      xq[c] = j.act + (t + c) * j.layout.row_bytes;
-      xd[c] = reinterpret_cast<const float*>(xq[c] + j.layout.d_off);
-    }
+    const Q8KTile<R, C> tile(j, o, t);
+    const auto &w = tile.w;
+    const auto &xq = tile.xq;
+    const auto &xd = tile.xd;
     __m256 acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();

@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/simd256.h"
 #include "quant/blocks.h"
 
 namespace kiln::cpu::detail {
@@ -32,15 +33,8 @@ namespace {
 
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-inline float hsum(__m256 v) {
-  __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  b = _mm_add_ss(b, _mm_movehdup_ps(b));
-  return _mm_cvtss_f32(b);
-}
-
 inline void store_sum(const GemmJob& j, int64_t o, int64_t t, int r, int c, __m256 v) {
-  j.y[(t + c) * j.y_stride + o + r] = hsum(v);
+  j.y[(t + c) * j.y_stride + o + r] = hsum256(v);
 }
 
 // ---- F32 / F16 / BF16 -----------------------------------------------------------------------------------------
@@ -97,7 +91,7 @@ struct FloatKern {
     }
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) {
-        float s = hsum(acc[r][c]);
+        float s = hsum256(acc[r][c]);
         for (int64_t k = i; k < n; ++k) s += load_w1<WT>(w[r], k) * x[c][k];
         j.y[(t + c) * j.y_stride + o + r] = s;
       }

@@ -36,6 +36,7 @@
 #endif
 
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/simd256.h"
 #include "quant/blocks.h"
 
 namespace kiln::cpu::detail {
@@ -43,13 +44,6 @@ namespace kiln::cpu::detail {
 namespace {
 
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-inline float hsum256(__m256 a) {
-  __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  b = _mm_add_ss(b, _mm_movehdup_ps(b));
-  return _mm_cvtss_f32(b);
-}
 
 // Same summation order as before: the two 256-bit halves first, then hsum256's tree.
 inline float hsum(__m512 v) { return hsum256(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1))); }

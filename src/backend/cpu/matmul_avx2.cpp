@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/simd256.h"
 #include "quant/blocks.h"
 
 namespace kiln::cpu::detail {
@@ -32,15 +33,8 @@ namespace {
 
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
 
-inline float hsum(__m256 v) {
-  __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  b = _mm_add_ss(b, _mm_movehdup_ps(b));
-  return _mm_cvtss_f32(b);
-}
-
 inline void store_sum(const GemmJob& j, int64_t o, int64_t t, int r, int c, __m256 v) {
-  j.y[(t + c) * j.y_stride + o + r] = hsum(v);
+  j.y[(t + c) * j.y_stride + o + r] = hsum256(v);
 }
 
 // ---- F32 / F16 / BF16 -----------------------------------------------------------------------------------------
@@ -97,7 +91,7 @@ struct FloatKern {
     }
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) {
-        float s = hsum(acc[r][c]);
+        float s = hsum256(acc[r][c]);
         for (int64_t k = i; k < n; ++k) s += load_w1<WT>(w[r], k) * x[c][k];
         j.y[(t + c) * j.y_stride + o + r] = s;
       }
@@ -297,14 +291,10 @@ inline int iq4xs_scale(const block_iq4_xs* x, int s) {
 struct Iq4XsKern {
   template <int R, int C>
   static void run(const GemmJob& j, int64_t o, int64_t t) {
-    const uint8_t* w[R];
-    const uint8_t* xq[C];
-    const float* xd[C];
-    for (int r = 0; r < R; ++r) w[r] = j.w + (o + r) * j.w_row_bytes;
-    for (int c = 0; c < C; ++c) {
-      xq[c] = j.act + (t + c) * j.layout.row_bytes;
-      xd[c] = reinterpret_cast<const float*>(xq[c] + j.layout.d_off);
-    }
+    const Q8KTile<R, C> tile(j, o, t);
+    const auto &w = tile.w;
+    const auto &xq = tile.xq;
+    const auto &xd = tile.xd;
     __m256 acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();

@@ -36,6 +36,7 @@
 #endif
 
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/simd256.h"
 #include "quant/blocks.h"
 
 namespace kiln::cpu::detail {
@@ -43,13 +44,6 @@ namespace kiln::cpu::detail {
 namespace {
 
 inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-inline float hsum256(__m256 a) {
-  __m128 b = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  b = _mm_add_ss(b, _mm_movehdup_ps(b));
-  return _mm_cvtss_f32(b);
-}
 
 // Same summation order as before: the two 256-bit halves first, then hsum256's tree.
 inline float hsum(__m512 v) { return hsum256(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1))); }
@@ -448,14 +442,10 @@ inline __m512i iq4xs_scales(const block_iq4_xs* x) {
 struct Iq4XsKern {
   template <int R, int C>
   static void run(const GemmJob& j, int64_t o, int64_t t) {
-    const uint8_t* w[R];
-    const uint8_t* xq[C];
-    const float* xd[C];
-    for (int r = 0; r < R; ++r) w[r] = j.w + (o + r) * j.w_row_bytes;
-    for (int c = 0; c < C; ++c) {
-      xq[c] = j.act + (t + c) * j.layout.row_bytes;
-      xd[c] = reinterpret_cast<const float*>(xq[c] + j.layout.d_off);
-    }
+    const Q8KTile<R, C> tile(j, o, t);
+    const auto &w = tile.w;
+    const auto &xq = tile.xq;
+    const auto &xd = tile.xd;
     __m512 acc[R][C];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();

@@ -19,18 +19,12 @@
 
 #include "backend/cpu/iq_decode.h"
 #include "backend/cpu/matmul_kernels.h"
+#include "backend/cpu/simd256.h"
 #include "util/fp16.h"
 
 namespace kiln::cpu::detail {
 
 namespace {
-
-inline float hsum(__m256 v) {
-  __m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  b = _mm_add_ps(b, _mm_movehl_ps(b, b));
-  b = _mm_add_ss(b, _mm_movehdup_ps(b));
-  return _mm_cvtss_f32(b);
-}
 
 // +-1 per byte from 4 sign bytes (little-endian in `bits`; bit j of byte l: element 8l + j negative), in vector
 // registers (one broadcast, one shuffle, three logic ops: lighter on the shuffle port than 4 table inserts).
@@ -357,7 +351,7 @@ struct IqGridKern {
       }
     }
     for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) j.y[(t + c) * j.y_stride + o + r] = hsum(acc[r][c]);
+      for (int c = 0; c < C; ++c) j.y[(t + c) * j.y_stride + o + r] = hsum256(acc[r][c]);
   }
 };
 

@@ -5,17 +5,11 @@
 #include <cstdint>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/simd256.h"
 #include "util/fp16.h"
 
 namespace kiln::cpu {
 namespace {
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline __m256 load_f16(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
@@ -46,7 +40,7 @@ float dot_f16(const uint16_t* k, const float* q, int64_t n) {
     acc1 = _mm256_fmadd_ps(load_f16(k + i + 8), _mm256_loadu_ps(q + i + 8), acc1);
   }
   for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_f16(k + i), _mm256_loadu_ps(q + i), acc0);
-  float s = hsum(_mm256_add_ps(acc0, acc1));
+  float s = hsum256(_mm256_add_ps(acc0, acc1));
   for (; i < n; ++i) s += fp16_to_f32(k[i]) * q[i];
   return s;
 }
@@ -55,7 +49,7 @@ float dot_f32(const float* k, const float* q, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(k + i), _mm256_loadu_ps(q + i), acc);
-  float s = hsum(acc);
+  float s = hsum256(acc);
   for (; i < n; ++i) s += k[i] * q[i];
   return s;
 }

@@ -24,6 +24,7 @@
 #ifdef KILN_HAVE_CUDA
 namespace kiln::cuda {
 const char* matmul_kernel_for(DType t, int64_t n_in, int64_t n_out, int64_t n_tok);  // matmul_select.cu
+void attention_force_decode(int kernel);  // attention.cu: -1 the selector, 0..2 a decode kernel
 }  // namespace kiln::cuda
 #endif
 
@@ -187,76 +188,117 @@ TEST(CudaOps, GetRowsEveryType) {
 
 // Attention + kv_store through both backends on the same random K/V (written through kv_store), paged with a
 // shuffled block table, decode (split-KV) and prefill (causal) shapes.
+// One attention launch on both backends: ctx positions written through kv_store into shuffled 16-position blocks,
+// the last n_tok tokens as queries (each its own causal length; token 1 padded when n_tok > 2), the CUDA output
+// against the CPU reference's.
+struct AttnCase {
+  int hd, n_head, n_kv, n_tok, ctx;
+  DType kt;
+  int window = 0;
+};
+void check_attention(Backend& cpu, Backend& gpu, const AttnCase& c, std::mt19937& rng, const std::string& tag) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int bs = 16, n_blocks = (c.ctx + bs - 1) / bs + 3;
+  const int64_t n_slots = static_cast<int64_t>(n_blocks) * bs, dkv = static_cast<int64_t>(c.n_kv) * c.hd;
+  // All ctx positions are written; the last n_tok tokens are the queries at positions ctx-n_tok .. ctx-1.
+  std::vector<int32_t> table(n_blocks);
+  for (int i = 0; i < n_blocks; ++i) table[i] = i;
+  std::shuffle(table.begin(), table.end(), rng);
+  std::vector<int32_t> slots(c.ctx);
+  for (int p = 0; p < c.ctx; ++p) slots[p] = table[p / bs] * bs + p % bs;
+  std::vector<float> k(dkv * c.ctx), v(dkv * c.ctx), q(static_cast<int64_t>(c.hd) * c.n_head * c.n_tok);
+  for (auto& x : k) x = nd(rng);
+  for (auto& x : v) x = nd(rng);
+  for (auto& x : q) x = nd(rng);
+  // Against an f16 cache the CUDA kernels read q as f16 (tensor-core MMA); the CPU keeps q in f32. q is given
+  // f16-representable, so both compute the same function and the bound below stays the summation-order one.
+  if (c.kt == DType::F16)
+    for (auto& x : q) x = fp16_to_f32(f32_to_fp16(x));
+  std::vector<int32_t> tok_table(c.n_tok, 0), kv_len(c.n_tok);
+  for (int t = 0; t < c.n_tok; ++t) kv_len[t] = c.ctx - c.n_tok + t + 1;
+  if (c.n_tok > 2) kv_len[1] = 0;  // a padded token: zero row
+  std::vector<float> outs[2];
+  Backend* bes[2] = {&cpu, &gpu};
+  for (int bi = 0; bi < 2; ++bi) {
+    Backend& be = *bes[bi];
+    const size_t row = dtype_row_bytes(c.kt, dkv).value();
+    Dev ck = upload(be, c.kt, nullptr, row * n_slots, dkv, n_slots), cv = upload(be, c.kt, nullptr, row * n_slots, dkv, n_slots);
+    Dev kd = upload(be, DType::F32, k.data(), k.size() * 4, dkv, c.ctx), vd = upload(be, DType::F32, v.data(), v.size() * 4, dkv, c.ctx);
+    Dev sd = upload(be, DType::I32, slots.data(), slots.size() * 4, c.ctx);
+    KvLayer L;
+    L.k = ck.t, L.v = cv.t, L.n_head_kv = c.n_kv, L.head_dim_k = c.hd, L.head_dim_v = c.hd, L.block_size = bs;
+    L.window = c.window;
+    ASSERT_TRUE(be.kv_store(kd.t, vd.t, L, sd.t).is_ok());
+    Dev qd = upload(be, DType::F32, q.data(), q.size() * 4, c.hd, c.n_head, c.n_tok);
+    Dev od = upload(be, DType::F32, nullptr, q.size() * 4, c.hd, c.n_head, c.n_tok);
+    Dev tb = upload(be, DType::I32, table.data(), table.size() * 4, n_blocks, 1);
+    Dev tt = upload(be, DType::I32, tok_table.data(), tok_table.size() * 4, c.n_tok);
+    Dev kl = upload(be, DType::I32, kv_len.data(), kv_len.size() * 4, c.n_tok);
+    AttnBatch m;
+    m.block_tables = tb.t, m.tok_table = tt.t, m.kv_len = kl.t;
+    m.n_seq = 1, m.max_kv_len = c.ctx, m.max_q_len = c.n_tok;
+    Status st = be.attention(qd.t, L, m, 1.0f / std::sqrt(static_cast<float>(c.hd)), od.t);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    outs[bi] = download<float>(be, od.t, q.size());
+    if (c.kt == DType::Q8_0 && bi == 1) {  // the q8_0 cache bytes equal the CPU quantizer's
+      auto g = download<uint8_t>(be, ck.t, row * n_slots);
+      std::vector<uint8_t> ref(row);
+      for (int p = 0; p < c.ctx; ++p) {
+        ASSERT_TRUE(quantize_row(DType::Q8_0, k.data() + p * dkv, ref.data(), dkv).is_ok());
+        ASSERT_EQ(0, std::memcmp(ref.data(), g.data() + slots[p] * row, row)) << "q8_0 k row " << p;
+      }
+    }
+  }
+  std::vector<double> ref(outs[0].begin(), outs[0].end());
+  EXPECT_LE(test::nmse_d(outs[1], ref), 1e-9) << tag << "hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv << " n_tok "
+                                      << c.n_tok << " ctx " << c.ctx << " window " << c.window << " " << dtype_name(c.kt);
+  if (c.n_tok > 2) {
+    for (int i = 0; i < c.hd * c.n_head; ++i) ASSERT_EQ(outs[1][c.hd * c.n_head + i], 0.0f);
+  }
+}
+
+void force_decode(int kernel) {
+#ifdef KILN_HAVE_CUDA
+  cuda::attention_force_decode(kernel);
+#else
+  (void)kernel;
+#endif
+}
+
 TEST(CudaOps, AttentionMatchesCpuReference) {
   NEED_GPU();
   CpuBackendOptions co;
   co.reference = true;
-  auto cpu_ = make_cpu_backend(co);
-  Backend& cpu = *cpu_;
+  auto cpu = make_cpu_backend(co);
   std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  struct C { int hd, n_head, n_kv, n_tok, ctx; DType kt; };
-  const C cases[] = {{64, 4, 4, 1, 700, DType::F16},   {128, 32, 8, 1, 3000, DType::F16}, {128, 8, 2, 7, 300, DType::F16},
-                     {80, 8, 1, 37, 37, DType::F16},  {256, 8, 1, 5, 129, DType::F16},   {64, 4, 4, 3, 50, DType::Q8_0},
-                     {128, 16, 2, 64, 64, DType::F32}, {96, 4, 4, 16, 1000, DType::Q8_0}};
-  for (const C& c : cases) {
-    const int bs = 16, n_blocks = (c.ctx + bs - 1) / bs + 3;
-    const int64_t n_slots = static_cast<int64_t>(n_blocks) * bs, dkv = static_cast<int64_t>(c.n_kv) * c.hd;
-    // All ctx positions are written; the last n_tok tokens are the queries at positions ctx-n_tok .. ctx-1.
-    std::vector<int32_t> table(n_blocks);
-    for (int i = 0; i < n_blocks; ++i) table[i] = i;
-    std::shuffle(table.begin(), table.end(), rng);
-    std::vector<int32_t> slots(c.ctx);
-    for (int p = 0; p < c.ctx; ++p) slots[p] = table[p / bs] * bs + p % bs;
-    std::vector<float> k(dkv * c.ctx), v(dkv * c.ctx), q(static_cast<int64_t>(c.hd) * c.n_head * c.n_tok);
-    for (auto& x : k) x = nd(rng);
-    for (auto& x : v) x = nd(rng);
-    for (auto& x : q) x = nd(rng);
-    // Against an f16 cache the CUDA kernels read q as f16 (tensor-core MMA); the CPU keeps q in f32. q is given
-    // f16-representable, so both compute the same function and the bound below stays the summation-order one.
-    if (c.kt == DType::F16)
-      for (auto& x : q) x = fp16_to_f32(f32_to_fp16(x));
-    std::vector<int32_t> tok_table(c.n_tok, 0), kv_len(c.n_tok);
-    for (int t = 0; t < c.n_tok; ++t) kv_len[t] = c.ctx - c.n_tok + t + 1;
-    if (c.n_tok > 2) kv_len[1] = 0;  // a padded token: zero row
-    std::vector<float> outs[2];
-    Backend* bes[2] = {&cpu, &gpu};
-    for (int bi = 0; bi < 2; ++bi) {
-      Backend& be = *bes[bi];
-      const size_t row = dtype_row_bytes(c.kt, dkv).value();
-      Dev ck = upload(be, c.kt, nullptr, row * n_slots, dkv, n_slots), cv = upload(be, c.kt, nullptr, row * n_slots, dkv, n_slots);
-      Dev kd = upload(be, DType::F32, k.data(), k.size() * 4, dkv, c.ctx), vd = upload(be, DType::F32, v.data(), v.size() * 4, dkv, c.ctx);
-      Dev sd = upload(be, DType::I32, slots.data(), slots.size() * 4, c.ctx);
-      KvLayer L;
-      L.k = ck.t, L.v = cv.t, L.n_head_kv = c.n_kv, L.head_dim_k = c.hd, L.head_dim_v = c.hd, L.block_size = bs;
-      ASSERT_TRUE(be.kv_store(kd.t, vd.t, L, sd.t).is_ok());
-      Dev qd = upload(be, DType::F32, q.data(), q.size() * 4, c.hd, c.n_head, c.n_tok);
-      Dev od = upload(be, DType::F32, nullptr, q.size() * 4, c.hd, c.n_head, c.n_tok);
-      Dev tb = upload(be, DType::I32, table.data(), table.size() * 4, n_blocks, 1);
-      Dev tt = upload(be, DType::I32, tok_table.data(), tok_table.size() * 4, c.n_tok);
-      Dev kl = upload(be, DType::I32, kv_len.data(), kv_len.size() * 4, c.n_tok);
-      AttnBatch m;
-      m.block_tables = tb.t, m.tok_table = tt.t, m.kv_len = kl.t;
-      m.n_seq = 1, m.max_kv_len = c.ctx, m.max_q_len = c.n_tok;
-      Status st = be.attention(qd.t, L, m, 1.0f / std::sqrt(static_cast<float>(c.hd)), od.t);
-      ASSERT_TRUE(st.is_ok()) << st.to_string();
-      outs[bi] = download<float>(be, od.t, q.size());
-      if (c.kt == DType::Q8_0 && bi == 1) {  // the q8_0 cache bytes equal the CPU quantizer's
-        auto g = download<uint8_t>(be, ck.t, row * n_slots);
-        std::vector<uint8_t> ref(row);
-        for (int p = 0; p < c.ctx; ++p) {
-          ASSERT_TRUE(quantize_row(DType::Q8_0, k.data() + p * dkv, ref.data(), dkv).is_ok());
-          ASSERT_EQ(0, std::memcmp(ref.data(), g.data() + slots[p] * row, row)) << "q8_0 k row " << p;
-        }
-      }
-    }
-    std::vector<double> ref(outs[0].begin(), outs[0].end());
-    EXPECT_LE(test::nmse_d(outs[1], ref), 1e-9) << "hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv << " n_tok "
-                                        << c.n_tok << " ctx " << c.ctx << " " << dtype_name(c.kt);
-    if (c.n_tok > 2) {
-      for (int i = 0; i < c.hd * c.n_head; ++i) ASSERT_EQ(outs[1][c.hd * c.n_head + i], 0.0f);
-    }
+  const AttnCase cases[] = {{64, 4, 4, 1, 700, DType::F16},     {128, 32, 8, 1, 3000, DType::F16},
+                            {128, 8, 2, 7, 300, DType::F16},    {80, 8, 1, 37, 37, DType::F16},
+                            {256, 8, 1, 5, 129, DType::F16},    {64, 4, 4, 3, 50, DType::Q8_0},
+                            {128, 16, 2, 64, 64, DType::F32},   {96, 4, 4, 16, 1000, DType::Q8_0},
+                            {128, 16, 8, 3, 2500, DType::F16, 1000}};
+  for (const AttnCase& c : cases) check_attention(*cpu, gpu, c, rng, "");
+}
+
+// Every decode kernel of f16 caches (attention.cu: attn_vec_kernel, attn_krow_kernel at 4 and at 1 block per SM),
+// forced in turn, over head dims 64/128/256, n_rep 1/2/4/8, split and unsplit lengths, lengths off the 32-position
+// tile and the 16-position block, sliding windows, and the split-KV second pass (up to its 128 splits: 4 KV heads
+// over 12000 positions).
+TEST(CudaOps, DecodeKernelsMatchCpuReference) {
+  NEED_GPU();
+  CpuBackendOptions co;
+  co.reference = true;
+  auto cpu = make_cpu_backend(co);
+  std::mt19937 rng(12);
+  const AttnCase cases[] = {{64, 4, 4, 1, 700, DType::F16},      {128, 16, 8, 3, 2001, DType::F16},
+                            {128, 32, 8, 5, 3000, DType::F16},   {128, 64, 8, 2, 1499, DType::F16},
+                            {64, 32, 4, 4, 901, DType::F16},     {256, 8, 4, 2, 600, DType::F16},
+                            {128, 32, 8, 1, 20, DType::F16},     {128, 32, 8, 4, 5000, DType::F16, 1024},
+                            {64, 8, 4, 3, 777, DType::F16, 100}, {64, 32, 4, 1, 12000, DType::F16}};
+  for (int k = 0; k < 3; ++k) {
+    force_decode(k);
+    for (const AttnCase& c : cases) check_attention(*cpu, gpu, c, rng, "decode kernel " + std::to_string(k) + ": ");
   }
+  force_decode(-1);
 }
 
 // The small ops: rms_norm, rope (both orderings, freq factors, strided heads), swiglu/add/mul/scale, softmax,

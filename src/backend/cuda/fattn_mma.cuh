@@ -236,16 +236,17 @@ __device__ __forceinline__ int64_t fa_slot(const int32_t* table, int pos, int bl
 // The wgmma kernel's variants (sm90a/fattn_wgmma.cu): wgs warpgroups per CTA (64 query rows each, sharing the K/V
 // tiles), pipe: tile j's S wgmmas and softmax beside tile j - 1's P V wgmmas. fa_wg_variant is the one choice per
 // head dim (the launcher's; dev/cuda/fattn_bench times every variant); wgs 0: none, the mma.sync kernel runs.
-// H100, fattn_bench (TFLOP/s, hd 128, 32/8 heads; 1 warpgroup / 1 pipelined / 2 / 2 pipelined / mma.sync):
-//   4096 tokens 109 / 108 / 138 / 149 / 156; 512 at depth 32768 125 / 123 / 160 / 170 / 181; hd 64, 16384 tokens
-//   131 / 130 / 124 / 147 / 168. No variant beats mma.sync yet: none is selected. ncu (512 tokens at depth 32768):
-//   1 warpgroup is L2-request-bound (75%): the no-swizzle layout makes each warp copy 64-byte pieces of 8 positions'
-//   rows, four times the mma.sync kernel's requests; all kernels run 8 warps per SM (registers).
+// H100, fattn_bench on the 128-byte swizzled layout (TFLOP/s, 32/8 heads; 1 warpgroup / 1 pipelined / 2 / 2
+// pipelined / mma.sync): hd 128: 512 tokens 48.0 / 43.0 / 51.3 / 53.4 / 50.0; 4096 137.6 / 126.4 / 161.5 / 162.9 /
+// 156.2; 16384 161.5 / 148.3 / 194.8 / 196.7 / 184.9; 512 at depth 32768 157.6 / 145.5 / 190.3 / 190.2 / 181.1; 512 at
+// depth 131072 160.4 / 148.4 / 194.8 / 195.7 / 183.9. hd 64: 4096 117.2 / 117.4 / 117.1 / 129.5 / 133.9; 16384 142.8
+// / 144.6 / 134.9 / 152.7 / 167.3. So hd 128 takes 2 pipelined warpgroups (+4-7% over mma.sync at every length) and
+// hd 64 stays on mma.sync (its wgmma variants run 1 CTA of 8 warps per SM: registers).
 struct FaWgVariant {
   int wgs;
   bool pipe;
 };
-constexpr FaWgVariant fa_wg_variant(int) { return {0, false}; }
+constexpr FaWgVariant fa_wg_variant(int d) { return d == 128 ? FaWgVariant{2, true} : FaWgVariant{0, false}; }
 constexpr FaWgVariant kFaWgVariants[4] = {{1, false}, {1, true}, {2, false}, {2, true}};  // every instance
 // The kernel of a variant for head dim d, its dynamic shared memory; null / 0 when the build has no sm_90a code or
 // no instance for d.

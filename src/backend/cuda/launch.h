@@ -352,6 +352,13 @@ struct AttnParams {
 // Partial results of split-KV: floats needed for this launch (0 when it does not split).
 size_t attention_scratch_floats(const AttnParams& p);
 Status launch_attention(const AttnParams& p, float* scratch, cudaStream_t s);
+// The split-KV second pass alone (dev/cuda benchmarks of other first passes): part holds, per (token, head) and
+// split, attention_part_row(hd_v) floats (the unnormalized output, then its max and sum).
+Status launch_attention_combine(const AttnParams& p, int n_split, const float* part, cudaStream_t s);
+int attention_part_row(int dv);
+// Tests and benchmarks: the decode kernel f16 caches run (0 attn_vec_kernel, 1 attn_krow_kernel with 4 blocks per
+// SM, 2 with 1; 1 and 2 at head dims 64 / 128 only); -1: attention.cu's selector.
+void attention_force_decode(int kernel);
 // Dynamic shared memory the attention kernel needs (checked against the device limit by the entry).
 size_t attention_smem_bytes(const AttnParams& p);
 Status attention_init(size_t max_smem);  // also sets up fattn_mma.cu's kernels

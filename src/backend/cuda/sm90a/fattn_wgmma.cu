@@ -1,6 +1,6 @@
 // Flash-attention prefill on wgmma (sm_90a): the same problem, CTA geometry, row map, masks and numerics as
 // fattn_mma.cu's mma.sync kernel (read its header first), for head dims 64 and 128 on 9.0 devices. fattn_mma.cuh's
-// fa_wg_variant picks one of its variants or none; none today (no variant beats mma.sync yet: the ledger there).
+// fa_wg_variant picks one of its variants or none (hd 128: 2 pipelined warpgroups; hd 64: none: the ledger there).
 //
 // A CTA is WGS warpgroups (1 or 2), 64 query rows each: the M of each warpgroup's wgmmas (warp w owns rows
 // 16w..16w+15, as in the mma.sync kernel, so the row map, the softmax on fragments and the store are shared:

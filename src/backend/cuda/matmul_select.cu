@@ -43,7 +43,9 @@ namespace {
 //            (b83eced).
 //            Q6_K (q4_k_m's attn_v, ffn_down, output), end to end with Q6_K forced onto mmf against the rule
 //            before (its GEMV to 24 tokens, mmq above), H200, e339605: 8 / 16 / 24 / 32 / 64 sequences 1585 / 2744 /
-//            3271 / 4294 / 5049 t/s against 1478 / 2531 / 2878 / 3790 / 5132: mmf to 32 tokens.
+//            3271 / 4294 / 5049 t/s against 1478 / 2531 / 2878 / 3790 / 5132: mmf to 32 tokens then. With
+//            64-token tiles on wgmma (84b5d8c), H100, 6f4e290: 64 sequences 5408 / 5418 t/s with Q6_K on mmf
+//            (KILN_CUDA_MATMUL=mmf, 2 rounds) against 5213 / 5214 on mmq: mmf to 64 tokens.
 //   gemv_to of Q4_K and Q6_K, end to end (ec41644, both on the GEMV against both on mmf): 3 / 4 / 5 sequences
 //            559 / 745 / 1002 t/s on the GEMV, 601 / 797 / 1003 on mmf; 2 sequences on the GEMV 580 t/s, a step of
 //            3.45 ms, where mmf's step costs its 8-token tile's ~5.0 ms from 3 to 8 tokens: the GEMV to 2 tokens.
@@ -54,7 +56,7 @@ struct Crossover {
 constexpr Crossover kCrossover[] = {
     {DType::Q4_0, 14, 0, 65},   {DType::Q4_1, 14, 0, 65},   {DType::Q5_0, 14, 0, 65},   {DType::Q5_1, 14, 0, 65},
     {DType::Q8_0, 5, 0, 65},    {DType::Q2_K, 32, 0, 33},   {DType::Q3_K, 32, 0, 33},   {DType::Q4_K, 2, 64, 65},
-    {DType::Q5_K, 6, 0, 65},    {DType::Q6_K, 2, 32, 65},   {DType::F16, 2, 0, 3},      {DType::BF16, 2, 0, 3},
+    {DType::Q5_K, 6, 0, 65},    {DType::Q6_K, 2, 64, 65},   {DType::F16, 2, 0, 3},      {DType::BF16, 2, 0, 3},
     {DType::IQ4_NL, 32, 0, 33}, {DType::IQ4_XS, 32, 0, 33}, {DType::MXFP4, 32, 0, 33},  {DType::TQ1_0, 32, 0, 33},
     {DType::TQ2_0, 32, 0, 33},  {DType::IQ2_XXS, 32, 0, 33}, {DType::IQ2_XS, 32, 0, 33}, {DType::IQ2_S, 32, 0, 33},
     {DType::IQ3_XXS, 32, 0, 33}, {DType::IQ3_S, 32, 0, 33},  {DType::IQ1_S, 32, 0, 33},  {DType::IQ1_M, 32, 0, 33},

@@ -236,17 +236,18 @@ __device__ __forceinline__ int64_t fa_slot(const int32_t* table, int pos, int bl
 // The wgmma kernel's variants (sm90a/fattn_wgmma.cu): wgs warpgroups per CTA (64 query rows each, sharing the K/V
 // tiles), pipe: tile j's S wgmmas and softmax beside tile j - 1's P V wgmmas. fa_wg_variant is the one choice per
 // head dim (the launcher's; dev/cuda/fattn_bench times every variant); wgs 0: none, the mma.sync kernel runs.
-// H100, fattn_bench on the 128-byte swizzled layout (TFLOP/s, 32/8 heads; 1 warpgroup / 1 pipelined / 2 / 2
-// pipelined / mma.sync): hd 128: 512 tokens 48.0 / 43.0 / 51.3 / 53.4 / 50.0; 4096 137.6 / 126.4 / 161.5 / 162.9 /
-// 156.2; 16384 161.5 / 148.3 / 194.8 / 196.7 / 184.9; 512 at depth 32768 157.6 / 145.5 / 190.3 / 190.2 / 181.1; 512 at
-// depth 131072 160.4 / 148.4 / 194.8 / 195.7 / 183.9. hd 64: 4096 117.2 / 117.4 / 117.1 / 129.5 / 133.9; 16384 142.8
-// / 144.6 / 134.9 / 152.7 / 167.3. So hd 128 takes 2 pipelined warpgroups (+4-7% over mma.sync at every length) and
-// hd 64 stays on mma.sync (its wgmma variants run 1 CTA of 8 warps per SM: registers).
+// H100, fattn_bench (TFLOP/s, 32/8 heads, causal; 1 warpgroup / 1 pipelined / 2 / 2 pipelined / mma.sync), the
+// block-table reads a step ahead of their copies in the pipelined variants (6f4e290 + this change; before it, 2
+// pipelined warpgroups gave 162 / 197 / 189 / 196 on the first four hd-128 rows): hd 128: 4096 tokens 143.8 / 143.3 /
+// 167.0 / 181.6 / 155.8; 16384 171.5 / 174.2 / 199.7 / 225.8 / 184.9; 512 at depth 32768 167.3 / 173.2 / 198.6 /
+// 220.4 / 180.0; 512 at depth 131072 170.5 / 176.3 / 203.4 / 231.5 / 184.0. hd 64: 512 tokens 30.8 / 31.2 / 32.6 /
+// 34.0 / 31.7; 4096 117.5 / 127.5 / 118.4 / 138.6 / 131.1; 16384 144.7 / 160.8 / 137.5 / 168.7 / 167.3. Both head
+// dims take 2 pipelined warpgroups (hd 128 +18-22% over mma.sync, hd 64 +1-7%).
 struct FaWgVariant {
   int wgs;
   bool pipe;
 };
-constexpr FaWgVariant fa_wg_variant(int d) { return d == 128 ? FaWgVariant{2, true} : FaWgVariant{0, false}; }
+constexpr FaWgVariant fa_wg_variant(int d) { return d == 128 || d == 64 ? FaWgVariant{2, true} : FaWgVariant{0, false}; }
 constexpr FaWgVariant kFaWgVariants[4] = {{1, false}, {1, true}, {2, false}, {2, true}};  // every instance
 // The kernel of a variant for head dim d, its dynamic shared memory; null / 0 when the build has no sm_90a code or
 // no instance for d.

@@ -1,6 +1,6 @@
 // Flash-attention prefill on wgmma (sm_90a): the same problem, CTA geometry, row map, masks and numerics as
 // fattn_mma.cu's mma.sync kernel (read its header first), for head dims 64 and 128 on 9.0 devices. fattn_mma.cuh's
-// fa_wg_variant picks one of its variants or none (hd 128: 2 pipelined warpgroups; hd 64: none: the ledger there).
+// fa_wg_variant picks one of its variants or none (hd 64 and 128: 2 pipelined warpgroups; the ledger there).
 //
 // A CTA is WGS warpgroups (1 or 2), 64 query rows each: the M of each warpgroup's wgmmas (warp w owns rows
 // 16w..16w+15, as in the mma.sync kernel, so the row map, the softmax on fragments and the store are shared:
@@ -26,12 +26,15 @@
 // Every tile of the CTA's range is computed by all 4 warps (wgmma is warpgroup-wide): a warp whose rows all mask a
 // tile gets p = 0 and factor 1 from the masks, as fattn_mma.cu's skipped tile leaves them.
 //
-// Ledger (per lane: Q D/4 + S 32 + O D/2 registers, + 16 for P's fragments; measured with nvcc 13.0 -Xptxas -v,
-// sm_90a: no spills, no injected warpgroup waits), registers without / with PIPE:
-//   D 128, 1 warpgroup: 199 / 228; shared 3 x 32 KB = 96 KB -> 2 CTAs (8 warps) per SM: shared memory is the limit.
-//   D 128, 2 warpgroups: 187 / 216; shared 4 x 32 KB = 128 KB -> 1 CTA (8 warps) per SM.
-//   D 64, 1 warpgroup: 140 / 168; shared 48 KB; registers are the limit: __launch_bounds__(128, 3).
+// Ledger (per lane: Q D/4 + S 32 + O D/2 registers, + 16 for P's fragments, + 2 NIT block-table entries with PIPE;
+// measured with nvcc 13.0 -Xptxas -v, sm_90a: no spills, no injected warpgroup waits), registers without / with PIPE:
+//   D 128, 1 warpgroup: 194 / 233; shared 3 x 32 KB = 96 KB -> 2 CTAs (8 warps) per SM: shared memory is the limit.
+//   D 128, 2 warpgroups: 187 / 221; shared 4 x 32 KB = 128 KB -> 1 CTA (8 warps) per SM.
+//   D 64, 1 warpgroup: 134 / 159; shared 48 KB; registers are the limit: __launch_bounds__(128, 3).
 //   D 64, 2 warpgroups: 132 / 161; shared 64 KB -> 1 CTA per SM (2 would need 132 x 512 > 64K registers).
+// Where the time went before the table reads moved a step ahead (ncu, hd 128, 4096 tokens, 2 pipelined warpgroups):
+// 0.41 instructions issued per scheduler cycle; stalls per issued instruction: fixed-latency waits 1.35, long
+// scoreboard 0.82 (the block-table loads each copy waited for), barrier 0.46; tensor pipe active 17.8%.
 #include "backend/cuda/fattn_mma.cuh"
 #include "backend/cuda/wgmma.cuh"
 
@@ -84,21 +87,39 @@ __global__ void __launch_bounds__(128 * WGS, wg_min_blocks(D, WGS)) fattn_wg(Att
     const int bs_shift = (p.block_size & (p.block_size - 1)) == 0 ? __ffs(p.block_size) - 1 : -1;
     const uint8_t* kg = p.k + static_cast<size_t>(c.g) * p.k_head_bytes;
     const uint8_t* vg = p.v + static_cast<size_t>(c.g) * p.v_head_bytes;
-    // K and V of tile j into stage j % NST (K first, V after it); ld_k / ld_v pick which.
-    auto load_tile = [&](int j, bool ld_k, bool ld_v) {
+    // K and V of tile j into stage j % NST (K first, V after it); ld_k / ld_v pick which. A thread copies NIT
+    // 16-byte chunks per tile, of positions pl = (tid + it THREADS) / CH; table_of reads their block-table entries
+    // (global loads: the pipelined loop issues them a step before copy_tile needs them, off the copy's path).
+    constexpr int NIT = BC * CH / THREADS;
+    auto table_of = [&](int j, int (&tv)[NIT]) {
+      const int base = t_first + j * BC;
+#pragma unroll
+      for (int it = 0; it < NIT; ++it) {
+        const int pos = base + (tid + it * THREADS) / CH;
+        const bool ok = pos >= kv_begin && pos < kv_end;
+        tv[it] = ok ? c.table[bs_shift >= 0 ? pos >> bs_shift : pos / p.block_size] : 0;
+      }
+    };
+    auto copy_tile = [&](int j, const int (&tv)[NIT], bool ld_k, bool ld_v) {
       const int base = t_first + j * BC;
       const uint32_t ks = s_base + static_cast<uint32_t>(j % NST) * kStage, vs = ks + kTile;
 #pragma unroll
-      for (int it = 0; it < BC * CH / THREADS; ++it) {
+      for (int it = 0; it < NIT; ++it) {
         const int i = tid + it * THREADS;
         const int cc = i & 7, atom = (i >> 3) % (CH / 8), pl = i / CH, pos = base + pl;
         const bool ok = pos >= kv_begin && pos < kv_end;
-        const int64_t slot = ok ? fa_slot(c.table, pos, p.block_size, bs_shift) : 0;
+        const int off = bs_shift >= 0 ? pos & (p.block_size - 1) : pos % p.block_size;
+        const int64_t slot = ok ? static_cast<int64_t>(tv[it]) * p.block_size + off : 0;
         const uint32_t dst = atom * kAtomCol + (pl >> 3) * 1024 + (pl & 7) * 128 + ((cc ^ (pl & 7)) << 4);
         const int src = (atom * 8 + cc) * 16;
         if (ld_k) cp_async16(ks + dst, ok ? kg + slot * p.k_slot_bytes + src : p.k, ok);
         if (ld_v) cp_async16(vs + dst, ok ? vg + slot * p.v_slot_bytes + src : p.v, ok);
       }
+    };
+    auto load_tile = [&](int j, bool ld_k, bool ld_v) {
+      int tv[NIT];
+      table_of(j, tv);
+      copy_tile(j, tv, ld_k, ld_v);
     };
     auto k_desc_of = [&](int j) {
       return wg_desc_sw128(s_base + static_cast<uint32_t>(j % NST) * kStage, 16, 1024);
@@ -174,13 +195,19 @@ __global__ void __launch_bounds__(128 * WGS, wg_min_blocks(D, WGS)) fattn_wg(Att
         for (int kk = 0; kk < BC / 16; ++kk) wg_mma<NO, 1>(o, pa[kk], v_desc + ((kk * 2048) >> 4), 1);
         wg_commit();
       };
+      int tk[NIT], tv[NIT];  // the table entries of the next K tile (j + NST - 1) and the next V tile (j + NST - 2)
+      table_of(NST - 1, tk);
+      table_of(NST - 2, tv);
       for (int j = 0; j < n_tiles; ++j) {
         cp_async_wait<NST - 2>();
         wg_proxy_fence();
         __syncthreads();
-        if (j + NST - 1 < n_tiles) load_tile(j + NST - 1, true, false);
-        if (j + NST - 2 < n_tiles) load_tile(j + NST - 2, false, true);
+        if (j + NST - 1 < n_tiles) copy_tile(j + NST - 1, tk, true, false);
+        if (j + NST - 2 < n_tiles) copy_tile(j + NST - 2, tv, false, true);
         cp_async_commit();
+#pragma unroll
+        for (int it = 0; it < NIT; ++it) tv[it] = tk[it];
+        table_of(j + NST, tk);  // used by the next step's copies
         const uint64_t k_desc = k_desc_of(j);
         wg_fence();
 #pragma unroll

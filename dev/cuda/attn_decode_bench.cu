@@ -21,26 +21,13 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/launch.h"
+#include "bench_fill.cuh"
 #include "bench_util.cuh"
 
 using namespace kiln;
 using namespace kiln::cuda;
 
 namespace {
-
-__device__ __forceinline__ float hash_unit(uint64_t i, uint32_t seed) {
-  uint64_t x = i * 0x9E3779B97F4A7C15ull + seed;
-  x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29;
-  return static_cast<float>(x >> 40) / static_cast<float>(1u << 24) * 2.0f - 1.0f;
-}
-__global__ void fill_f32(float* p, size_t n, uint32_t seed, float amp) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x)
-    p[i] = amp * hash_unit(i, seed);
-}
-__global__ void fill_f16(__half* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x)
-    p[i] = __float2half(hash_unit(i, seed));
-}
 
 // The serial second pass attention.cu had (each thread walks the splits three times, one dependent load after
 // another): the A/B against launch_attention_combine.

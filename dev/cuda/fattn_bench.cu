@@ -9,9 +9,9 @@
 // FaWgVariant: 1 or 2 warpgroups per CTA, with or without the software pipeline; 0: not on this device / head dim),
 // mma.sync (fattn_set_wgmma(false)) and attention.cu; and where kv <= 4096 the NMSE of each against attention.cu
 // (expected ~1e-7: the prefill kernels round P to f16; a layout bug shows as ~1).
-// Then a decode table: attention.cu's split-KV kernel at depth, in KV bytes per second (decode_table).
+// Decode at depth has its own benchmark (attn_decode_bench).
 // Usage: fattn_bench [--quick | --only I]   (--quick: skip attention.cu where kv reaches 16384, which takes seconds
-// per run; --only I: shape I of the table alone, no decode table, for a profiler)
+// per run; --only I: shape I of the table alone, for a profiler)
 // Built by dev/cuda/CMakeLists.txt when KILN_CUDA=ON (target fattn_bench).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -26,6 +26,7 @@
 
 #include "backend/cuda/fattn_mma.cuh"
 #include "backend/cuda/launch.h"
+#include "bench_fill.cuh"
 #include "bench_util.cuh"
 
 using namespace kiln;
@@ -33,87 +34,9 @@ using namespace kiln::cuda;
 
 namespace {
 
-__device__ __forceinline__ float hash_unit(uint64_t i, uint32_t seed) {
-  uint64_t x = i * 0x9E3779B97F4A7C15ull + seed;
-  x ^= x >> 31, x *= 0xBF58476D1CE4E5B9ull, x ^= x >> 29;
-  return static_cast<float>(x >> 40) / static_cast<float>(1u << 24) * 2.0f - 1.0f;  // [-1, 1)
-}
-__global__ void fill_f32(float* p, size_t n, uint32_t seed, float amp) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x)
-    p[i] = amp * hash_unit(i, seed);
-}
-__global__ void fill_f16(__half* p, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x)
-    p[i] = __float2half(hash_unit(i, seed));
-}
-
 struct Shape {
   int hd, n_head, n_kv, q_len, depth;
 };
-
-// Decode at depth: n_seq sequences of one new token each, every one `depth` positions deep with its own blocks
-// (shuffled), through attention.cu's split-KV decode kernel (launch_attention). Bandwidth counts the K and V bytes
-// read once per KV head: n_seq * depth * n_kv * hd * 2 (K, V) * 2 bytes, against the copy ceiling of the card.
-void decode_table(const cudaDeviceProp& prop, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1) {
-  std::printf("\ndecode (attention.cu split-KV), hd 128, 32/8 heads\n%-6s %-7s %9s %9s\n", "n_seq", "depth", "ms",
-              "KV GB/s");
-  struct D { int n_seq, depth; };
-  for (const D& d : {D{1, 8192}, D{1, 32768}, D{1, 131072}, D{8, 32768}, D{32, 8192}}) {
-    const int hd = 128, n_head = 32, n_kv = 8, bs = 16, n_blocks = (d.depth + bs - 1) / bs;
-    const size_t kv_row = static_cast<size_t>(n_kv) * hd, n_slots = static_cast<size_t>(d.n_seq) * n_blocks * bs;
-    __half *k = nullptr, *v = nullptr;
-    float *q = nullptr, *o = nullptr, *scratch = nullptr;
-    int32_t *table = nullptr, *tok_table = nullptr, *kv_len = nullptr;
-    CK(cudaMalloc(&k, n_slots * kv_row * 2));
-    CK(cudaMalloc(&v, n_slots * kv_row * 2));
-    const size_t qn = static_cast<size_t>(d.n_seq) * n_head * hd;
-    CK(cudaMalloc(&q, qn * 4));
-    CK(cudaMalloc(&o, qn * 4));
-    fill_f16<<<1024, 256, 0, st>>>(k, n_slots * kv_row, 1);
-    fill_f16<<<1024, 256, 0, st>>>(v, n_slots * kv_row, 2);
-    fill_f32<<<1024, 256, 0, st>>>(q, qn, 3, 2.0f);
-    std::vector<int32_t> tb(static_cast<size_t>(d.n_seq) * n_blocks), tt(d.n_seq), kl(d.n_seq, d.depth);
-    std::iota(tb.begin(), tb.end(), 0);
-    std::shuffle(tb.begin(), tb.end(), std::mt19937(5));
-    std::iota(tt.begin(), tt.end(), 0);
-    CK(cudaMalloc(&table, tb.size() * 4));
-    CK(cudaMalloc(&tok_table, tt.size() * 4));
-    CK(cudaMalloc(&kv_len, kl.size() * 4));
-    CK(cudaMemcpy(table, tb.data(), tb.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(tok_table, tt.data(), tt.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(kv_len, kl.data(), kl.size() * 4, cudaMemcpyHostToDevice));
-    AttnParams p{};
-    p.q = q, p.q_tok_stride = static_cast<size_t>(n_head) * hd, p.q_head_stride = hd, p.dst = o;
-    p.k = reinterpret_cast<const uint8_t*>(k), p.v = reinterpret_cast<const uint8_t*>(v);
-    p.k_slot_bytes = p.v_slot_bytes = kv_row * 2, p.k_head_bytes = p.v_head_bytes = static_cast<size_t>(hd) * 2;
-    p.kv_type = DType::F16, p.n_tok = d.n_seq, p.n_head = n_head, p.n_head_kv = n_kv, p.hd_k = p.hd_v = hd;
-    p.block_size = bs, p.tables = table, p.table_stride = n_blocks, p.tok_table = tok_table, p.kv_len = kv_len;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(hd)), p.max_kv_len = d.depth, p.n_sm = prop.multiProcessorCount;
-    const size_t sc = attention_scratch_floats(p);
-    if (sc) CK(cudaMalloc(&scratch, sc * 4));
-    std::vector<float> ms;
-    for (int i = 0; i < 8; ++i) {
-      CK(cudaEventRecord(e0, st));
-      const Status r = launch_attention(p, scratch, st);
-      if (!r.is_ok()) {
-        std::printf("launch failed: %s\n", r.to_string().c_str());
-        break;
-      }
-      CK(cudaEventRecord(e1, st));
-      CK(cudaEventSynchronize(e1));
-      float t = 0;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      if (i > 0) ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms.empty() ? -1.0 : ms[ms.size() / 2];
-    const double bytes = 2.0 * 2.0 * d.n_seq * static_cast<double>(d.depth) * n_kv * hd;
-    std::printf("%-6d %-7d %9.4f %9.1f\n", d.n_seq, d.depth, med, med > 0 ? bytes / (med * 1e-3) / 1e9 : 0.0);
-    std::fflush(stdout);
-    cudaFree(k), cudaFree(v), cudaFree(q), cudaFree(o), cudaFree(table), cudaFree(tok_table), cudaFree(kv_len);
-    if (scratch) cudaFree(scratch);
-  }
-}
 
 }  // namespace
 
@@ -238,7 +161,6 @@ int main(int argc, char** argv) {
     cudaFree(seq);
     if (scratch) cudaFree(scratch);
   }
-  if (only < 0) decode_table(prop, st, e0, e1);
   CK(cudaGetLastError());
   return 0;
 }

@@ -257,6 +257,12 @@ void check_attention(Backend& cpu, Backend& gpu, const AttnCase& c, std::mt19937
   }
 }
 
+std::unique_ptr<Backend> reference_cpu() {  // the scalar executable spec the CUDA ops are checked against
+  CpuBackendOptions co;
+  co.reference = true;
+  return make_cpu_backend(co);
+}
+
 void force_decode(int kernel) {
 #ifdef KILN_HAVE_CUDA
   cuda::attention_force_decode(kernel);
@@ -267,9 +273,7 @@ void force_decode(int kernel) {
 
 TEST(CudaOps, AttentionMatchesCpuReference) {
   NEED_GPU();
-  CpuBackendOptions co;
-  co.reference = true;
-  auto cpu = make_cpu_backend(co);
+  auto cpu = reference_cpu();
   std::mt19937 rng(11);
   const AttnCase cases[] = {{64, 4, 4, 1, 700, DType::F16},     {128, 32, 8, 1, 3000, DType::F16},
                             {128, 8, 2, 7, 300, DType::F16},    {80, 8, 1, 37, 37, DType::F16},
@@ -285,9 +289,7 @@ TEST(CudaOps, AttentionMatchesCpuReference) {
 // over 12000 positions).
 TEST(CudaOps, DecodeKernelsMatchCpuReference) {
   NEED_GPU();
-  CpuBackendOptions co;
-  co.reference = true;
-  auto cpu = make_cpu_backend(co);
+  auto cpu = reference_cpu();
   std::mt19937 rng(12);
   const AttnCase cases[] = {{64, 4, 4, 1, 700, DType::F16},      {128, 16, 8, 3, 2001, DType::F16},
                             {128, 32, 8, 5, 3000, DType::F16},   {128, 64, 8, 2, 1499, DType::F16},
@@ -305,9 +307,7 @@ TEST(CudaOps, DecodeKernelsMatchCpuReference) {
 // argmax (NaN rule), copy conversions, each against the CPU reference backend on the same inputs.
 TEST(CudaOps, SmallOpsMatchCpuReference) {
   NEED_GPU();
-  CpuBackendOptions co;
-  co.reference = true;
-  auto cpu_ = make_cpu_backend(co);
+  auto cpu_ = reference_cpu();
   Backend& cpu = *cpu_;
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 2.f);

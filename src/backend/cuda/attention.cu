@@ -1,6 +1,6 @@
 // Causal paged attention over the KV cache (f16, f32 or q8_0 storage), decode and prefill, any head dims.
-//   entry: CudaBackend::attention  ->  launch_attention  ->  attn_krow_kernel, attn_vec_kernel or attn_kernel (+ attn_combine
-//   when split)
+//   entry: CudaBackend::attention  ->  launch_attention  ->  attn_krow_kernel, attn_vec_kernel or attn_kernel
+//          (+ attn_combine when split)
 // The decode kernels (f16 cache, head dims 64/128/256, n_rep 1/2/4/8: vec_kernel() selects): attn_krow_kernel (64 /
 // 128: HD/8 lanes per K row, coalesced) and attn_vec_kernel (256: a lane per position); both lane-per-dims P.V.
 // attn_kernel (below) covers everything else.

@@ -105,6 +105,24 @@ std::vector<float> random_x(int64_t n_tok, int64_t n_in, size_t stride, std::mt1
   return x;
 }
 
+// The arguments of one product: n_tok rows of x (stride xs floats) times the n_out rows of w (rb bytes apart) into y
+// (stride ys floats).
+MatmulArgs product(DType t, const uint8_t* w, size_t rb, int64_t n_out, int64_t n_in, const float* x, size_t xs,
+                   int64_t n_tok, float* y, size_t ys) {
+  MatmulArgs a;
+  a.wtype = t;
+  a.w = w;
+  a.w_row_bytes = rb;
+  a.n_out = n_out;
+  a.n_in = n_in;
+  a.x = x;
+  a.x_stride = xs;
+  a.n_tok = n_tok;
+  a.y = y;
+  a.y_stride = ys;
+  return a;
+}
+
 // matmul_ref against the exact (double) product of the dequantized weights with the unrounded activations.
 // The spec's only approximation is the rounding of each activation x_i to the activation type, so per output
 //   |y_ref - y_exact| <= sum_i |w_i| h_i + (f32 accumulation, <= 1e-5 sum_i |w_i x_i| for these sizes)
@@ -216,18 +234,8 @@ TEST_P(MatmulTypes, LevelsAgreeWithReferenceAndReferenceWithExact) {
         ++case_index;
         const std::vector<uint8_t> w = random_weights(t, n_out, n_in, rb, rng);
         const std::vector<float> x = random_x(n_tok, n_in, xs, rng);
-        MatmulArgs a;
-        a.wtype = t;
-        a.w = w.data();
-        a.w_row_bytes = rb;
-        a.n_out = n_out;
-        a.n_in = n_in;
-        a.x = x.data();
-        a.x_stride = xs;
-        a.n_tok = n_tok;
-        a.y_stride = ys;
         std::vector<float> yref(ys * n_tok, -7.f);
-        a.y = yref.data();
+        MatmulArgs a = product(t, w.data(), rb, n_out, n_in, x.data(), xs, n_tok, yref.data(), ys);
         ASSERT_TRUE(matmul_ref(a).is_ok());
         std::vector<float> yr(n_out * n_tok);
         for (int64_t k = 0; k < n_tok; ++k)
@@ -295,18 +303,8 @@ TEST(MatmulIqGrid, KernelsMatchTheirLaneModelBitForBit) {
       for (int64_t k = 0; k < n_tok; ++k) detail::quantize_act_row_scalar(l, x.data() + k * n_in, a0 + k * l.row_bytes);
       for (SimdLevel lv : levels()) {
         if (lv == SimdLevel::kScalar) continue;
-        MatmulArgs a;
-        a.wtype = t;
-        a.w = w.data();
-        a.w_row_bytes = rb;
-        a.n_out = n_out;
-        a.n_in = n_in;
-        a.x = x.data();
-        a.x_stride = n_in;
-        a.n_tok = n_tok;
         std::vector<float> y(n_out * n_tok);
-        a.y = y.data();
-        a.y_stride = n_out;
+        const MatmulArgs a = product(t, w.data(), rb, n_out, n_in, x.data(), n_in, n_tok, y.data(), n_out);
         ASSERT_TRUE(detail::matmul_at_level(a, pool, lv).is_ok());
         for (int64_t k = 0; k < n_tok; ++k)
           for (int64_t o = 0; o < n_out; ++o)
@@ -335,17 +333,9 @@ TEST(MatmulGroup, EachProductAsMatmulAlone) {
     for (int i = 0; i < 6; ++i) {
       const size_t rb = dtype_row_bytes(types[i], n_in).value();
       w.push_back(random_weights(types[i], n_outs[i], n_in, rb, rng));
-      MatmulArgs a;
-      a.wtype = types[i];
-      a.w = w.back().data();
-      a.w_row_bytes = rb;
-      a.n_out = n_outs[i];
-      a.n_in = n_in;
-      a.x = i == 2 ? x2.data() : x.data();  // product 2: same layout as 0, another input
-      a.x_stride = n_in;
-      a.n_tok = n_tok;
-      a.y_stride = n_outs[i];
-      args.push_back(a);
+      // product 2: same layout as 0, another input; y is set per run below
+      args.push_back(product(types[i], w.back().data(), rb, n_outs[i], n_in, i == 2 ? x2.data() : x.data(), n_in,
+                             n_tok, nullptr, n_outs[i]));
       y.emplace_back(n_outs[i] * n_tok);
     }
     for (SimdLevel lv : levels()) {

@@ -48,14 +48,14 @@ float r16(float x) { return fp16_to_f32(f32_to_fp16(x)); }
 }  // namespace
 #ifdef KILN_HAVE_CUDA
 namespace cuda {
-void fattn_set_wgmma(bool allowed);  // fattn_mma.cu: whether 9.0 devices take the wgmma kernel (head dims 64 / 128)
+void fattn_set_wgmma(bool allowed);  // fattn_mma.cu: whether 9.0 devices take the wgmma kernel (head dims 64 / 128 / 256)
 void fattn_force_wg_variant(int index);  // which of its variants (fattn_mma.cuh kFaWgVariants; -1: the table's)
 }  // namespace cuda
 #endif
 namespace {
 
 // Every GPU case runs on each prefill kernel: the four wgmma variants where the device has them (9.0, head dims
-// 64 / 128: 1 or 2 warpgroups per CTA, with or without the software pipeline), then the mma.sync kernel
+// 64 / 128 / 256: 1 or 2 warpgroups per CTA, with or without the software pipeline), then the mma.sync kernel
 // (fattn_set_wgmma(false)). Elsewhere every pass runs mma.sync.
 constexpr int kKernels[] = {0, 1, 2, 3, -1};  // variant index; -1: mma.sync
 std::string g_kernel;

@@ -300,6 +300,7 @@ Status fattn_mma_init(size_t max_smem) {
       // Every variant gets its shared memory (tests and dev/cuda/fattn_bench run each); all must fit.
       bool ok = major == 9 && minor == 0;
       for (const FaWgVariant v : kFaWgVariants) {
+        if (v.ws && d > 128) continue;  // no warp-specialized kernel at head dim 256
         const void* k = fattn_wg_kernel(d, v);
         const size_t smem = fattn_wg_smem(d, v);
         ok = ok && k != nullptr && smem + 1024 <= max_smem;
@@ -316,7 +317,10 @@ void fattn_force_wg_variant(int index) { g_wg_forced.store(index, std::memory_or
 
 bool fattn_wg_selected(const AttnParams& p) {
   if (!g_wg_allowed.load(std::memory_order_relaxed) || (p.hd_k != 64 && p.hd_k != 128 && p.hd_k != 256)) return false;
-  if (fa_wg_variant(p.hd_k).wgs == 0 && g_wg_forced.load(std::memory_order_relaxed) < 0) return false;
+  const int forced = g_wg_forced.load(std::memory_order_relaxed);
+  if (fa_wg_variant(p.hd_k).wgs == 0 && forced < 0) return false;
+  // a forced variant with no kernel at this head dim (ws at 256): the mma.sync kernel
+  if (forced >= 0 && forced < kFaWgVariantCount && fattn_wg_kernel(p.hd_k, kFaWgVariants[forced]) == nullptr) return false;
   int dev = 0;
   return cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < kMaxDev && g_wg_ready[dev][wg_slot(p.hd_k)];
 }
@@ -328,7 +332,7 @@ Status launch_fattn_mma(const AttnParams& p, cudaStream_t s) {
   if (p.n_seq == 0) return Status::ok();
   if (fattn_wg_selected(p)) {
     const int forced = g_wg_forced.load(std::memory_order_relaxed);
-    return launch_fattn_wg(p, forced >= 0 && forced < 4 ? kFaWgVariants[forced] : fa_wg_variant(p.hd_k), s);
+    return launch_fattn_wg(p, forced >= 0 && forced < kFaWgVariantCount ? kFaWgVariants[forced] : fa_wg_variant(p.hd_k), s);
   }
   switch (p.hd_k) {
     case 64: return launch_d<64>(p, s);
@@ -347,7 +351,8 @@ Status launch_fattn_wg(const AttnParams& p, FaWgVariant v, cudaStream_t s) {
     return make_error(ErrorCode::kInternal, "fattn: grid too large");
   void* params[] = {&args, &geo};
   const dim3 grid(static_cast<unsigned>(p.n_seq * geo.q_tiles), static_cast<unsigned>(p.n_head_kv * geo.n_hchunk));
-  KILN_CUDA_TRY(cudaLaunchKernel(k, grid, dim3(kFaThreads * v.wgs), params, fattn_wg_smem(p.hd_k, v), s));
+  const unsigned threads = static_cast<unsigned>(kFaThreads * (v.wgs + (v.ws ? 1 : 0)));  // ws: + the copying warpgroup
+  KILN_CUDA_TRY(cudaLaunchKernel(k, grid, dim3(threads), params, fattn_wg_smem(p.hd_k, v), s));
   return Status::ok();
 }
 

@@ -307,8 +307,171 @@ __global__ void __launch_bounds__(128 * WGS, wg_min_blocks(D, WGS)) fattn_wg(Att
   }
 }
 
+// ---- Warp-specialized variant (ws): one warpgroup copies, two compute ----------------------------------------------
+// fattn_ws<D> (D 64 / 128): the pipelined two-warpgroup kernel above with its copies moved to a third warpgroup, so
+// the compute warpgroups issue no copy, address or table instruction and meet at no CTA barrier per tile. Warpgroup
+// 0 (the producer, setmaxnreg down to kWsProdRegs) fills a ring of kWsStages stages, each K and V of one tile, in
+// tile order; warpgroups 1 and 2 (the consumers, setmaxnreg up to kWsConsRegs) are fattn_wg<D, true, 2>'s two
+// warpgroups (rows 64 (wg - 1) .. + 63 of the CTA). Per stage s two mbarriers:
+//   full[s]: 128 arrivals per fill, each producer thread's cp.async.mbarrier.arrive.noinc (it fires when that
+//            thread's copies so far have landed); a consumer waits for fill f of s (tile j = f kWsStages + s) with
+//            parity f & 1, then fences the landed bytes to the async proxy (its wgmmas read them).
+//   empty[s]: 8 arrivals per release, lane 0 of each consumer warp once its P V wgmmas of the stage's tile are done
+//            (wait_group 0 in that warp); the producer waits for release f - 1 (parity (f - 1) & 1) before fill f.
+// Q: staged by all 384 threads into its own region ([ROWS][D + 8] f16: the ring is written while consumers still read
+// the staging), read into registers by the consumers after the CTA's one barrier (fa_cta_range's).
+// Registers (setmaxnreg: whole warpgroups, multiples of 8): 128 x kWsProdRegs + 256 x kWsConsRegs <= 65536.
+constexpr int kWsStages = 4, kWsProdRegs = 56, kWsConsRegs = 224;
+static_assert(128 * kWsProdRegs + 256 * kWsConsRegs <= 65536, "the register file");
+constexpr size_t ws_q_bytes(int d) { return static_cast<size_t>(128) * (d + 8) * 2; }
+// + 1024: the ring starts at a 1024-byte boundary; Q after it.
+constexpr size_t ws_smem_of(int d) { return kWsStages * 2 * wg_tile_bytes(d) + ws_q_bytes(d) + 1024; }
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// This thread's cp.asyncs issued so far arrive on bar when they complete (no pending count added: init counts them).
+__device__ __forceinline__ void mbar_cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred P1;\nWS_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra WS_DONE;\nbra WS_WAIT;\nWS_DONE:\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+template <int N>
+__device__ __forceinline__ void reg_dealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void reg_alloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+template <int D>
+__global__ void __launch_bounds__(384, 1) fattn_ws(AttnParams p, FaGeo geo) {
+  if constexpr (!kWgHere || D > 128) {  // another target than sm_90a, or a head dim without this variant
+    __trap();
+  } else {
+    constexpr int BC = wg_bc(D), LD = D + 8, NS = BC / 8, NO = D / 8, KQ = D / 16, CH = D / 8, NST = kWsStages;
+    constexpr uint32_t kTile = static_cast<uint32_t>(wg_tile_bytes(D)), kStage = 2 * kTile, kAtomCol = BC * 128;
+    constexpr auto k_step = [](int k) { return static_cast<uint64_t>(((k / 4) * kAtomCol + (k % 4) * 32) >> 4); };
+    constexpr int NIT = BC * CH / 128;  // 16-byte chunks of K (and of V) per producer thread and tile
+    static_assert(BC * CH % 128 == 0, "whole copy rounds");
+    extern __shared__ __align__(128) uint8_t fa_wg_smem[];
+    __shared__ __align__(8) uint64_t full[NST], empty[NST];
+    const uint32_t s_raw = smem_u32(fa_wg_smem), s_base = (s_raw + 1023u) & ~1023u;
+    __half* qs = reinterpret_cast<__half*>(fa_wg_smem + (s_base - s_raw) + NST * kStage);  // [128][D + 8] f16
+
+    const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid / kWarp, 0), lane = tid % kWarp;
+    const int wg = warp / 4, cw = warp - 4;  // warpgroup; consumer warp 0..7 (rows 16 cw ..)
+    FaCta c;
+    if (!fa_cta(p, geo, c)) return;
+    if (tid < NST) {
+      mbar_init(smem_u32(&full[tid]), 128);
+      mbar_init(smem_u32(&empty[tid]), 8);
+    }
+    fa_stage_q<D, LD, 128, 384>(p, geo, c, qs);
+    FaRows w{};  // the producer's: no rows (w_hi 0)
+    if (wg > 0) w = fa_rows(p, geo, c, cw, lane);
+    int kv_begin, kv_end;
+    fa_cta_range(w, lane, kv_begin, kv_end);  // the CTA's one barrier: Q staged, barriers initialized
+    const int t_first = kv_end > 0 ? kv_begin / BC * BC : 0;
+    const int n_tiles = kv_end > 0 ? ceil_div(kv_end - t_first, BC) : 0;
+
+    if (wg == 0) {  // ---- producer
+      reg_dealloc<kWsProdRegs>();
+      const int bs_shift = (p.block_size & (p.block_size - 1)) == 0 ? __ffs(p.block_size) - 1 : -1;
+      const uint8_t* kg = p.k + static_cast<size_t>(c.g) * p.k_head_bytes;
+      const uint8_t* vg = p.v + static_cast<size_t>(c.g) * p.v_head_bytes;
+      for (int j = 0; j < n_tiles; ++j) {
+        const int st = j % NST, f = j / NST;
+        if (f > 0) mbar_wait(smem_u32(&empty[st]), static_cast<uint32_t>(f - 1) & 1u);
+        const int base = t_first + j * BC;
+        const uint32_t ks = s_base + static_cast<uint32_t>(st) * kStage, vs = ks + kTile;
+#pragma unroll 4
+        for (int it = 0; it < NIT; ++it) {
+          const int i = tid + it * 128;
+          const int cc = i & 7, atom = (i >> 3) % (CH / 8), pl = i / CH, pos = base + pl;
+          const bool ok = pos >= kv_begin && pos < kv_end;
+          const int64_t slot = ok ? fa_slot(c.table, pos, p.block_size, bs_shift) : 0;
+          const uint32_t dst = atom * kAtomCol + (pl >> 3) * 1024 + (pl & 7) * 128 + ((cc ^ (pl & 7)) << 4);
+          const int src = (atom * 8 + cc) * 16;
+          cp_async16(ks + dst, ok ? kg + slot * p.k_slot_bytes + src : p.k, ok);
+          cp_async16(vs + dst, ok ? vg + slot * p.v_slot_bytes + src : p.v, ok);
+        }
+        mbar_cp_async_arrive(smem_u32(&full[st]));
+      }
+      cp_async_wait<0>();  // no copy outlives the CTA
+      return;
+    }
+
+    // ---- consumers: fattn_wg<D, true, 2>'s loop, stages by mbarrier
+    reg_alloc<kWsConsRegs>();
+    uint32_t qf[KQ][4];
+    {
+      const int lm = lane >> 3, lr = lane & 7;
+      const uint32_t q_base = smem_u32(qs + (cw * 16 + (lm & 1) * 8 + lr) * LD + (lm >> 1) * 8);
+#pragma unroll
+      for (int k = 0; k < KQ; ++k) ldsm_x4(q_base + k * 32, qf[k][0], qf[k][1], qf[k][2], qf[k][3]);
+    }
+    float o[NO][4];
+#pragma unroll
+    for (int n = 0; n < NO; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float s[NS][4];
+#pragma unroll
+    for (int n = 0; n < NS; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    const float sl2 = p.scale * 1.4426950408889634f;
+    uint32_t pa[BC / 16][4];
+    auto pv = [&](int jp) {
+      const uint64_t v_desc = wg_desc_sw128(s_base + static_cast<uint32_t>(jp % NST) * kStage + kTile, kAtomCol, 1024);
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < BC / 16; ++kk) wg_mma<NO, 1>(o, pa[kk], v_desc + ((kk * 2048) >> 4), 1);
+      wg_commit();
+    };
+    for (int j = 0; j < n_tiles; ++j) {
+      mbar_wait(smem_u32(&full[j % NST]), static_cast<uint32_t>(j / NST) & 1u);
+      wg_proxy_fence();
+      const uint64_t k_desc = wg_desc_sw128(s_base + static_cast<uint32_t>(j % NST) * kStage, 16, 1024);
+      wg_fence();
+#pragma unroll
+      for (int k = 0; k < KQ; ++k) wg_mma<NS, 0>(s, qf[k], k_desc + k_step(k), k > 0);
+      wg_commit();
+      if (j > 0) {
+        pv(j - 1);
+        wg_wait<1>();
+      } else {
+        wg_wait<0>();
+      }
+      const int base = t_first + j * BC;
+      float alpha[2];
+      fa_softmax<NS>(s, base, w.full(base, BC), w, sl2, m_run, l_run, alpha, lane);
+      wg_wait<0>();  // P V j - 1 done: its stage is free, O may be rescaled, pa rewritten
+      if (j > 0 && lane == 0) mbar_arrive(smem_u32(&empty[(j - 1) % NST]));
+#pragma unroll
+      for (int n = 0; n < NO; ++n) o[n][0] *= alpha[0], o[n][1] *= alpha[0], o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+#pragma unroll
+      for (int kk = 0; kk < BC / 16; ++kk) fa_p_frag<NS>(s, kk, pa[kk]);
+    }
+    if (n_tiles > 0) {
+      pv(n_tiles - 1);
+      wg_wait<0>();
+    }
+    fa_store<D>(p, geo, c, w, o, l_run, cw, lane);
+  }
+}
+
 template <int D>
 const void* pick(FaWgVariant v) {
+  if (v.ws) return D <= 128 ? reinterpret_cast<const void*>(fattn_ws<D>) : nullptr;
   if (v.wgs == 1) return v.pipe ? reinterpret_cast<const void*>(fattn_wg<D, true, 1>) : reinterpret_cast<const void*>(fattn_wg<D, false, 1>);
   if (v.wgs == 2) return v.pipe ? reinterpret_cast<const void*>(fattn_wg<D, true, 2>) : reinterpret_cast<const void*>(fattn_wg<D, false, 2>);
   return nullptr;
@@ -320,6 +483,7 @@ const void* fattn_wg_kernel(int d, FaWgVariant v) {
   return d == 64 ? pick<64>(v) : d == 128 ? pick<128>(v) : d == 256 ? pick<256>(v) : nullptr;
 }
 size_t fattn_wg_smem(int d, FaWgVariant v) {
+  if (v.ws) return d == 64 || d == 128 ? ws_smem_of(d) : 0;
   return (d == 64 || d == 128 || d == 256) && (v.wgs == 1 || v.wgs == 2) ? wg_smem_of(d, v.wgs) : 0;
 }
 

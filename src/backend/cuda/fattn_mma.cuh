@@ -236,8 +236,8 @@ __device__ __forceinline__ int64_t fa_slot(const int32_t* table, int pos, int bl
 // The wgmma kernel's variants (sm90a/fattn_wgmma.cu): wgs warpgroups per CTA (64 query rows each, sharing the K/V
 // tiles), pipe: tile j's S wgmmas and softmax beside tile j - 1's P V wgmmas. fa_wg_variant is the one choice per
 // head dim (the launcher's; dev/cuda/fattn_bench times every variant); wgs 0: none, the mma.sync kernel runs.
-// H100, fattn_bench (TFLOP/s, 32/8 heads, causal; 1 warpgroup / 1 pipelined / 2 / 2 pipelined / mma.sync), the
-// block-table reads a step ahead of their copies in the pipelined variants (6f4e290 + this change; before it, 2
+// H100, fattn_bench at eb11e06 (TFLOP/s, 32/8 heads, causal; 1 warpgroup / 1 pipelined / 2 / 2 pipelined /
+// mma.sync), the pipelined variants reading the block table a step ahead of their copies (reading it at the copy, 2
 // pipelined warpgroups gave 162 / 197 / 189 / 196 on the first four hd-128 rows): hd 128: 4096 tokens 143.8 / 143.3 /
 // 167.0 / 181.6 / 155.8; 16384 171.5 / 174.2 / 199.7 / 225.8 / 184.9; 512 at depth 32768 167.3 / 173.2 / 198.6 /
 // 220.4 / 180.0; 512 at depth 131072 170.5 / 176.3 / 203.4 / 231.5 / 184.0. hd 64: 512 tokens 30.8 / 31.2 / 32.6 /

@@ -50,8 +50,8 @@ int main(int argc, char** argv) {
   const int cc = prop.major * 10 + prop.minor;
   if (!attention_init(prop.sharedMemPerBlockOptin).is_ok()) return std::printf("attention_init failed\n"), 1;
   std::printf("device %s (sm_%d, %d SMs)\n", prop.name, cc, prop.multiProcessorCount);
-  std::printf("%-5s %-7s %-6s %-7s %9s %8s %8s %8s %8s %8s %8s %8s   (TFLOP/s)\n", "hd", "heads", "q_len", "depth",
-              "sel ms", "sel", "wg1", "wg1pipe", "wg2", "wg2pipe", "mma", "attn");
+  std::printf("%-5s %-7s %-6s %-7s %9s %8s %8s %8s %8s %8s %8s %8s %8s   (TFLOP/s)\n", "hd", "heads", "q_len",
+              "depth", "sel ms", "sel", "wg1", "wg1pipe", "wg2", "wg2pipe", "ws", "mma", "attn");
   const Shape shapes[] = {{128, 32, 8, 512, 0},      {128, 32, 8, 4096, 0},    {128, 32, 8, 16384, 0},
                           {128, 32, 8, 512, 32768},  {128, 32, 8, 512, 131072}, {256, 16, 8, 512, 0},
                           {256, 16, 8, 4096, 0},     {256, 16, 8, 16384, 0},  {64, 32, 8, 512, 0},
@@ -124,12 +124,12 @@ int main(int argc, char** argv) {
       out.resize(qn);
       CK(cudaMemcpy(out.data(), o, qn * 4, cudaMemcpyDeviceToHost));
     };
-    std::vector<float> o_var[4], o_mma, o_ref;
-    double t_sel = -1.0, t_var[4] = {-1.0, -1.0, -1.0, -1.0}, t_mma = -1.0;
+    std::vector<float> o_var[kFaWgVariantCount], o_mma, o_ref;
+    double t_sel = -1.0, t_var[kFaWgVariantCount] = {-1.0, -1.0, -1.0, -1.0, -1.0}, t_mma = -1.0;
     if (fa_ok) {
       fattn_set_wgmma(true);
       t_sel = time(1, 7);
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < kFaWgVariantCount; ++i) {
         fattn_force_wg_variant(i);
         if (fattn_wg_selected(p)) t_var[i] = time(1, 7), grab(o_var[i]);
       }
@@ -150,9 +150,9 @@ int main(int argc, char** argv) {
     auto tf = [&](double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0.0; };
     char hs[16];
     std::snprintf(hs, sizeof hs, "%d/%d", s.n_head, s.n_kv);
-    std::printf("%-5d %-7s %-6d %-7d %9.3f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f", s.hd, hs, s.q_len, s.depth,
-                t_sel, tf(t_sel), tf(t_var[0]), tf(t_var[1]), tf(t_var[2]), tf(t_var[3]), tf(t_mma), tf(t_ref));
-    for (int i = 0; i < 4; ++i)
+    std::printf("%-5d %-7s %-6d %-7d %9.3f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f", s.hd, hs, s.q_len, s.depth,
+                t_sel, tf(t_sel), tf(t_var[0]), tf(t_var[1]), tf(t_var[2]), tf(t_var[3]), tf(t_var[4]), tf(t_mma), tf(t_ref));
+    for (int i = 0; i < kFaWgVariantCount; ++i)
       if (nmse(o_var[i]) >= 0) std::printf(" nmse%d %.1e", i, nmse(o_var[i]));
     if (nmse(o_mma) >= 0) std::printf(" nmse-mma %.1e", nmse(o_mma));
     std::printf("\n");

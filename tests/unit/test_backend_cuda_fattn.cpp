@@ -48,16 +48,17 @@ float r16(float x) { return fp16_to_f32(f32_to_fp16(x)); }
 }  // namespace
 #ifdef KILN_HAVE_CUDA
 namespace cuda {
-void fattn_set_wgmma(bool allowed);  // fattn_mma.cu: whether 9.0 devices take the wgmma kernel (head dims 64 / 128)
+void fattn_set_wgmma(bool allowed);  // fattn_mma.cu: whether 9.0 devices take the wgmma kernel (head dims 64 / 128 / 256)
 void fattn_force_wg_variant(int index);  // which of its variants (fattn_mma.cuh kFaWgVariants; -1: the table's)
 }  // namespace cuda
 #endif
 namespace {
 
 // Every GPU case runs on each prefill kernel: the four wgmma variants where the device has them (9.0, head dims
-// 64 / 128: 1 or 2 warpgroups per CTA, with or without the software pipeline), then the mma.sync kernel
+// 64 / 128 / 256: 1 or 2 warpgroups per CTA, with or without the software pipeline; the warp-specialized one at
+// 64 / 128), then the mma.sync kernel
 // (fattn_set_wgmma(false)). Elsewhere every pass runs mma.sync.
-constexpr int kKernels[] = {0, 1, 2, 3, -1};  // variant index; -1: mma.sync
+constexpr int kKernels[] = {0, 1, 2, 3, 4, -1};  // variant index; -1: mma.sync
 std::string g_kernel;
 struct KernelChoice {
   explicit KernelChoice(int k) {
@@ -65,7 +66,8 @@ struct KernelChoice {
     cuda::fattn_set_wgmma(k >= 0);
     cuda::fattn_force_wg_variant(k);
 #endif
-    static const char* const kName[] = {"[wg1 if 9.0] ", "[wg1 pipe if 9.0] ", "[wg2 if 9.0] ", "[wg2 pipe if 9.0] "};
+    static const char* const kName[] = {"[wg1 if 9.0] ", "[wg1 pipe if 9.0] ", "[wg2 if 9.0] ", "[wg2 pipe if 9.0] ",
+                                        "[ws if 9.0, hd <= 128] "};
     g_kernel = k >= 0 ? kName[k] : "[mma.sync] ";
   }
   ~KernelChoice() {

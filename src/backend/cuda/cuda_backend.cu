@@ -86,6 +86,7 @@ CudaBackend::~CudaBackend() {
   if (ring_) cudaFreeHost(ring_);
   if (act_buf_) cudaFree(act_buf_);
   if (attn_buf_) cudaFree(attn_buf_);
+  if (moe_buf_) cudaFree(moe_buf_);
   blas_destroy(blas_);
   if (blas_ws_) cudaFree(blas_ws_);
   if (split_ws_) cudaFree(split_ws_);
@@ -111,7 +112,7 @@ bool cuda_cache_pair(DType k, DType v) {
 }  // namespace
 
 bool CudaBackend::supports(Op op, DType a, DType b) const {
-  return op_checks::supports_op(op, a, b, cuda_cache_pair, gemm_supports, gemm_supports);
+  return op_checks::supports_op(op, a, b, cuda_cache_pair, gemm_supports, gemm_supports, gemm_supports);
 }
 
 // ---- memory -----------------------------------------------------------------------------------------------------

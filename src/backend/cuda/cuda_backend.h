@@ -59,6 +59,7 @@ class CudaBackend final : public Backend {
   Status conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& state, const AttnBatch& meta,
                      const Tensor& dst) override;
   Status gated_delta_net(const DeltaNetArgs& a, const AttnBatch& meta, const Tensor& dst) override;
+  Status moe_ffn(const MoeFfnArgs& a, const Tensor& acc) override;  // cuda_moe.cu
 
   Status matmul_add(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& tmp,
                     const Tensor& acc) override;
@@ -138,6 +139,8 @@ class CudaBackend final : public Backend {
   size_t act_bytes_ = 0;
   void* attn_buf_ = nullptr;
   size_t attn_bytes_ = 0;
+  void* moe_buf_ = nullptr;  // moe_ffn's scratch (cuda_moe.cu)
+  size_t moe_bytes_ = 0;
   // cuBLAS (launch_blas): handle, its workspace, dequantized weight rows, f16 activations.
   void* blas_ = nullptr;
   void* blas_ws_ = nullptr;

@@ -44,7 +44,7 @@
 // which this kernel does not. Known limit: in a mixed step (one long prompt beside decode tokens) a decode sequence
 // deep in its cache runs as one CTA per KV head over its whole range here (no KV split).
 // Host check of the lane maps above (no GPU): dev/cuda/fattn_lane_maps.py.
-// For 9.0 devices at head dims 64 and 128 a wgmma kernel exists beside this one (sm90a/fattn_wgmma.cu: same row map,
+// For 9.0 devices at head dims 64, 128 and 256 a wgmma kernel exists beside this one (sm90a/fattn_wgmma.cu: same row map,
 // masks and numerics; fattn_mma.cuh fa_wg_variant picks a variant or none, fattn_wg_selected below applies it). The
 // pieces both kernels share are in fattn_mma.cuh.
 #include <algorithm>
@@ -258,10 +258,11 @@ Status launch_d(const AttnParams& p, cudaStream_t s) {
   return Status::ok();
 }
 
-// The wgmma kernels (sm90a/fattn_wgmma.cu) run on compute capability 9.0 exactly, for head dims 64 and 128, when the
-// build has them and fattn_mma_init could give them their shared memory (per device: head dim 64, 128).
+// The wgmma kernels (sm90a/fattn_wgmma.cu) run on compute capability 9.0 exactly, for head dims 64, 128 and 256,
+// when the build has them and fattn_mma_init could give them their shared memory (per device and head dim: wg_slot).
 constexpr int kMaxDev = 16;
-bool g_wg_ready[kMaxDev][2] = {};
+constexpr int wg_slot(int d) { return d == 64 ? 0 : d == 128 ? 1 : 2; }
+bool g_wg_ready[kMaxDev][3] = {};
 std::atomic<bool> g_wg_allowed{true};  // fattn_set_wgmma
 std::atomic<int> g_wg_forced{-1};      // fattn_force_wg_variant: an index into kFaWgVariants, -1 the table's choice
 
@@ -295,16 +296,17 @@ Status fattn_mma_init(size_t max_smem) {
   KILN_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   KILN_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   if (dev < kMaxDev) {
-    for (const int d : {64, 128}) {
+    for (const int d : {64, 128, 256}) {
       // Every variant gets its shared memory (tests and dev/cuda/fattn_bench run each); all must fit.
       bool ok = major == 9 && minor == 0;
       for (const FaWgVariant v : kFaWgVariants) {
+        if (v.ws && d > 128) continue;  // no warp-specialized kernel at head dim 256
         const void* k = fattn_wg_kernel(d, v);
         const size_t smem = fattn_wg_smem(d, v);
         ok = ok && k != nullptr && smem + 1024 <= max_smem;
         if (ok) KILN_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       }
-      g_wg_ready[dev][d == 128] = ok;
+      g_wg_ready[dev][wg_slot(d)] = ok;
     }
   }
   return Status::ok();
@@ -314,10 +316,13 @@ void fattn_set_wgmma(bool allowed) { g_wg_allowed.store(allowed, std::memory_ord
 void fattn_force_wg_variant(int index) { g_wg_forced.store(index, std::memory_order_relaxed); }
 
 bool fattn_wg_selected(const AttnParams& p) {
-  if (!g_wg_allowed.load(std::memory_order_relaxed) || (p.hd_k != 64 && p.hd_k != 128)) return false;
-  if (fa_wg_variant(p.hd_k).wgs == 0 && g_wg_forced.load(std::memory_order_relaxed) < 0) return false;
+  if (!g_wg_allowed.load(std::memory_order_relaxed) || (p.hd_k != 64 && p.hd_k != 128 && p.hd_k != 256)) return false;
+  const int forced = g_wg_forced.load(std::memory_order_relaxed);
+  if (fa_wg_variant(p.hd_k).wgs == 0 && forced < 0) return false;
+  // a forced variant with no kernel at this head dim (ws at 256): the mma.sync kernel
+  if (forced >= 0 && forced < kFaWgVariantCount && fattn_wg_kernel(p.hd_k, kFaWgVariants[forced]) == nullptr) return false;
   int dev = 0;
-  return cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < kMaxDev && g_wg_ready[dev][p.hd_k == 128];
+  return cudaGetDevice(&dev) == cudaSuccess && dev >= 0 && dev < kMaxDev && g_wg_ready[dev][wg_slot(p.hd_k)];
 }
 
 Status launch_fattn_mma(const AttnParams& p, cudaStream_t s) {
@@ -327,7 +332,7 @@ Status launch_fattn_mma(const AttnParams& p, cudaStream_t s) {
   if (p.n_seq == 0) return Status::ok();
   if (fattn_wg_selected(p)) {
     const int forced = g_wg_forced.load(std::memory_order_relaxed);
-    return launch_fattn_wg(p, forced >= 0 && forced < 4 ? kFaWgVariants[forced] : fa_wg_variant(p.hd_k), s);
+    return launch_fattn_wg(p, forced >= 0 && forced < kFaWgVariantCount ? kFaWgVariants[forced] : fa_wg_variant(p.hd_k), s);
   }
   switch (p.hd_k) {
     case 64: return launch_d<64>(p, s);
@@ -346,7 +351,8 @@ Status launch_fattn_wg(const AttnParams& p, FaWgVariant v, cudaStream_t s) {
     return make_error(ErrorCode::kInternal, "fattn: grid too large");
   void* params[] = {&args, &geo};
   const dim3 grid(static_cast<unsigned>(p.n_seq * geo.q_tiles), static_cast<unsigned>(p.n_head_kv * geo.n_hchunk));
-  KILN_CUDA_TRY(cudaLaunchKernel(k, grid, dim3(kFaThreads * v.wgs), params, fattn_wg_smem(p.hd_k, v), s));
+  const unsigned threads = static_cast<unsigned>(kFaThreads * (v.wgs + (v.ws ? 1 : 0)));  // ws: + the copying warpgroup
+  KILN_CUDA_TRY(cudaLaunchKernel(k, grid, dim3(threads), params, fattn_wg_smem(p.hd_k, v), s));
   return Status::ok();
 }
 

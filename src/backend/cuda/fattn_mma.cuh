@@ -242,13 +242,19 @@ __device__ __forceinline__ int64_t fa_slot(const int32_t* table, int pos, int bl
 // 167.0 / 181.6 / 155.8; 16384 171.5 / 174.2 / 199.7 / 225.8 / 184.9; 512 at depth 32768 167.3 / 173.2 / 198.6 /
 // 220.4 / 180.0; 512 at depth 131072 170.5 / 176.3 / 203.4 / 231.5 / 184.0. hd 64: 512 tokens 30.8 / 31.2 / 32.6 /
 // 34.0 / 31.7; 4096 117.5 / 127.5 / 118.4 / 138.6 / 131.1; 16384 144.7 / 160.8 / 137.5 / 168.7 / 167.3. Both head
-// dims take 2 pipelined warpgroups (hd 128 +18-22% over mma.sync, hd 64 +1-7%).
+// dims take 2 pipelined warpgroups (hd 128 +18-22% over mma.sync, hd 64 +1-7%). hd 256 (Q in shared memory, 32-position
+// tiles) has the four variants but none is selected until fattn_bench measures them against mma.sync.
+// ws: the warp-specialized kernel (sm90a/fattn_wgmma.cu fattn_ws: a copying warpgroup beside 2 pipelined computing
+// ones; head dims 64 / 128).
 struct FaWgVariant {
   int wgs;
   bool pipe;
+  bool ws = false;
 };
 constexpr FaWgVariant fa_wg_variant(int d) { return d == 128 || d == 64 ? FaWgVariant{2, true} : FaWgVariant{0, false}; }
-constexpr FaWgVariant kFaWgVariants[4] = {{1, false}, {1, true}, {2, false}, {2, true}};  // every instance
+constexpr int kFaWgVariantCount = 5;
+constexpr FaWgVariant kFaWgVariants[kFaWgVariantCount] = {{1, false}, {1, true}, {2, false}, {2, true},
+                                                          {2, true, true}};  // every instance
 // The kernel of a variant for head dim d, its dynamic shared memory; null / 0 when the build has no sm_90a code or
 // no instance for d.
 const void* fattn_wg_kernel(int d, FaWgVariant v);

@@ -381,4 +381,33 @@ void fattn_set_wgmma(bool allowed);
 // Tests: the wgmma variant a selected launch runs (an index into fattn_mma.cuh kFaWgVariants; -1: fa_wg_variant).
 void fattn_force_wg_variant(int index);
 
+// ---- moe.cu: the device pieces of the mixture-of-experts FFN (CudaBackend::moe_ffn, cuda_moe.cu) ----------------
+struct MoeRouteParams {
+  float* logits;       // [n_tok][n_expert] router logits (bias not yet added); overwritten (probabilities)
+  const float* bias;   // [n_expert] or null
+  int64_t n_tok;
+  int n_expert, k;
+  bool softmax_all;     // MoeGating::kSoftmax: softmax over all experts first
+  bool softmax_chosen;  // MoeGating::kSoftmaxWeight: softmax over the k chosen logits
+  bool norm;            // renormalise the k weights by their sum
+  int32_t* sel;         // [n_tok][k] experts, decreasing probability
+  float* w;             // [n_tok][k] weights
+};
+Status launch_moe_route(const MoeRouteParams& p, cudaStream_t s);
+// xg row r (d floats) = x row tok[r]
+Status launch_moe_gather(const float* x, size_t x_stride, const int32_t* tok, int64_t n_rows, int64_t d, float* xg,
+                         cudaStream_t s);
+// gpt-oss's clamped SwiGLU over n values, in place on g (MoeActivation::kSwigluOai)
+Status launch_swiglu_oai(float* g, const float* u, int64_t n, float alpha, float limit, cudaStream_t s);
+struct MoeCombineParams {
+  const float* y;      // [rows][d]: each slot's down product (and bias)
+  const int32_t* row;  // [n_tok][k]: the slot's row of y
+  const float* w;      // [n_tok][k]
+  float* acc;          // [n_tok] rows of acc_stride floats
+  size_t acc_stride;
+  int64_t n_tok, d;
+  int k;
+};
+Status launch_moe_combine(const MoeCombineParams& p, cudaStream_t s);
+
 }  // namespace kiln::cuda

@@ -72,7 +72,7 @@ __device__ __forceinline__ void wg_proxy_fence() {
 #define KILN_WG_D4(i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
 template <int NT, int TB = 0>
 __device__ __forceinline__ void wg_mma(float (&d)[NT][4], const uint32_t (&a)[4], uint64_t desc, int add) {
-  static_assert(NT == 1 || NT == 2 || NT == 4 || NT == 8 || NT == 16, "wgmma tiles of 8..128 columns");
+  static_assert(NT == 1 || NT == 2 || NT == 4 || NT == 8 || NT == 16 || NT == 32, "wgmma tiles of 8..256 columns");
 #ifdef KILN_WG
   if constexpr (NT == 1) {
     asm volatile(
@@ -113,6 +113,51 @@ __device__ __forceinline__ void wg_mma(float (&d)[NT][4], const uint32_t (&a)[4]
           KILN_WG_D4(7), KILN_WG_D4(8), KILN_WG_D4(9), KILN_WG_D4(10), KILN_WG_D4(11), KILN_WG_D4(12), KILN_WG_D4(13),
           KILN_WG_D4(14), KILN_WG_D4(15)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(add), "n"(TB));
+  } else if constexpr (NT == 32) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+        "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+        "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+        "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+        "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+        "}, {%128,%129,%130,%131}, %132, p, 1, 1, %134;\n}\n"
+        : KILN_WG_D4(0), KILN_WG_D4(1), KILN_WG_D4(2), KILN_WG_D4(3), KILN_WG_D4(4), KILN_WG_D4(5),
+          KILN_WG_D4(6), KILN_WG_D4(7), KILN_WG_D4(8), KILN_WG_D4(9), KILN_WG_D4(10), KILN_WG_D4(11),
+          KILN_WG_D4(12), KILN_WG_D4(13), KILN_WG_D4(14), KILN_WG_D4(15), KILN_WG_D4(16), KILN_WG_D4(17),
+          KILN_WG_D4(18), KILN_WG_D4(19), KILN_WG_D4(20), KILN_WG_D4(21), KILN_WG_D4(22), KILN_WG_D4(23),
+          KILN_WG_D4(24), KILN_WG_D4(25), KILN_WG_D4(26), KILN_WG_D4(27), KILN_WG_D4(28), KILN_WG_D4(29),
+          KILN_WG_D4(30), KILN_WG_D4(31)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(add), "n"(TB));
+  }
+#endif
+}
+
+// d = (add ? d : 0) + A (descriptor: 64 x 16, K-major) x B (descriptor: 16 x 8NT, K-major), f16 inputs, f32 sums:
+// both operands from shared memory (the A of a warpgroup's 64 rows, where registers cannot hold it).
+template <int NT>
+__device__ __forceinline__ void wg_mma_ss(float (&d)[NT][4], uint64_t adesc, uint64_t bdesc, int add) {
+  static_assert(NT == 4 || NT == 8, "wgmma SS tiles of 32 or 64 columns");
+#ifdef KILN_WG
+  if constexpr (NT == 4) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15},"
+        " %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : KILN_WG_D4(0), KILN_WG_D4(1), KILN_WG_D4(2), KILN_WG_D4(3)
+        : "l"(adesc), "l"(bdesc), "r"(add));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : KILN_WG_D4(0), KILN_WG_D4(1), KILN_WG_D4(2), KILN_WG_D4(3), KILN_WG_D4(4), KILN_WG_D4(5), KILN_WG_D4(6),
+          KILN_WG_D4(7)
+        : "l"(adesc), "l"(bdesc), "r"(add));
   }
 #endif
 }

@@ -1,0 +1,144 @@
+// CudaBackend::moe_ffn: the mixture-of-experts FFN (contract and order of operations: backend/backend.h; the CPU's
+// ops_moe.cpp is the spec). Every product is the backend's own matmul on an expert's plane, so a slot's result is
+// what matmul gives for its expert's rows, in the order the CPU's fast path and the op test's decomposition use:
+//   1. router logits: matmul (router, x) -> [n_tok][n_expert]
+//   2. moe_route (moe.cu): each token's k experts and weights, on the device
+//   3. the experts back to the host (one device-to-host copy and a stream synchronize per call), the slots grouped
+//      by expert (expert 0's first, tokens increasing within an expert): row[s] of slot s, tok[r] of row r
+//   4. moe_gather: x rows into that order; per active expert: gate and up matmuls over its rows (their biases added
+//      by matmul), the activation over all rows (swiglu; gpt-oss: the clamped one), the down matmul (+ bias)
+//   5. moe_combine: acc_t += sum_j w_{t,j} y_{row(t,j)} in slot order.
+// Step 3 waits on the host, so a step that runs moe_ffn cannot be a CUDA graph: the first call (an eager run: a
+// step is captured on its second occurrence) turns graph capture off for this backend. A decode step reads only
+// the active experts' weights; a prefill reads each active expert's weights once per matmul over its rows.
+// Scratch (moe_buf_, grown outside captures): logits n_tok x n_expert, w and sel, row and tok (nk = n_tok k each),
+// xg nk x d, g and u nk x n_ff, y nk x d floats, each region 256-byte aligned.
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/op_checks.h"
+
+namespace kiln::cuda {
+namespace {
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+size_t fstride(const Tensor& t) { return t.nb[1] / sizeof(float); }
+
+// Expert e's plane of a [n_in, n_out, n_expert] weight as a 2-D matrix (the file's layout: planes contiguous).
+Tensor plane(const Tensor& w, int64_t e) {
+  Tensor p = w;
+  p.data = static_cast<char*>(w.data) + static_cast<size_t>(e) * w.nb[2];
+  p.ne[2] = 1, p.ne[3] = 1;
+  p.nb[2] = p.nb[1] * static_cast<size_t>(p.ne[1]), p.nb[3] = p.nb[2];
+  return p;
+}
+
+// Rows [r0, r0 + cnt) of a contiguous F32 [cols, rows] buffer.
+Tensor rows(float* base, Backend* be, int64_t cols, int64_t r0, int64_t cnt) {
+  return Tensor::make(DType::F32, base + r0 * cols, be, cols, cnt);
+}
+
+// Expert e's F32 bias vector of n values (biases [n, n_expert]), or an empty tensor.
+Tensor bias_of(const Tensor& b, int64_t e, int64_t n) {
+  if (!b.valid()) return Tensor{};
+  return Tensor::make(DType::F32, static_cast<float*>(b.data) + e * n, b.backend, n);
+}
+
+}  // namespace
+
+Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
+  KILN_TRY(op_checks::moe_ffn_operands(a, acc, gemm_supports, gemm_supports));
+  KILN_TRY(use());
+  if (capturing_) {
+    capture_failed_ = true;
+    return make_error(ErrorCode::kInternal, "%s: moe_ffn waits for the routing on the host and cannot run inside a "
+                      "CUDA graph capture (set KILN_CUDA_GRAPHS=0)", name_.c_str());
+  }
+  graphs_enabled_ = false;  // step 3 synchronizes: a step with moe_ffn always runs eagerly
+  const int64_t n = a.x.n_rows(), d = a.x.ne[0], n_expert = a.router.ne[1], n_ff = a.gate.ne[1];
+  const int k = a.k;
+  const int64_t nk = n * k;
+  if (n == 0) return Status::ok();
+
+  const size_t o_logits = 0, o_w = o_logits + align256(static_cast<size_t>(n * n_expert) * 4);
+  const size_t o_sel = o_w + align256(static_cast<size_t>(nk) * 4), o_row = o_sel + align256(static_cast<size_t>(nk) * 4);
+  const size_t o_tok = o_row + align256(static_cast<size_t>(nk) * 4), o_xg = o_tok + align256(static_cast<size_t>(nk) * 4);
+  const size_t o_g = o_xg + align256(static_cast<size_t>(nk * d) * 4), o_u = o_g + align256(static_cast<size_t>(nk * n_ff) * 4);
+  const size_t o_y = o_u + align256(static_cast<size_t>(nk * n_ff) * 4), total = o_y + align256(static_cast<size_t>(nk * d) * 4);
+  KILN_TRY(ensure_scratch(&moe_buf_, &moe_bytes_, total, "moe_ffn"));
+  char* base = static_cast<char*>(moe_buf_);
+  float* logits = reinterpret_cast<float*>(base + o_logits);
+  float* w = reinterpret_cast<float*>(base + o_w);
+  int32_t* sel_d = reinterpret_cast<int32_t*>(base + o_sel);
+  int32_t* row_d = reinterpret_cast<int32_t*>(base + o_row);
+  int32_t* tok_d = reinterpret_cast<int32_t*>(base + o_tok);
+  float* xg = reinterpret_cast<float*>(base + o_xg);
+  float* g = reinterpret_cast<float*>(base + o_g);
+  float* u = reinterpret_cast<float*>(base + o_u);
+  float* y = reinterpret_cast<float*>(base + o_y);
+
+  // 1, 2: logits and routing on the device
+  KILN_TRY(matmul_run(a.router, a.x, Tensor{}, Tensor::make(DType::F32, logits, this, n_expert, n), false, nullptr));
+  MoeRouteParams rp{};
+  rp.logits = logits;
+  rp.bias = a.router_bias.valid() ? static_cast<const float*>(a.router_bias.data) : nullptr;
+  rp.n_tok = n, rp.n_expert = static_cast<int>(n_expert), rp.k = k;
+  rp.softmax_all = a.gating == MoeGating::kSoftmax;
+  rp.softmax_chosen = a.gating == MoeGating::kSoftmaxWeight;
+  rp.norm = a.norm_topk;
+  rp.sel = sel_d, rp.w = w;
+  KILN_TRY(launch_moe_route(rp, stream_));
+
+  // 3: the grouping on the host
+  std::vector<int32_t> sel(static_cast<size_t>(nk)), row(static_cast<size_t>(nk)), tok(static_cast<size_t>(nk));
+  std::vector<int64_t> first(static_cast<size_t>(n_expert) + 1, 0);
+  KILN_CUDA_TRY(cudaMemcpyAsync(sel.data(), sel_d, static_cast<size_t>(nk) * 4, cudaMemcpyDeviceToHost, stream_));
+  KILN_CUDA_TRY(cudaStreamSynchronize(stream_));
+  for (int64_t s = 0; s < nk; ++s) {
+    if (sel[s] < 0 || sel[s] >= n_expert)
+      return make_error(ErrorCode::kInternal, "%s: moe_ffn routed a token to expert %d of %lld", name_.c_str(), sel[s],
+                        static_cast<long long>(n_expert));
+    ++first[static_cast<size_t>(sel[s]) + 1];
+  }
+  for (int64_t e = 0; e < n_expert; ++e) first[e + 1] += first[e];
+  {
+    std::vector<int64_t> next(first.begin(), first.end() - 1);
+    for (int64_t s = 0; s < nk; ++s) {
+      const int64_t r = next[static_cast<size_t>(sel[s])]++;
+      row[s] = static_cast<int32_t>(r);
+      tok[r] = static_cast<int32_t>(s / k);
+    }
+  }
+  KILN_CUDA_TRY(cudaMemcpyAsync(row_d, row.data(), static_cast<size_t>(nk) * 4, cudaMemcpyHostToDevice, stream_));
+  KILN_CUDA_TRY(cudaMemcpyAsync(tok_d, tok.data(), static_cast<size_t>(nk) * 4, cudaMemcpyHostToDevice, stream_));
+
+  // 4: the experts
+  KILN_TRY(launch_moe_gather(static_cast<const float*>(a.x.data), fstride(a.x), tok_d, nk, d, xg, stream_));
+  for (int64_t e = 0; e < n_expert; ++e) {
+    const int64_t r0 = first[e], cnt = first[e + 1] - r0;
+    if (cnt == 0) continue;
+    const Tensor xe = rows(xg, this, d, r0, cnt);
+    KILN_TRY(matmul_run(plane(a.gate, e), xe, bias_of(a.gate_bias, e, n_ff), rows(g, this, n_ff, r0, cnt), false, nullptr));
+    KILN_TRY(matmul_run(plane(a.up, e), xe, bias_of(a.up_bias, e, n_ff), rows(u, this, n_ff, r0, cnt), false, nullptr));
+  }
+  if (a.act == MoeActivation::kSwigluOai) {
+    KILN_TRY(launch_swiglu_oai(g, u, nk * n_ff, a.oai_alpha, a.oai_limit, stream_));
+  } else {
+    const Tensor gt = rows(g, this, n_ff, 0, nk);
+    KILN_TRY(swiglu(gt, rows(u, this, n_ff, 0, nk), gt));
+  }
+  for (int64_t e = 0; e < n_expert; ++e) {
+    const int64_t r0 = first[e], cnt = first[e + 1] - r0;
+    if (cnt == 0) continue;
+    KILN_TRY(matmul_run(plane(a.down, e), rows(g, this, n_ff, r0, cnt), bias_of(a.down_bias, e, d),
+                        rows(y, this, d, r0, cnt), false, nullptr));
+  }
+
+  // 5: the weighted sum into acc
+  MoeCombineParams cp{y, row_d, w, static_cast<float*>(acc.data), fstride(acc), n, d, k};
+  return launch_moe_combine(cp, stream_);
+}
+
+}  // namespace kiln::cuda

@@ -234,24 +234,30 @@ __device__ __forceinline__ int64_t fa_slot(const int32_t* table, int pos, int bl
 }
 
 // The wgmma kernel's variants (sm90a/fattn_wgmma.cu): wgs warpgroups per CTA (64 query rows each, sharing the K/V
-// tiles), pipe: tile j's S wgmmas and softmax beside tile j - 1's P V wgmmas. fa_wg_variant is the one choice per
-// head dim (the launcher's; dev/cuda/fattn_bench times every variant); wgs 0: none, the mma.sync kernel runs.
-// H100, fattn_bench at eb11e06 (TFLOP/s, 32/8 heads, causal; 1 warpgroup / 1 pipelined / 2 / 2 pipelined /
-// mma.sync), the pipelined variants reading the block table a step ahead of their copies (reading it at the copy, 2
-// pipelined warpgroups gave 162 / 197 / 189 / 196 on the first four hd-128 rows): hd 128: 4096 tokens 143.8 / 143.3 /
-// 167.0 / 181.6 / 155.8; 16384 171.5 / 174.2 / 199.7 / 225.8 / 184.9; 512 at depth 32768 167.3 / 173.2 / 198.6 /
-// 220.4 / 180.0; 512 at depth 131072 170.5 / 176.3 / 203.4 / 231.5 / 184.0. hd 64: 512 tokens 30.8 / 31.2 / 32.6 /
-// 34.0 / 31.7; 4096 117.5 / 127.5 / 118.4 / 138.6 / 131.1; 16384 144.7 / 160.8 / 137.5 / 168.7 / 167.3. Both head
-// dims take 2 pipelined warpgroups (hd 128 +18-22% over mma.sync, hd 64 +1-7%). hd 256 (Q in shared memory, 32-position
-// tiles) has the four variants but none is selected until fattn_bench measures them against mma.sync.
-// ws: the warp-specialized kernel (sm90a/fattn_wgmma.cu fattn_ws: a copying warpgroup beside 2 pipelined computing
-// ones; head dims 64 / 128).
+// tiles), pipe: tile j's S wgmmas and softmax beside tile j - 1's P V wgmmas; ws: the warp-specialized kernel
+// (fattn_ws: a copying warpgroup beside 2 pipelined computing ones; head dims 64 / 128). fa_wg_variant is the one
+// choice per head dim (the launcher's; dev/cuda/fattn_bench times every variant); wgs 0: none, the mma.sync kernel.
+// H100, fattn_bench --quick at d2cb2e9 (TFLOP/s, 32/8 heads (256: 16/8), causal; 1 warpgroup / 1 pipelined / 2 /
+// 2 pipelined / ws / mma.sync, two rounds agree within 2%):
+//   hd 128: 512 tokens 47.8 / 45.4 / 51.8 / 52.8 / 60.0 / 48.9; 4096 143.6 / 143.5 / 165.7 / 181.6 / 206.3 / 155.7;
+//           16384 169.6 / 173.2 / 197.7 / 224.7 / 248.2 / 183.4; 512 at depth 32768 165.0 / 172.5 / 195.4 / 219.2 /
+//           240.8 / 179.3; 512 at depth 131072 168.2 / 175.6 / 200.6 / 229.9 / 250.5 / 183.1
+//   hd 64:  512 33.1 / 32.9 / 34.7 / 37.4 / 41.4 / 34.6; 4096 118.2 / 127.5 / 117.9 / 140.4 / 178.8 / 133.1;
+//           16384 144.5 / 158.9 / 136.4 / 168.2 / 225.5 / 166.0
+//   hd 256 (Q in shared memory, 32-position tiles; no ws): 512 44.0 / 38.6 / 42.6 / 37.2 / - / 34.5; 4096 128.4 /
+//           107.4 / 197.7 / 176.3 / - / 134.0; 16384 141.0 / 118.8 / 267.7 / 239.1 / - / 185.2
+// hd 64 and 128 take ws (+9-14% over 2 pipelined warpgroups at hd 128, +27-34% at hd 64 from 4096 tokens); hd 256
+// takes 2 warpgroups unpipelined (+45-48% over mma.sync from 4096 tokens; 1 warpgroup is 3% ahead at 512 only).
 struct FaWgVariant {
   int wgs;
   bool pipe;
   bool ws = false;
 };
-constexpr FaWgVariant fa_wg_variant(int d) { return d == 128 || d == 64 ? FaWgVariant{2, true} : FaWgVariant{0, false}; }
+constexpr FaWgVariant fa_wg_variant(int d) {
+  if (d == 128 || d == 64) return FaWgVariant{2, true, true};
+  if (d == 256) return FaWgVariant{2, false};
+  return FaWgVariant{0, false};
+}
 constexpr int kFaWgVariantCount = 5;
 constexpr FaWgVariant kFaWgVariants[kFaWgVariantCount] = {{1, false}, {1, true}, {2, false}, {2, true},
                                                           {2, true, true}};  // every instance

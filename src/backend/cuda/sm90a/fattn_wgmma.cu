@@ -1,7 +1,7 @@
 // Flash-attention prefill on wgmma (sm_90a): the same problem, CTA geometry, row map, masks and numerics as
 // fattn_mma.cu's mma.sync kernel (read its header first), for head dims 64, 128 and 256 on 9.0 devices.
-// fattn_mma.cuh's fa_wg_variant picks one of its variants or none (hd 64 and 128: 2 pipelined warpgroups; hd 256:
-// none until measured; the ledger there).
+// fattn_mma.cuh's fa_wg_variant picks one of its variants (hd 64 and 128: the warp-specialized fattn_ws; hd 256: 2
+// warpgroups; the ledger there).
 //
 // A CTA is WGS warpgroups (1 or 2), 64 query rows each: the M of each warpgroup's wgmmas (warp w owns rows
 // 16w..16w+15, as in the mma.sync kernel, so the row map, the softmax on fragments and the store are shared:

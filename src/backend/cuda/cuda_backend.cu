@@ -963,6 +963,7 @@ bool CudaBackend::graph_replay(uint64_t key) {
 }
 
 Status CudaBackend::graph_begin(uint64_t key) {
+  step_key_ = key, step_key_set_ = true;
   if (!graphs_enabled_ || capturing_) {
     n_eager_ += !capturing_;
     return Status::ok();
@@ -981,6 +982,7 @@ Status CudaBackend::graph_begin(uint64_t key) {
 }
 
 Status CudaBackend::graph_end(uint64_t key) {
+  step_key_set_ = false;
   if (!capturing_) return Status::ok();
   capturing_ = false;
   cudaGraph_t graph = nullptr;

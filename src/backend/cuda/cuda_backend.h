@@ -98,6 +98,10 @@ class CudaBackend final : public Backend {
   // The q8_1 activations rms_norm_for_matmul left for the matmuls on its dst: valid until the next op entry
   // (use() drops them), taken by the first matmul entry whose input is that tensor.
   bool take_pending(const Tensor& x, ActQ* a);
+  // moe_ffn's GEMV path (cuda_moe.cu): whether it applies to n tokens, and its steps after the routing.
+  bool moe_gemv_ok(const MoeFfnArgs& a, int64_t n) const;
+  Status moe_ffn_gemv(const MoeFfnArgs& a, const int32_t* sel, const float* w, float* g, float* u, float* y,
+                      const Tensor& acc);
   // Quantized products of x (already in `a`) into outs[0..n): runs of the bandwidth GEMV type share one launch.
   Status matmul_outs_q(const Tensor& x, const MatmulOut* outs, int n, const ActQ& a);
   // outs[0..n) (n <= 3, one weight type, each taking mmf) in one mmf launch over x converted to f16 once.
@@ -160,6 +164,9 @@ class CudaBackend final : public Backend {
   bool capture_failed_ = false;
   std::unordered_map<uint64_t, cudaGraphExec_t> graphs_;
   std::unordered_map<uint64_t, int> graph_seen_;
+  // The key of the step between graph_begin and graph_end (an op that must not be captured marks it: graph_seen_ -1).
+  uint64_t step_key_ = 0;
+  bool step_key_set_ = false;
   // KILN_CUDA_GRAPH_STATS=1: replays / captures / steps run eagerly, printed to stderr at destruction.
   bool graph_stats_ = false;
   uint64_t n_replay_ = 0, n_capture_ = 0, n_eager_ = 0;

@@ -3,14 +3,19 @@
 // what matmul gives for its expert's rows, in the order the CPU's fast path and the op test's decomposition use:
 //   1. router logits: matmul (router, x) -> [n_tok][n_expert]
 //   2. moe_route (moe.cu): each token's k experts and weights, on the device
-//   3. the experts back to the host (one device-to-host copy and a stream synchronize per call), the slots grouped
-//      by expert (expert 0's first, tokens increasing within an expert): row[s] of slot s, tok[r] of row r
-//   4. moe_gather: x rows into that order; per active expert: gate and up matmuls over its rows (their biases added
-//      by matmul), the activation over all rows (swiglu; gpt-oss: the clamped one), the down matmul (+ bias)
-//   5. moe_combine: acc_t += sum_j w_{t,j} y_{row(t,j)} in slot order.
-// Step 3 waits on the host, so a step that runs moe_ffn cannot be a CUDA graph: the first call (an eager run: a
-// step is captured on its second occurrence) turns graph capture off for this backend. A decode step reads only
-// the active experts' weights; a prefill reads each active expert's weights once per matmul over its rows.
+//   3. the experts' products, one of two ways:
+//      GEMV path (moe_gemv_ok: matmul would take the GEMV for every expert's share of the step, i.e. for 1..n_tok
+//      tokens of each weight type): x quantized once, then per slot (t, j) gate and up by launch_mmvq_id reading
+//      expert sel[t][j] on the device, the activation, h quantized, the down GEMV per slot. Nothing waits on the
+//      host: the step can be a CUDA graph (decode).
+//      grouped path (otherwise): the experts back to the host (one device-to-host copy and a stream synchronize),
+//      the slots grouped by expert (expert 0's first, tokens increasing within an expert): row[s] of slot s, tok[r]
+//      of row r; moe_gather puts the x rows in that order; per active expert gate and up matmuls over its rows
+//      (their biases added by matmul), the activation over all rows, the down matmul (+ bias).
+//   4. moe_combine: acc_t += sum_j w_{t,j} y_{row(t,j)} in slot order.
+// The grouped path waits on the host, so a step shape that takes it is never captured: its eager run (a step is
+// captured on its second occurrence) marks its graph key (graph_seen_ -1). A decode step reads only the active
+// experts' weights; a prefill reads each active expert's weights once per matmul over its rows.
 // Scratch (moe_buf_, grown outside captures): logits n_tok x n_expert, w and sel, row and tok (nk = n_tok k each),
 // xg nk x d, g and u nk x n_ff, y nk x d floats, each region 256-byte aligned.
 #include <algorithm>
@@ -51,16 +56,20 @@ Tensor bias_of(const Tensor& b, int64_t e, int64_t n) {
 Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
   KILN_TRY(op_checks::moe_ffn_operands(a, acc, gemm_supports, gemm_supports));
   KILN_TRY(use());
-  if (capturing_) {
-    capture_failed_ = true;
-    return make_error(ErrorCode::kInternal, "%s: moe_ffn waits for the routing on the host and cannot run inside a "
-                      "CUDA graph capture (set KILN_CUDA_GRAPHS=0)", name_.c_str());
-  }
-  graphs_enabled_ = false;  // step 3 synchronizes: a step with moe_ffn always runs eagerly
   const int64_t n = a.x.n_rows(), d = a.x.ne[0], n_expert = a.router.ne[1], n_ff = a.gate.ne[1];
   const int k = a.k;
   const int64_t nk = n * k;
   if (n == 0) return Status::ok();
+  const bool gemv = moe_gemv_ok(a, n);
+  if (!gemv) {
+    if (capturing_) {
+      capture_failed_ = true;
+      return make_error(ErrorCode::kInternal, "%s: moe_ffn of %lld tokens waits for the routing on the host and "
+                        "cannot run inside a CUDA graph capture (set KILN_CUDA_GRAPHS=0)", name_.c_str(),
+                        static_cast<long long>(n));
+    }
+    if (step_key_set_) graph_seen_[step_key_] = -1;  // this step shape runs eagerly from now on
+  }
 
   const size_t o_logits = 0, o_w = o_logits + align256(static_cast<size_t>(n * n_expert) * 4);
   const size_t o_sel = o_w + align256(static_cast<size_t>(nk) * 4), o_row = o_sel + align256(static_cast<size_t>(nk) * 4);
@@ -91,6 +100,8 @@ Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
   rp.sel = sel_d, rp.w = w;
   KILN_TRY(launch_moe_route(rp, stream_));
 
+  if (gemv) return moe_ffn_gemv(a, sel_d, w, g, u, y, acc);
+
   // 3: the grouping on the host
   std::vector<int32_t> sel(static_cast<size_t>(nk)), row(static_cast<size_t>(nk)), tok(static_cast<size_t>(nk));
   std::vector<int64_t> first(static_cast<size_t>(n_expert) + 1, 0);
@@ -114,7 +125,6 @@ Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
   KILN_CUDA_TRY(cudaMemcpyAsync(row_d, row.data(), static_cast<size_t>(nk) * 4, cudaMemcpyHostToDevice, stream_));
   KILN_CUDA_TRY(cudaMemcpyAsync(tok_d, tok.data(), static_cast<size_t>(nk) * 4, cudaMemcpyHostToDevice, stream_));
 
-  // 4: the experts
   KILN_TRY(launch_moe_gather(static_cast<const float*>(a.x.data), fstride(a.x), tok_d, nk, d, xg, stream_));
   for (int64_t e = 0; e < n_expert; ++e) {
     const int64_t r0 = first[e], cnt = first[e + 1] - r0;
@@ -136,8 +146,57 @@ Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
                         rows(y, this, d, r0, cnt), false, nullptr));
   }
 
-  // 5: the weighted sum into acc
+  // 4: the weighted sum into acc
   MoeCombineParams cp{y, row_d, w, static_cast<float*>(acc.data), fstride(acc), n, d, k};
+  return launch_moe_combine(cp, stream_);
+}
+
+// The GEMV path's condition: every expert's share of the step (1..n tokens) goes to the GEMV in matmul for each of
+// the three weight types, so a slot's GEMV is that expert's matmul row (the contract), and the GEMV reads q8_1.
+bool CudaBackend::moe_gemv_ok(const MoeFfnArgs& a, int64_t n) const {
+  if (n > kMmvqMaxTok) return false;
+  const DType type[3] = {a.gate.dtype, a.up.dtype, a.down.dtype};
+  const int64_t n_in[3] = {a.x.ne[0], a.x.ne[0], a.gate.ne[1]};
+  for (int i = 0; i < 3; ++i) {
+    if (!mmvq_supports(type[i])) return false;
+    for (int64_t c = 1; c <= n; ++c)
+      if (probe_matmul(type[i], n_in[i], c) != MatmulKernel::kMmvq) return false;
+  }
+  return true;
+}
+
+// Steps 3 and 4 on the GEMV path (the header): sel / w from moe_route; g, u: nk x n_ff, y: nk x d of the scratch.
+Status CudaBackend::moe_ffn_gemv(const MoeFfnArgs& a, const int32_t* sel, const float* w, float* g, float* u,
+                                 float* y, const Tensor& acc) {
+  const int64_t n = a.x.n_rows(), d = a.x.ne[0], n_ff = a.gate.ne[1], nk = n * a.k;
+  const auto product = [&](const Tensor& wt, const Tensor& b, int64_t n_in, int64_t n_out, int x_div, float* out,
+                           const ActQ& act) {
+    MmvqIdParams p{};
+    p.type = wt.dtype;
+    p.w = static_cast<const uint8_t*>(wt.data);
+    p.expert_bytes = wt.nb[2];
+    p.w_row_bytes = wt.nb[1];
+    p.n_in = n_in, p.n_out = n_out, p.n_slot = nk;
+    p.ids = sel;
+    p.x_div = x_div;
+    p.bias = b.valid() ? static_cast<const float*>(b.data) : nullptr;
+    p.y = out, p.y_stride = static_cast<size_t>(n_out);
+    return launch_mmvq_id(p, act, stream_);
+  };
+  {
+    KILN_ASSIGN_OR_RETURN(const ActQ ax, quantize_act(a.x));
+    KILN_TRY(product(a.gate, a.gate_bias, d, n_ff, a.k, g, ax));
+    KILN_TRY(product(a.up, a.up_bias, d, n_ff, a.k, u, ax));
+  }
+  const Tensor gt = rows(g, this, n_ff, 0, nk);
+  if (a.act == MoeActivation::kSwigluOai) {
+    KILN_TRY(launch_swiglu_oai(g, u, nk * n_ff, a.oai_alpha, a.oai_limit, stream_));
+  } else {
+    KILN_TRY(swiglu(gt, rows(u, this, n_ff, 0, nk), gt));
+  }
+  KILN_ASSIGN_OR_RETURN(const ActQ ah, quantize_act(gt));
+  KILN_TRY(product(a.down, a.down_bias, n_ff, d, 1, y, ah));
+  MoeCombineParams cp{y, nullptr, w, static_cast<float*>(acc.data), fstride(acc), n, d, a.k};
   return launch_moe_combine(cp, stream_);
 }
 

@@ -401,7 +401,7 @@ Status launch_moe_gather(const float* x, size_t x_stride, const int32_t* tok, in
 Status launch_swiglu_oai(float* g, const float* u, int64_t n, float alpha, float limit, cudaStream_t s);
 struct MoeCombineParams {
   const float* y;      // [rows][d]: each slot's down product (and bias)
-  const int32_t* row;  // [n_tok][k]: the slot's row of y
+  const int32_t* row;  // [n_tok][k]: the slot's row of y; null: slot s = t k + j is row s
   const float* w;      // [n_tok][k]
   float* acc;          // [n_tok] rows of acc_stride floats
   size_t acc_stride;
@@ -409,5 +409,21 @@ struct MoeCombineParams {
   int k;
 };
 Status launch_moe_combine(const MoeCombineParams& p, cudaStream_t s);
+// The experts' GEMV (moe_gemv.cu), for steps whose expert products are all GEMVs: y row s = W_{ids[s]} x_{s / x_div}
+// (+ bias row ids[s]) for the n_slot slots, the experts read on the device (no host round trip, so the step can be a
+// CUDA graph). mmvq's kernel and numerics (mmvq.cuh: one warp per row, q8_1 activations), one slot per grid row;
+// the types mmvq_supports.
+struct MmvqIdParams {
+  DType type;
+  const uint8_t* w;     // expert 0's plane; expert e's at w + e * expert_bytes
+  size_t expert_bytes, w_row_bytes;
+  int64_t n_in, n_out, n_slot;
+  const int32_t* ids;   // [n_slot] experts
+  int x_div;            // slot s reads activation row s / x_div (gate/up: the token, k slots each; down: 1)
+  const float* bias;    // [n_expert][n_out] or null
+  float* y;             // row s of y_stride floats
+  size_t y_stride;
+};
+Status launch_mmvq_id(const MmvqIdParams& p, const ActQ& a, cudaStream_t s);
 
 }  // namespace kiln::cuda

@@ -18,6 +18,24 @@ namespace kiln::cuda {
 
 constexpr int kMmvqWarps = 4;
 
+// One 32-element sub-block's share of a dot: the decoded weights (decode32: 32 int8 in q, the halves' scales d and
+// offsets m) against one token's q8_1 block (aqs: 32 int8, 16-byte aligned; *dsp: its scale, sums of the halves).
+__device__ __forceinline__ float mmvq_dot32(const int (&q)[8], const float (&d)[2], const float (&m)[2],
+                                            const int8_t* aqs, const float4* dsp) {
+  const int4* aq = reinterpret_cast<const int4*>(aqs);
+  const int4 a0 = aq[0], a1 = aq[1];
+  const float4 ds = *dsp;
+  int s0 = __dp4a(q[0], a0.x, 0);
+  s0 = __dp4a(q[1], a0.y, s0);
+  s0 = __dp4a(q[2], a0.z, s0);
+  s0 = __dp4a(q[3], a0.w, s0);
+  int s1 = __dp4a(q[4], a1.x, 0);
+  s1 = __dp4a(q[5], a1.y, s1);
+  s1 = __dp4a(q[6], a1.z, s1);
+  s1 = __dp4a(q[7], a1.w, s1);
+  return ds.x * (d[0] * static_cast<float>(s0) + d[1] * static_cast<float>(s1)) + m[0] * ds.y + m[1] * ds.z;
+}
+
 template <DType T, int NC>
 __global__ void __launch_bounds__(kMmvqWarps * kWarp) mmvq_kernel(MatmulParams p, ActQ a) {
   constexpr int kSubs = QTraits<T>::kElems / 32, kBytes = QTraits<T>::kBytes;
@@ -46,18 +64,7 @@ __global__ void __launch_bounds__(kMmvqWarps * kWarp) mmvq_kernel(MatmulParams p
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
       if (NC > 1 && c >= p.n_tok) break;
-      const int4* aq = reinterpret_cast<const int4*>(a.qs + c * a.qs_stride + 32 * static_cast<size_t>(s));
-      const int4 a0 = aq[0], a1 = aq[1];
-      const float4 ds = a.ds[c * a.ds_stride + s];
-      int s0 = __dp4a(q[0], a0.x, 0);
-      s0 = __dp4a(q[1], a0.y, s0);
-      s0 = __dp4a(q[2], a0.z, s0);
-      s0 = __dp4a(q[3], a0.w, s0);
-      int s1 = __dp4a(q[4], a1.x, 0);
-      s1 = __dp4a(q[5], a1.y, s1);
-      s1 = __dp4a(q[6], a1.z, s1);
-      s1 = __dp4a(q[7], a1.w, s1);
-      acc[c] += ds.x * (d[0] * static_cast<float>(s0) + d[1] * static_cast<float>(s1)) + m[0] * ds.y + m[1] * ds.z;
+      acc[c] += mmvq_dot32(q, d, m, a.qs + c * a.qs_stride + 32 * static_cast<size_t>(s), a.ds + c * a.ds_stride + s);
     }
 #pragma unroll
     for (int k = 0; k < 8; ++k) q[k] = qn[k];

@@ -1,6 +1,6 @@
 // The device pieces of the mixture-of-experts FFN (CudaBackend::moe_ffn in cuda_moe.cu runs them around matmul_run;
 // contract and order of operations: backend/backend.h moe_ffn, the CPU's ops_moe.cpp the spec):
-//   moe_route   one thread per token: router bias, softmax (kSoftmax), the k largest in decreasing order (ties:
+//   moe_route   one warp per token: router bias, softmax (kSoftmax), the k largest in decreasing order (ties:
 //               the lower index), their weights (kSoftmaxWeight: softmax over the k chosen), renormalisation. The
 //               CPU's arithmetic: max-subtracted exp in f32, the sum in double, one f32 reciprocal; the renormalising
 //               sum in double, clamped to 2^-14, one f32 division per weight.
@@ -29,25 +29,56 @@ __device__ void softmax_inplace(float* v, int n) {
   for (int i = 0; i < n; ++i) v[i] *= inv;
 }
 
+// One warp per token (the experts strided over the lanes). Softmax: the max and the double sum by warp reductions
+// (the CPU sums in expert order: the double sum of f32 terms differs in its last bits at most, below the one f32
+// rounding of its reciprocal). Choice j: each lane's best unchosen expert, then the warp's: the larger value, equal
+// values the lower index (the CPU's first maximum), lane 0's answer broadcast (a NaN logit orders nothing; the
+// choice stays a valid, unchosen expert). Lane 0 writes sel / w; the weights' softmax and renormalisation are the
+// CPU's serial loops.
+constexpr int kRouteWarps = kThreads / kWarp;
 __global__ void moe_route_kernel(MoeRouteParams p) {
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / kWarp;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
   if (t >= p.n_tok) return;
   float* l = p.logits + t * p.n_expert;  // scratch: overwritten with the probabilities
+  const int n = p.n_expert;
   if (p.bias)
-    for (int e = 0; e < p.n_expert; ++e) l[e] = l[e] + p.bias[e];
-  if (p.softmax_all) softmax_inplace(l, p.n_expert);
+    for (int e = lane; e < n; e += kWarp) l[e] = l[e] + p.bias[e];
+  if (p.softmax_all) {
+    float mx = -INFINITY;
+    for (int e = lane; e < n; e += kWarp) mx = fmaxf(mx, l[e]);
+    mx = warp_max(mx);
+    double sum = 0;
+    for (int e = lane; e < n; e += kWarp) {
+      const float v = expf(l[e] - mx);
+      l[e] = v;
+      sum += v;
+    }
+    const float inv = static_cast<float>(1.0 / warp_sum(sum));
+    for (int e = lane; e < n; e += kWarp) l[e] *= inv;
+  }
+  __syncwarp();
   int32_t* sel = p.sel + t * p.k;
   float* w = p.w + t * p.k;
   for (int j = 0; j < p.k; ++j) {
     int best = -1;
-    for (int e = 0; e < p.n_expert; ++e) {
+    float bv = 0.0f;
+    for (int e = lane; e < n; e += kWarp) {
       bool taken = false;
       for (int i = 0; i < j && !taken; ++i) taken = sel[i] == e;
-      if (!taken && (best < 0 || l[e] > l[best])) best = e;
+      if (!taken && (best < 0 || l[e] > bv)) best = e, bv = l[e];
     }
-    sel[j] = best;
-    w[j] = l[best];
+#pragma unroll
+    for (int off = kWarp / 2; off > 0; off /= 2) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+      const int oi = __shfl_xor_sync(0xffffffffu, best, off);
+      if (oi >= 0 && (best < 0 || ov > bv || (!(bv > ov) && oi < best))) best = oi, bv = ov;
+    }
+    best = __shfl_sync(0xffffffffu, best, 0);
+    if (lane == 0) sel[j] = best, w[j] = l[best];
+    __syncwarp();
   }
+  if (lane != 0) return;
   if (p.softmax_chosen) softmax_inplace(w, p.k);
   if (!p.norm) return;
   double s = 0;
@@ -77,10 +108,13 @@ __global__ void moe_combine_kernel(MoeCombineParams p) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= p.n_tok * p.d) return;
   const int64_t t = i / p.d, c = i % p.d;
-  const int32_t* row = p.row + t * p.k;
   const float* w = p.w + t * p.k;
-  float o = p.y[static_cast<int64_t>(row[0]) * p.d + c] * w[0];
-  for (int j = 1; j < p.k; ++j) o = o + p.y[static_cast<int64_t>(row[j]) * p.d + c] * w[j];
+  const auto y_of = [&](int j) {  // slot (t, j)'s row of y: p.row's entry, or the slot itself
+    const int64_t r = p.row ? p.row[t * p.k + j] : t * p.k + j;
+    return p.y[r * p.d + c];
+  };
+  float o = y_of(0) * w[0];
+  for (int j = 1; j < p.k; ++j) o = o + y_of(j) * w[j];
   float* a = p.acc + t * static_cast<int64_t>(p.acc_stride) + c;
   *a = *a + o;
 }
@@ -91,7 +125,7 @@ unsigned blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / k
 
 Status launch_moe_route(const MoeRouteParams& p, cudaStream_t s) {
   if (p.n_tok == 0) return Status::ok();
-  moe_route_kernel<<<blocks(p.n_tok), kThreads, 0, s>>>(p);
+  moe_route_kernel<<<static_cast<unsigned>((p.n_tok + kRouteWarps - 1) / kRouteWarps), kThreads, 0, s>>>(p);
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }

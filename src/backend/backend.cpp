@@ -31,6 +31,7 @@ const char* op_name(Op op) {
     case Op::kAttentionNonCausal: return "attention_non_causal";
     case Op::kRopeYarn: return "rope_yarn";
     case Op::kAttentionSinks: return "attention_sinks";
+    case Op::kArgmaxMasked: return "argmax_masked";
   }
   return "?";
 }

@@ -115,10 +115,10 @@ struct AttnBatch {
 // expert weights of type `a`. The encoder ops (bert): kLayerNorm, kGelu, and kAttentionNonCausal, whether attention
 // lets a token read positions past its own (kv_len beyond pos + 1: the bidirectional attention of an encoder) with
 // cache type `a`. kRopeYarn: whether rope honours RopeParams' YaRN fields; kAttentionSinks: whether attention
-// honours KvLayer::sinks for K/V cache types a/b.
+// honours KvLayer::sinks for K/V cache types a/b. kArgmaxMasked: whether argmax_masked runs (logits of type `a`).
 enum class Op { kGetRows, kRmsNorm, kMatmul, kRope, kKvStore, kAttention, kSwiglu, kAdd, kMul, kScale, kSoftmax,
                 kArgmax, kCopy, kGeglu, kSigmoidMul, kAttentionWindow, kConv1dSilu, kDeltaNet, kMoeFfn, kLayerNorm,
-                kGelu, kAttentionNonCausal, kRopeYarn, kAttentionSinks };
+                kGelu, kAttentionNonCausal, kRopeYarn, kAttentionSinks, kArgmaxMasked };
 
 // How moe_ffn turns router logits into expert weights (llama.cpp's gating functions; only those kiln's
 // architectures use).
@@ -214,6 +214,16 @@ class Backend {
   // NaN rule (every backend, every path): NaN compares below every number, so a NaN is never chosen while the row
   // holds a number; a row of only NaN gives 0. (+inf is a number here.)
   virtual Status argmax(const Tensor& x, const Tensor& dst) = 0;
+  // argmax over the allowed entries of each row (grammar-constrained greedy decoding without fetching the row).
+  //   x: F32 [d, n]; mask: I64 [ceil(d / 64), n], bit (i % 64) of word i / 64 of row r set = x[i, r] may be chosen
+  //   (the layout of TokenMaskProvider::allowed's mask; bits past d are ignored); dst: I32 [n].
+  // dst[r] = the first allowed index of the maximum of the allowed entries of row r, with argmax's NaN rule among
+  // them (allowed entries of only NaN give the first allowed index); a row that allows no entry gives -1. With
+  // every bit set it is argmax. Default: kUnsupported (supports(Op::kArgmaxMasked, F32) answers).
+  virtual Status argmax_masked(const Tensor& x, const Tensor& mask, const Tensor& dst) {
+    (void)x, (void)mask, (void)dst;
+    return make_error(ErrorCode::kUnsupported, "argmax_masked: not implemented by backend %s", name());
+  }
   // Elementwise convert between F32, F16 and BF16, or a byte copy of any type to itself (same shape; rows may be
   // strided on both sides). dst must not overlap src. Both tensors on this backend (across backends:
   // copy_between below).

@@ -43,6 +43,18 @@ inline Status check_ids(const char* op, const char* name, const Tensor& ids, int
   return Status::ok();
 }
 
+// argmax_masked operands (Backend::argmax_masked): x F32 [d, n], mask I64 [ceil(d / 64), n], dst I32 [n].
+inline Status argmax_masked_operands(const Tensor& x, const Tensor& mask, const Tensor& dst) {
+  KILN_TRY(check("argmax_masked", "x", x, DType::F32));
+  KILN_TRY(check("argmax_masked", "mask", mask, DType::I64));
+  KILN_TRY(check_ids("argmax_masked", "dst", dst, x.n_rows()));
+  if (mask.ne[0] != (x.ne[0] + 63) / 64 || mask.n_rows() != x.n_rows())
+    return make_error(ErrorCode::kInvalidArgument, "argmax_masked: mask %s must be [%lld, %lld] for x %s",
+                      mask.shape_string().c_str(), static_cast<long long>((x.ne[0] + 63) / 64),
+                      static_cast<long long>(x.n_rows()), x.shape_string().c_str());
+  return Status::ok();
+}
+
 inline bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 // Any K and V of the op contract's cache types (backend.h, kKvCacheTypes), independently: a backend that reads
 // every type gives this to supports_op.
@@ -72,6 +84,7 @@ inline bool supports_op(Op op, DType a, DType b, bool (*cache_pair)(DType, DType
     case Op::kAttentionWindow: return is_kv_cache_type(a) && is_kv_cache_type(b) && cache_pair(a, b);
     case Op::kCopy: return a == b || (is_float_type(a) && is_float_type(b));
     case Op::kArgmax:
+    case Op::kArgmaxMasked:
     case Op::kRmsNorm:
     case Op::kRope:
     case Op::kSwiglu:

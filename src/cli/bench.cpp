@@ -9,6 +9,16 @@
 // -np P (tg only; llama-batched-bench's -npl): P sequences decode together, each forward pass one token of each
 // (P rows of logits back, as llama-batched-bench's outputs), each sequence at depth d; t/s counts all P x N tokens
 // ("tg128 np8"). This is the step the server runs with P streams in flight.
+//
+// Grammar decoding (--grammar, --grammar-file, -j/--json-schema, -jf/--json-schema-file, as `kiln run`): each tg
+// test then runs twice, as greedy decoding (each pass feeds every sequence the argmax of its last row; only the ids
+// come back): "tg64 np64 greedy" free, and "tg64 np64 grammar" under the grammar, one matcher per sequence (a
+// sequence whose grammar completes, or allows nothing, starts a fresh one). Before each pass the sequences' token
+// masks are computed on the host (TokenMaskProvider::allowed, the sequences in parallel on min(P, cores) threads
+// as the server's engine loop does) and the device takes the masked argmax (--mask-path device, the default); with
+// --mask-path host the rows come back and are masked on the host (the path of a backend without argmax_masked). The
+// two rows differ by the grammar's cost; the host time spent on masks per generated token goes to stderr (and the
+// json output's mask_ns_per_token).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -20,8 +30,11 @@
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/grammar_options.h"
 #include "cli/model_source.h"
 #include "model/batch.h"
+#include "runtime/sampler.h"
+#include "util/thread_pool.h"
 #include "util/timer.h"
 
 #include <nlohmann/json.hpp>
@@ -102,12 +115,18 @@ std::string gpu_info(const Model& m) {
   return s;
 }
 
+// How a tg test picks the tokens it feeds (see the top of this file).
+enum class Decode { kRandom, kGreedy, kGrammar };
+
 struct Test {
   int n_prompt = 0, n_gen = 0, n_depth = 0, n_threads = 0, n_par = 1;
   std::vector<uint64_t> samples_ns;
+  Decode decode = Decode::kRandom;
+  double mask_ns = 0;  // kGrammar: host time on token masks over the timed repetitions
   std::string name() const {
     std::string s = n_prompt > 0 ? strprintf("pp%d", n_prompt) : strprintf("tg%d", n_gen);
     if (n_par > 1) s += strprintf(" np%d", n_par);
+    if (decode != Decode::kRandom) s += decode == Decode::kGreedy ? " greedy" : " grammar";
     if (n_depth > 0) s += strprintf(" @ d%d", n_depth);
     return s;
   }
@@ -132,10 +151,17 @@ double stdev(const std::vector<T>& v) {  // sample standard deviation (n - 1), 0
   return std::sqrt(s / static_cast<double>(v.size() - 1));
 }
 
+// Grammar decoding's setup: the hooks of each sequence, where the mask is applied, the threads that compute masks.
+struct GrammarDecode {
+  SequenceHooksFactory hooks;
+  bool host = false;
+  std::unique_ptr<ThreadPool> pool;
+};
+
 class Runner {
  public:
-  Runner(Engine& e, int n_batch, uint64_t seed)
-      : e_(e), m_(e.model()), c_(e.cache()), n_batch_(n_batch), rng_(static_cast<uint32_t>(seed)) {}
+  Runner(Engine& e, int n_batch, uint64_t seed, GrammarDecode* g)
+      : e_(e), m_(e.model()), c_(e.cache()), n_batch_(n_batch), rng_(static_cast<uint32_t>(seed)), g_(g) {}
 
   int32_t random_token() { return static_cast<int32_t>(rng_() % static_cast<uint32_t>(m_.hparams().n_vocab)); }
 
@@ -161,14 +187,74 @@ class Runner {
     }
     return Status::ok();
   }
+  // n greedy passes of sequences 0..n_par-1 from position pos, each fed the argmax of its last row (the first pass
+  // random tokens); kGrammar: under the grammar, the masks' host time added to *mask_ns.
+  Status decode(int n, int64_t pos, int n_par, bool grammar, double* mask_ns) {
+    const size_t W = static_cast<size_t>((m_.hparams().n_vocab + 63) / 64);
+    const size_t P = static_cast<size_t>(n_par);
+    last_.resize(P);
+    for (int32_t& t : last_) t = random_token();
+    masks_.resize(P * W);
+    kinds_.assign(P, OutputKind::kArgmax);
+    rows_.resize(P);
+    providers_.resize(P);
+    if (grammar)
+      for (auto& p : providers_) p = g_->hooks().mask;
+    for (int i = 0; i < n; ++i) {
+      batch_.clear();
+      for (size_t s = 0; s < P; ++s) batch_.add(last_[s], static_cast<int32_t>(pos + i), static_cast<int32_t>(s), true);
+      int64_t t0 = now_us();
+      if (grammar)
+        g_->pool->parallel_for(n_par, [&](int64_t b, int64_t e) {
+          for (int64_t s = b; s < e; ++s) {
+            uint64_t* m = masks_.data() + static_cast<size_t>(s) * W;
+            std::fill(m, m + W, ~uint64_t{0});
+            const bool restricted = providers_[s]->allowed(std::span<uint64_t>(m, W));
+            kinds_[s] = !restricted ? OutputKind::kArgmax : g_->host ? OutputKind::kLogits : OutputKind::kMaskedArgmax;
+            rows_[s] = m;
+          }
+        });
+      if (grammar) *mask_ns += 1e3 * static_cast<double>(now_us() - t0);
+      auto out = e_.step(batch_.tokens, kinds_, false, rows_);
+      if (!out) return out.status();
+      t0 = now_us();
+      for (size_t s = 0; s < P; ++s) {
+        const size_t nv = static_cast<size_t>(out->n_vocab);
+        int32_t t = kinds_[s] == OutputKind::kLogits
+                        ? masked_argmax(std::span<const float>(out->row(static_cast<int32_t>(s)), nv),
+                                        std::span<const uint64_t>(masks_.data() + s * W, W))
+                        : out->argmax[s];
+        if (grammar && t < 0) {  // the mask allowed nothing: a fresh grammar, a random token
+          t = random_token();
+          providers_[s] = g_->hooks().mask;
+        } else if (grammar) {
+          providers_[s]->accept(t);
+          if (providers_[s]->finished() || m_.tokenizer().is_eog(t)) providers_[s] = g_->hooks().mask;
+        }
+        last_[s] = t;
+      }
+      if (grammar) *mask_ns += 1e3 * static_cast<double>(now_us() - t0);
+    }
+    return Status::ok();
+  }
   // One timed repetition (the depth prefill before it is not timed).
-  Result<uint64_t> run(const Test& t) {
+  Result<uint64_t> run(Test& t) {
     c_.clear();
     for (int s = 0; s < t.n_par; ++s) KILN_TRY(prompt(t.n_depth, 0, s));
     const int64_t t0 = now_us();
     if (t.n_prompt > 0) KILN_TRY(prompt(t.n_prompt, t.n_depth));
-    if (t.n_gen > 0) KILN_TRY(gen(t.n_gen, t.n_depth, t.n_par));
+    if (t.n_gen > 0 && t.decode == Decode::kRandom) KILN_TRY(gen(t.n_gen, t.n_depth, t.n_par));
+    if (t.n_gen > 0 && t.decode != Decode::kRandom)
+      KILN_TRY(decode(t.n_gen, t.n_depth, t.n_par, t.decode == Decode::kGrammar, &t.mask_ns));
     return static_cast<uint64_t>(now_us() - t0) * 1000;
+  }
+  // The warm-up: the prompt once, or one generated token.
+  Status warm_up(const Test& t) {
+    c_.clear();
+    if (t.n_prompt > 0) return prompt(t.n_prompt, 0);
+    if (t.decode == Decode::kRandom) return gen(1, 0, t.n_par);
+    double ns = 0;
+    return decode(1, 0, t.n_par, t.decode == Decode::kGrammar, &ns);
   }
 
  private:
@@ -178,6 +264,13 @@ class Runner {
   int n_batch_;
   std::mt19937 rng_;
   Batch batch_;
+  GrammarDecode* g_;  // null without a grammar flag
+  // decode(): per sequence, its last token, mask words (ceil(n_vocab / 64) each), output kind, mask, grammar state.
+  std::vector<int32_t> last_;
+  std::vector<uint64_t> masks_;
+  std::vector<OutputKind> kinds_;
+  std::vector<const uint64_t*> rows_;
+  std::vector<std::unique_ptr<TokenMaskProvider>> providers_;
 };
 
 struct Printer {
@@ -258,6 +351,7 @@ struct Printer {
       j["stddev_ts"] = stdev(ts);
       j["samples_ns"] = t.samples_ns;
       j["samples_ts"] = ts;
+      if (t.decode == Decode::kGrammar) j["mask_ns_per_token"] = t.mask_ns / (t.samples_ns.size() * t.n_gen * t.n_par);
       std::string body = j.dump(2);
       std::string indented = "  ";  // one level inside the top-level array
       for (char c : body) {
@@ -278,7 +372,10 @@ struct Printer {
 };
 
 int bench_main(int argc, char** argv) {
-  ArgParser args("bench", "Benchmark prompt processing (pp) and generation (tg) like llama-bench.");
+  ArgParser args("bench", "Benchmark prompt processing (pp) and generation (tg) like llama-bench. With a grammar "
+                          "flag (--grammar, --grammar-file, -j, -jf) each tg test runs as greedy decoding twice, free "
+                          "(\"greedy\") and under the grammar (\"grammar\"), and the host time on token masks per "
+                          "token goes to stderr.");
   std::string model_path, p_list = "512", n_list = "128", d_list = "0", np_list = "1", t_list, fmt = "md";
   std::string fa_list;
   CacheOptions cache;  // -ctk, -ctv, --kv-type (-c is derived from the tests below)
@@ -308,6 +405,11 @@ int bench_main(int argc, char** argv) {
   args.option({"-fa", "--flash-attn"}, &fa_list, "0|1[,..]",
               "accepted for llama-bench's scripts; no effect (kiln's attention is always flash-style)");
   args.option({"-s", "--seed"}, &seed, "N", "seed of the random prompt tokens (default 1234)");
+  GrammarArgs grammar_args;
+  add_grammar_options(args, &grammar_args);
+  std::string mask_path = "device";
+  args.option({"--mask-path"}, &mask_path, "WHERE",
+              "with a grammar: device (default: the masked argmax on the device) or host (rows masked on the host)");
   if (Status st = args.parse(argc, argv); !st) return fail("bench", st);
   if (args.help_requested()) {
     std::fputs(args.usage().c_str(), stdout);
@@ -316,6 +418,14 @@ int bench_main(int argc, char** argv) {
   if (fmt != "md" && fmt != "csv" && fmt != "json")
     return fail("bench", make_error(ErrorCode::kInvalidArgument, "-o: '%s' is not md, csv or json", fmt.c_str()));
   if (reps < 1) return fail("bench", make_error(ErrorCode::kInvalidArgument, "-r: must be >= 1 (got %d)", reps));
+  auto grammar = grammar_option(args, grammar_args);
+  if (!grammar) return fail("bench", grammar.status());
+  if (mask_path != "device" && mask_path != "host")
+    return fail("bench", make_error(ErrorCode::kInvalidArgument, "--mask-path: '%s' is not device or host",
+                                    mask_path.c_str()));
+  if (args.seen("--mask-path") && !grammar->parsed)
+    return fail("bench", make_error(ErrorCode::kInvalidArgument, "--mask-path: needs a grammar (--grammar, "
+                                    "--grammar-file, --json-schema or --json-schema-file)"));
   if (Status st = check_generation_options(0, n_batch); !st) return fail("bench", st);
   if (Status st = check_cache_options(cache); !st) return fail("bench", st);
   if (args.seen("-fa") || args.seen("--flash-attn")) {
@@ -381,19 +491,32 @@ int bench_main(int argc, char** argv) {
       out.header();
       printed_header = true;
     }
-    Runner runner(**engine, n_batch, seed);
+    GrammarDecode gd;
+    if (grammar->parsed) {
+      auto hooks = grammar_hooks(*grammar, model.tokenizer());
+      if (!hooks) return fail("bench", hooks.status());
+      gd.hooks = std::move(hooks).value();
+      gd.host = mask_path == "host" || !(*engine)->supports_masked_argmax();
+      if (mask_path == "device" && gd.host)
+        note_once("--mask-path", "kiln bench: the output backend has no masked argmax: the rows are masked on the host");
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      gd.pool = std::make_unique<ThreadPool>(std::min(max_np, cores));
+    }
+    Runner runner(**engine, n_batch, seed, grammar->parsed ? &gd : nullptr);
     for (int d : *dl) {
       std::vector<Test> tests;
       for (int p : *pl)
         if (p > 0) tests.push_back({p, 0, d, shown_threads, 1, {}});
       for (int n : *nl)
         if (n > 0)
-          for (int np : *npl) tests.push_back({0, n, d, shown_threads, np, {}});
+          for (int np : *npl) {
+            if (!grammar->parsed) tests.push_back({0, n, d, shown_threads, np, {}});
+            for (Decode dm : {Decode::kGreedy, Decode::kGrammar})
+              if (grammar->parsed) tests.push_back({0, n, d, shown_threads, np, {}, dm});
+          }
       for (Test& t : tests) {
         // Warm-up (as llama-bench: the prompt once, or one generated token).
-        (*engine)->cache().clear();
-        Status st = t.n_prompt > 0 ? runner.prompt(t.n_prompt, 0) : runner.gen(1, 0, t.n_par);
-        if (!st) return fail("bench", st);
+        if (Status st = runner.warm_up(t); !st) return fail("bench", st);
         for (int r = 0; r < reps; ++r) {
           auto ns = runner.run(t);
           if (!ns) return fail("bench", ns.status().with_context(t.name()));
@@ -403,6 +526,10 @@ int bench_main(int argc, char** argv) {
         std::time_t now = std::time(nullptr);
         std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
         out.row(t, model, loaded->name, n_batch, cache, cpu, when);
+        if (t.decode == Decode::kGrammar)
+          std::fprintf(stderr, "kiln bench: %s: token masks %.4f ms per token on the host (%s)\n", t.name().c_str(),
+                       t.mask_ns / 1e6 / (static_cast<double>(reps) * t.n_gen * t.n_par),
+                       gd.host ? "the rows masked on the host" : "masked argmax on the device");
       }
     }
   }

@@ -8,7 +8,9 @@
 //                   with n_checkpoints, the same two again with n_checkpoints rows (the checkpoints)
 //   per backend     workspace of batch_tokens rows: x h q k v attn g u x_keep attn_keep s (f32), the index region
 //                   (I32, the staging layout below) and the block tables [max_blocks_per_seq, max_seqs]
-//   output backend  logits f32 [n_vocab, max_outputs], argmax I32 [max_outputs]
+//   output backend  logits f32 [n_vocab, max_outputs], argmax I32 [max_outputs]; where it runs argmax_masked, the
+//                   masks I64 [ceil(n_vocab / 64), max_outputs] (zeroed at creation) and their pinned host staging
+//                   (StepPlan::out_mask, from the output backend's alloc_host)
 //   host (pinned)   with caps.hidden: the hidden rows of a hidden step, [batch_tokens][n_embd] f32 (model/step.h)
 //   host (pinned, from the input backend's alloc_host)
 //                   staging: index region + out_kind + table mirror; fetch: argmax [max_outputs] and logits
@@ -78,6 +80,7 @@ class State final : public ModelState {
 
   const StepCaps& caps() const override { return caps_; }
   bool wants_buckets() const override { return buckets_; }
+  bool supports_masked_argmax() const override { return mask_ != nullptr; }
   StepPlan& plan() override { return plan_; }
   Status execute() override;
   Result<StepOutputs> fetch() override;
@@ -107,6 +110,10 @@ class State final : public ModelState {
       if (w.be == be) return w;
     return work_[0];  // unreachable: every placement backend has a Work
   }
+  // The first m rows of the device masks (argmax_masked's operand).
+  Tensor mask_tensor(int64_t m) const {
+    return Tensor::make(DType::I64, mask_->data(), place_.output.get(), plan_.mask_words, m > 0 ? m : 1);
+  }
   Tensor idx_view(const Work& w, int64_t off, int64_t n) const {
     return Tensor::make(DType::I32, static_cast<int32_t*>(w.idx->data()) + off, w.be, n > 0 ? n : 1);
   }
@@ -132,6 +139,7 @@ class State final : public ModelState {
   using Rows = const std::vector<Tensor>* const[2];
   Status copy_recurrent(Rows& a, int32_t from, Rows& b, int32_t to);
   std::unique_ptr<Buffer> logits_, argmax_;  // on the output backend
+  std::unique_ptr<Buffer> mask_, mask_host_;  // argmax_masked: [W, max_outputs] u64 words, device and pinned host
   std::unique_ptr<Buffer> staging_, host_out_, bounce_;
   std::unique_ptr<Buffer> hidden_host_;  // caps.hidden: [batch_tokens][n_embd] f32, pinned
   Tensor hidden_dev_;                    // the last hidden step's final-norm rows [n_embd, n_bucket] (output backend)
@@ -225,6 +233,16 @@ Status State::init() {
     KILN_ASSIGN_OR_RETURN(gathered_, ob->alloc(O * V * static_cast<size_t>(comm_->size()) * sizeof(float)));
   }
   KILN_ASSIGN_OR_RETURN(argmax_, ob->alloc(O * sizeof(int32_t)));
+  if (ob->supports(Op::kArgmaxMasked, DType::F32)) {
+    const size_t W = static_cast<size_t>((V_ + 63) / 64), bytes = O * W * sizeof(uint64_t);
+    KILN_ASSIGN_OR_RETURN(mask_, ob->alloc(bytes));
+    KILN_ASSIGN_OR_RETURN(mask_host_, ob->alloc_host(bytes));
+    plan_.out_mask = static_cast<uint64_t*>(mask_host_->data());
+    plan_.mask_words = static_cast<int32_t>(W);
+    std::memset(mask_host_->data(), 0, bytes);  // padded output rows read defined (empty) masks
+    KILN_TRY(ob->write(mask_tensor(static_cast<int64_t>(O)), 0, mask_host_->data(), bytes));
+    KILN_TRY(ob->synchronize());  // the staging is rewritten by the first plan
+  }
 
   // Host staging (pinned by the backend the plan is uploaded to first: the input's).
   Backend* ib = place_.input.get();
@@ -319,15 +337,22 @@ Status State::execute() {
                            static_cast<size_t>(MB) * sizeof(int32_t)));
   }
   P.dirty_rows.clear();
+  // The masks go to the output backend only, and only where the argmax is taken (tensor parallel: rank 0).
+  const bool masked = P.masked && (!comm_ || comm_->rank() == 0);
+  if (masked && !mask_)
+    return make_error(ErrorCode::kInternal, "execute: a masked step on a state without masks");
+  if (masked && P.n_out > 0)
+    KILN_TRY(place_.output->write(mask_tensor(m), 0, P.out_mask,
+                                  static_cast<size_t>(P.n_out) * static_cast<size_t>(P.mask_words) * sizeof(uint64_t)));
 
   // A decode-sized step (<= 64 tokens) on one backend may be a recorded graph (Backend::graph_*), keyed by every
-  // host-side count the ops see, packed without loss: n, m, max_q_len <= 64 (7 bits each), n_seq (17 bits),
-  // max_kv_len (26 bits).
+  // host-side count the ops see, packed without loss: n, m, max_q_len <= 64 (7 bits each), n_seq <= n (16 bits),
+  // whether the argmax is masked (1 bit), max_kv_len (26 bits).
   Backend* solo = !P.hidden && work_.size() == 1 && n <= 64 && P.max_q_len <= 64 && P.max_kv_len >= 0 &&
                           P.max_kv_len < (1 << 26) ? work_[0].be : nullptr;
   const uint64_t gkey = static_cast<uint64_t>(n) | static_cast<uint64_t>(m) << 7 |
                         static_cast<uint64_t>(P.max_q_len) << 14 | static_cast<uint64_t>(P.n_seq) << 21 |
-                        static_cast<uint64_t>(P.max_kv_len) << 38;
+                        static_cast<uint64_t>(masked) << 37 | static_cast<uint64_t>(P.max_kv_len) << 38;
   if (solo && solo->graph_replay(gkey)) return Status::ok();
   if (solo) KILN_TRY(solo->graph_begin(gkey));
   auto run_ops = [&]() -> Status {
@@ -408,7 +433,8 @@ Status State::execute() {
   } else {
     KILN_TRY(ob.matmul(w_.output, hn, Tensor{}, lt));
   }
-  return ob.argmax(lt, Tensor::make(DType::I32, argmax_->data(), &ob, m));
+  const Tensor ids = Tensor::make(DType::I32, argmax_->data(), &ob, m);
+  return masked ? ob.argmax_masked(lt, mask_tensor(m), ids) : ob.argmax(lt, ids);
   };
   Status st = run_ops();
   if (solo) {
@@ -489,6 +515,7 @@ void State::mirror_plan(const StepPlan& src) {
   plan_.max_kv_len = src.max_kv_len;
   plan_.max_q_len = src.max_q_len;
   plan_.hidden = src.hidden;
+  plan_.masked = src.masked;  // (the masks themselves stay with rank 0, which takes the argmax)
 }
 
 // N-1 worker threads, one per rank r >= 1, parked between steps; run(f) calls f(r) for every rank, rank 0 on the
@@ -561,6 +588,7 @@ class TpState final : public ModelState {
       : ranks_(std::move(ranks)), status_(ranks_.size()), threads_(static_cast<int>(ranks_.size())) {}
   const StepCaps& caps() const override { return ranks_[0]->caps(); }
   bool wants_buckets() const override { return ranks_[0]->wants_buckets(); }
+  bool supports_masked_argmax() const override { return ranks_[0]->supports_masked_argmax(); }
   StepPlan& plan() override { return ranks_[0]->plan(); }
   Status execute() override {
     for (size_t r = 1; r < ranks_.size(); ++r) ranks_[r]->mirror_plan(ranks_[0]->plan());

@@ -10,6 +10,12 @@
 //   fetch   (ModelState::fetch): per output row, the argmax id computed on the output backend, or the full logits
 //           row copied into pinned host memory; in a hidden step (StepPlan::hidden) also every token's hidden state.
 //
+// Masked argmax (OutputKind::kMaskedArgmax, grammar-constrained greedy decoding): the runtime gives a row's
+// allowed-token bits before the step, the planner writes them into StepPlan::out_mask, execute uploads the rows
+// [0, n_out) of it with the index region (one write) and takes Backend::argmax_masked instead of argmax over all
+// rows (a kArgmax row's mask is all ones); only the id comes back. The output backend must support
+// Op::kArgmaxMasked (ModelState::supports_masked_argmax).
+//
 // Hidden steps (embeddings, StepCaps::hidden): the last layer keeps every row (no output-row selection), output_norm
 // runs over all n_tok rows, and fetch brings back that final-norm hidden state of every token ([n_tok][n_embd], the
 // input of the output projection); the output rows, if any, are then gathered from it for the projection. Such a
@@ -51,8 +57,9 @@ struct StepCaps {
   }
 };
 
-// What one output row wants back.
-enum class OutputKind : uint8_t { kArgmax = 0, kLogits = 1 };
+// What one output row wants back. kMaskedArgmax: the argmax over the tokens the row's mask allows (-1 when it
+// allows none; see the top of this file).
+enum class OutputKind : uint8_t { kArgmax = 0, kLogits = 1, kMaskedArgmax = 2 };
 
 // The host side of a step. Pointers are into pinned staging owned by the ModelState, at fixed offsets:
 // [batch_tokens] arrays first, then [max_outputs], then [max_seqs]; `tables` is the host mirror of the block tables
@@ -66,6 +73,8 @@ struct StepPlan {
   int32_t max_kv_len = 0;    // bound of kv_len (a bucket)
   int32_t max_q_len = 0;     // bound of seq_q_len
   bool hidden = false;       // fetch every token's final-norm hidden state too (caps().hidden must be set)
+  bool masked = false;       // some output row is kMaskedArgmax: out_mask rows [0, n_out) are uploaded and used
+  int32_t mask_words = 0;    // ceil(n_vocab / 64): words per out_mask row (0: the state takes no masks)
 
   int32_t* token = nullptr;      // [batch_tokens]
   int32_t* pos = nullptr;        // [batch_tokens]
@@ -79,6 +88,9 @@ struct StepPlan {
   int32_t* seq_kv_len = nullptr;
   int32_t* seq_reset = nullptr;    // [max_seqs] 1: the sequence starts (position 0) in this step: zero recurrent state
   OutputKind* out_kind = nullptr;  // [max_outputs] host only: what fetch returns per output row
+  // [max_outputs][mask_words] with a masked step: row i's allowed-token bits (bit t % 64 of word t / 64 = token t),
+  // all ones for a kArgmax row, anything for a kLogits row. Null when the state takes no masks.
+  uint64_t* out_mask = nullptr;
   int32_t* tables = nullptr;       // [max_seqs][max_blocks_per_seq]
   std::vector<int32_t> dirty_rows;  // table rows to upload this step (capacity max_seqs, reserved at creation)
 };
@@ -87,7 +99,8 @@ struct StepPlan {
 struct StepOutputs {
   int32_t n_out = 0;
   int64_t n_vocab = 0;
-  const int32_t* argmax = nullptr;  // [n_out] (valid where out_kind is kArgmax; computed for every row)
+  const int32_t* argmax = nullptr;  // [n_out] (valid where out_kind is kArgmax or kMaskedArgmax; computed for every
+                                    // row; -1 for a kMaskedArgmax row whose mask allows no token)
   const float* logits = nullptr;    // [n_out][n_vocab] pinned host (rows valid where out_kind is kLogits)
   const float* row(int32_t i) const { return logits + static_cast<size_t>(i) * static_cast<size_t>(n_vocab); }
   // A hidden step: [n_tok][n_embd] the final-norm hidden state of every token of the step, in batch order.
@@ -103,6 +116,8 @@ class ModelState {
   virtual const StepCaps& caps() const = 0;
   // Whether the planner should round sizes up to buckets (a device backend is in the placement).
   virtual bool wants_buckets() const = 0;
+  // Whether output rows may be kMaskedArgmax (the output backend runs Backend::argmax_masked).
+  virtual bool supports_masked_argmax() const { return false; }
   virtual StepPlan& plan() = 0;
   // Runs the planned step (see the top of this file).
   virtual Status execute() = 0;

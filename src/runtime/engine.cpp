@@ -93,7 +93,8 @@ int32_t Engine::bucket_kv(int32_t n) const {
   return static_cast<int32_t>(std::min<int64_t>(b, cap));
 }
 
-Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds, bool hidden) {
+Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds, bool hidden,
+                    std::span<const uint64_t* const> masks) {
   ModelState& S = *state_;
   StepPlan& P = S.plan();
   const StepCaps& caps = S.caps();
@@ -153,6 +154,17 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
     reset_scratch();
     return make_error(ErrorCode::kInvalidArgument, "step: %lld outputs (at most %d per step, %zu kinds given)",
                       static_cast<long long>(n_out), caps.max_outputs, kinds.size());
+  }
+  bool masked = false;
+  for (int64_t j = 0; j < n_out; ++j) {
+    if (kinds[j] != OutputKind::kMaskedArgmax) continue;
+    masked = true;
+    if (!S.supports_masked_argmax() || static_cast<int64_t>(masks.size()) <= j || !masks[j]) {
+      reset_scratch();
+      return make_error(ErrorCode::kInvalidArgument, "step: output %lld is a masked argmax %s",
+                        static_cast<long long>(j), S.supports_masked_argmax() ? "without its mask" :
+                        "(the output backend does not run argmax_masked)");
+    }
   }
   // Encoders: bidirectional attention needs a sequence's every token in the step that runs it, and there are no
   // logits.
@@ -236,6 +248,8 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
   P.max_kv_len = bucket_kv(max_len);
   P.max_q_len = max_q;
   P.hidden = hidden;
+  P.masked = masked;
+  if (masked) plan_masks(masks);
   dirty_.clear();
   cache.take_dirty(dirty_);
   const int64_t MB = caps.max_blocks_per_seq();
@@ -249,9 +263,19 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
   return Status::ok();
 }
 
+void Engine::plan_masks(std::span<const uint64_t* const> masks) {
+  StepPlan& P = state_->plan();
+  const size_t W = static_cast<size_t>(P.mask_words);
+  for (int32_t j = 0; j < P.n_out; ++j) {
+    uint64_t* row = P.out_mask + static_cast<size_t>(j) * W;
+    if (P.out_kind[j] == OutputKind::kMaskedArgmax) std::memcpy(row, masks[static_cast<size_t>(j)], W * sizeof(uint64_t));
+    else if (P.out_kind[j] == OutputKind::kArgmax) std::fill(row, row + W, ~uint64_t{0});
+  }
+}
+
 Result<StepOutputs> Engine::step(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds,
-                                 bool hidden) {
-  KILN_TRY(plan(tokens, kinds, hidden));
+                                 bool hidden, std::span<const uint64_t* const> masks) {
+  KILN_TRY(plan(tokens, kinds, hidden, masks));
   Status st = state_->execute();
   if (st.is_ok())
     for (int32_t s : seqs_) st = st.is_ok() ? cache_->commit(s, count_[s]) : st;

@@ -34,7 +34,13 @@ class Engine {
   // what output i (the i-th want_logits token, in batch order) brings back. hidden: a hidden step (model/step.h:
   // every token's final-norm hidden state comes back too; needs KvCacheConfig::hidden). The outputs stay valid
   // until the next step. On error nothing is committed (the reservations are dropped).
-  Result<StepOutputs> step(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds, bool hidden = false);
+  // masks: per output row (as kinds), for a kMaskedArgmax row its allowed-token bits, ceil(n_vocab / 64) words
+  // (TokenMaskProvider::allowed's layout); other rows' entries are not read. kMaskedArgmax needs
+  // supports_masked_argmax().
+  Result<StepOutputs> step(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds, bool hidden = false,
+                           std::span<const uint64_t* const> masks = {});
+  // Whether step() takes kMaskedArgmax rows (the output backend runs argmax_masked).
+  bool supports_masked_argmax() const { return state_->supports_masked_argmax(); }
   // Any batch: split into steps within the caps (in order; a sequence's tokens stay in order); for every
   // want_logits token, in batch order, n_vocab logits into `logits` (resized; may be null: the rows still come back
   // to the step's host staging, as every step's outputs do, and are not copied further).
@@ -70,7 +76,10 @@ class Engine {
 
  private:
   Engine(Model& m) : model_(m) {}
-  Status plan(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds, bool hidden);
+  Status plan(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds, bool hidden,
+              std::span<const uint64_t* const> masks);
+  // The masks of a masked step into the plan's staging (rows [0, n_out)).
+  void plan_masks(std::span<const uint64_t* const> masks);
 
   Model& model_;
   std::unique_ptr<KvCache> cache_;

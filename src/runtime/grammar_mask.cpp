@@ -19,6 +19,8 @@ class GrammarMask final : public TokenMaskProvider {
   const grammar::VocabIndex& vocab() const { return matcher_.compiled().vocab(); }
 
   bool restricts() const override { return true; }
+  // fill_mask reads the matcher's stacks and leaves them as they were (its scratch is truncated back).
+  bool allowed_ahead() const override { return true; }
 
   bool allowed(std::span<uint64_t> mask) override {
     std::fill(mask.begin(), mask.end(), uint64_t{0});
@@ -54,6 +56,7 @@ class LazyGrammarMask final : public TokenMaskProvider {
   }
 
   bool restricts() const override { return engaged_; }
+  bool allowed_ahead() const override { return true; }  // engaged_ changes in accept() only
   bool allowed(std::span<uint64_t> mask) override { return engaged_ && inner_.allowed(mask); }
 
   void accept(int32_t token) override {

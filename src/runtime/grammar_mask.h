@@ -6,7 +6,8 @@
 // Per step (runtime/hooks.h): allowed() fills the mask from the matcher (EOG ids only once the grammar is
 // complete), accept() advances it, finished() ends the sequence once the grammar is complete and no byte can follow
 // (so `guided_choice` ends right after the choice, with no step spent on an EOG token). Masks are computed on the
-// CPU, in update(), on the engine thread.
+// CPU on the engine thread: before the step for a greedy sequence whose device takes the masked argmax
+// (allowed_ahead), else in update().
 //
 // GrammarCache: compiling a JSON schema's mask cache over a 150k-token vocabulary takes about a second, so a server
 // keeps compiled grammars by their GBNF text (least recently used dropped past a count and a memory bound). The

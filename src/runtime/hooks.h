@@ -7,15 +7,19 @@
 // Where they sit in one step (Scheduler: schedule -> execute -> update):
 //   schedule()  DraftBatch::propose once for the decoding sequences whose proposers draft together, then
 //               DraftProposer::propose for each sequence that decodes (its only pending token is its last sample)
-//   execute()   plan -> forward -> fetch: a sequence with any logits processor or a restricting mask fetches its
-//               logits row (OutputKind::kLogits) even when greedy; otherwise a greedy sequence whose sampler only
-//               takes the argmax (Sampler::argmax_only: no logit bias, penalty, DRY, typical or XTC) takes the
-//               device's argmax (OutputKind::kArgmax) and no row leaves the device
+//   execute()   plan -> forward -> fetch: a greedy sequence whose sampler only takes the argmax
+//               (Sampler::argmax_only: no logit bias, penalty, DRY, typical or XTC) and that has no logits processor
+//               takes the device's argmax (OutputKind::kArgmax) and no row leaves the device; with a restricting
+//               mask whose allowed() may be asked ahead (TokenMaskProvider::allowed_ahead) and one output row (no
+//               drafts), allowed() runs here, before the step, and the device takes the argmax over the allowed
+//               tokens (OutputKind::kMaskedArgmax; the output backend must run Backend::argmax_masked). Any other
+//               sequence with a processor or a restricting mask fetches its logits row (OutputKind::kLogits)
 //   update()    per output row: copy of the row -> LogitsProcessor::process (in order) -> TokenMaskProvider::allowed
 //               (disallowed ids set to -inf) -> the sampler (runtime/sampler.h: logit bias -> penalties -> DRY ->
 //               top-k -> typical -> top-p -> min-p -> XTC -> temperature -> draw) -> TokenMaskProvider::accept(token)
 //               -> stop checks (EOG, TokenMaskProvider::finished, max_new_tokens, context, stop strings) -> the token
-//               event streams out. Log-probabilities are those of the raw row (the model's distribution, before any
+//               event streams out. A kMaskedArgmax row skips the row steps: its token (or, when the mask allowed
+//               nothing, the same error as below) goes to accept() and on. Log-probabilities are those of the raw row (the model's distribution, before any
 //               processor).
 #pragma once
 
@@ -40,7 +44,11 @@ class LogitsProcessor {
 // Says which tokens may come next (grammar-constrained sampling, JSON schemas, tool-call formats).
 //   restricts()      asked once per step in execute(): false promises that allowed() will leave every token
 //                    allowed, so a greedy sequence may keep the device's argmax instead of fetching its row.
-//   allowed(mask)    update(), before the sampler, once per sampled position: `mask` holds n_vocab bits in
+//   allowed_ahead()  true promises that allowed() is a function of the state the last accept() (or construction)
+//                    left, and changes nothing a later call could see: a greedy sequence may then call it in
+//                    execute(), before the step computes the row it masks, instead of in update() (and not again
+//                    for that row). false (the default): allowed() is asked in update() only.
+//   allowed(mask)    update(), before the sampler, once per sampled position (or execute(), see allowed_ahead): `mask` holds n_vocab bits in
 //                    ceil(n_vocab / 64) words, bit (i % 64) of word i / 64 set = token i may come next; it arrives
 //                    all set (bits past n_vocab are ignored). Returns false to leave every token allowed (nothing is
 //                    touched), true when it wrote a mask. A mask that allows no token ends the request with an error.
@@ -60,6 +68,7 @@ class TokenMaskProvider {
  public:
   virtual ~TokenMaskProvider() = default;
   virtual bool restricts() const = 0;
+  virtual bool allowed_ahead() const { return false; }
   virtual bool allowed(std::span<uint64_t> mask) = 0;
   virtual void accept(int32_t token) = 0;
   virtual void accept_in_block(int32_t token, std::string_view /*text*/, size_t /*n_block*/) { accept(token); }

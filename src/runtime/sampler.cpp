@@ -45,6 +45,19 @@ int32_t argmax(std::span<const float> logits) {
   return best;
 }
 
+int32_t masked_argmax(std::span<const float> logits, std::span<const uint64_t> mask) {
+  const size_t d = std::min(logits.size(), mask.size() * 64);
+  int64_t best = -1;
+  for (size_t w = 0; w * 64 < d; ++w)
+    for (uint64_t bits = mask[w]; bits != 0; bits &= bits - 1) {
+      const size_t i = w * 64 + static_cast<size_t>(__builtin_ctzll(bits));
+      if (i >= d) break;
+      const float v = logits[i];
+      if (best < 0 || v > logits[best] || (std::isnan(logits[best]) && !std::isnan(v))) best = static_cast<int64_t>(i);
+    }
+  return static_cast<int32_t>(best);
+}
+
 Sampler::Sampler(const SamplerParams& p, int32_t n_vocab)
     : p_(p), n_vocab_(std::max<int32_t>(n_vocab, 0)), seed_(pick_seed(p.seed)), rng_(static_cast<uint32_t>(seed_)),
       xtc_rng_(static_cast<uint32_t>(seed_)) {

@@ -167,5 +167,9 @@ class Sampler {
 
 // Index of the largest value, ties to the lowest index; NaN never wins. -1 for an empty span.
 int32_t argmax(std::span<const float> logits);
+// The argmax over the allowed entries (mask: bit i % 64 of word i / 64, ceil(size / 64) words, bits past the span
+// ignored) with Backend::argmax_masked's rule: the first maximum, NaN below every number, the first allowed index
+// when every allowed entry is NaN, -1 when none is allowed.
+int32_t masked_argmax(std::span<const float> logits, std::span<const uint64_t> mask);
 
 }  // namespace kiln

@@ -176,6 +176,10 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
   I.pool = std::make_unique<ThreadPool>(std::max(1, nt));
   for (int32_t i = cfg.max_seqs - 1; i >= 0; --i) I.free_slots.push_back(i);
   I.kinds.resize(static_cast<size_t>(I.engine->caps().max_outputs));
+  I.row_masks.resize(static_cast<size_t>(I.engine->caps().max_outputs));
+  // The masked argmax takes the sequences' masks as they are: words over the model's whole vocabulary.
+  I.device_mask = I.engine->supports_masked_argmax() &&
+                  I.engine->state().plan().mask_words == (I.model->hparams().n_vocab + 63) / 64;
   I.drafts.resize(static_cast<size_t>(I.cfg.spec.drafts_per_step()));
   I.stats.ttft = Histogram({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
   I.stats.itl = Histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});

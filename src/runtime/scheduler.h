@@ -86,6 +86,9 @@ struct SchedulerStats {
   uint64_t steps = 0;
   uint64_t preemptions = 0;
   uint64_t draft_tokens = 0, draft_accepted = 0;  // speculative decoding: drafts verified, drafts confirmed
+  // Engine-thread wall time: choosing the output kinds before the steps, which includes the token masks computed
+  // ahead for the device's masked argmax; and sampling the output rows after them (host masks, samplers).
+  double mask_seconds = 0, sample_seconds = 0;
   uint64_t finished[5] = {};       // by FinishReason
   double prompt_tps = 0, gen_tps = 0;  // over the last ~10 s of steps
   Histogram ttft, itl;
@@ -98,6 +101,8 @@ struct StepInfo {
     uint64_t request = 0;  // RequestHandle::id()
     int32_t n_tokens = 0;  // tokens of this sequence in the step
     bool output = false;   // the chunk ends at the sequence's last token: an output row (a sampled token)
+    bool row = false;      // its output's logits row(s) came to the host (else only the device's argmax)
+    bool masked = false;   // the device took the argmax over its token mask (runtime/hooks.h, allowed_ahead)
   };
   int32_t n_tokens = 0, n_decode = 0, n_prefill_tokens = 0, n_seqs = 0, n_admitted = 0, n_preempted = 0;
   std::vector<Entry> entries;  // in batch order (filled only while an observer is set)

@@ -110,6 +110,8 @@ struct Scheduler::Impl {
   Batch batch;
   std::vector<Active*> order, sched, outs;
   std::vector<OutputKind> kinds;  // [max_outputs]
+  std::vector<const uint64_t*> row_masks;  // [max_outputs] a kMaskedArgmax row's mask (Sequence::step_mask)
+  bool device_mask = false;       // the engine takes kMaskedArgmax rows (Engine::supports_masked_argmax)
   std::vector<int32_t> drafts;    // [cfg.spec.drafts_per_step()] DraftProposer output
   std::vector<DraftJob> draft_jobs;  // draft_ahead(): the step's decoding sequences
   StepInfo info;
@@ -158,6 +160,9 @@ struct Scheduler::Impl {
   void preempt(Active& a);
   void admit();
   std::unique_ptr<Active> make_active(const std::shared_ptr<RequestHandle>& h, int32_t slot);
+
+  // execute() pieces.
+  void prepare_outputs();  // a.kind of every sequence that wants output; masks computed ahead (in parallel)
 
   // update() pieces.
   void sample(Active& a, const StepOutputs& out);

@@ -399,20 +399,47 @@ void Scheduler::Impl::stall() {
 
 // ---- execute(): plan -> forward -> fetch ----
 
+// Each output's kind; a greedy sequence whose mask may be asked ahead computes it now (Sequence::prepare_output),
+// the sequences in parallel as in update(): each task touches only its own sequence.
+void Scheduler::Impl::prepare_outputs() {
+  const Clock::time_point t0 = Clock::now();
+  auto prepare = [&](Active& a) {
+    a.kind = a.h->request().logprobs ? OutputKind::kLogits : a.seq->prepare_output(device_mask && a.draft.empty());
+  };
+  if (outs.size() >= 2 && pool->size() > 1) {
+    pool->parallel_for(static_cast<int64_t>(outs.size()), [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) prepare(*outs[j]);
+    });
+  } else {
+    for (Active* a : outs) prepare(*a);
+  }
+  std::lock_guard<std::mutex> lk(stats_mu);
+  stats.mask_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 bool Scheduler::Impl::execute(StepOutputs* out) {
   outs.clear();
+  for (Active* a : sched)
+    if (a->wants) outs.push_back(a);
+  prepare_outputs();
+  if (observer)  // info.entries are in sched's order (put())
+    for (size_t i = 0; i < sched.size() && i < info.entries.size(); ++i) {
+      info.entries[i].row = sched[i]->wants && sched[i]->kind == OutputKind::kLogits;
+      info.entries[i].masked = sched[i]->wants && sched[i]->kind == OutputKind::kMaskedArgmax;
+    }
   size_t n_rows = 0;  // a sequence verifying k drafts has k + 1 consecutive rows
-  for (Active* a : sched) {
-    if (!a->wants) continue;
-    a->kind = a->h->request().logprobs ? OutputKind::kLogits : a->seq->output_kind();
+  for (Active* a : outs) {
     a->row0 = n_rows;
-    for (size_t r = 0; r <= a->draft.size(); ++r) kinds[n_rows++] = a->kind;
-    outs.push_back(a);
+    for (size_t r = 0; r <= a->draft.size(); ++r) {
+      row_masks[n_rows] = a->kind == OutputKind::kMaskedArgmax ? a->seq->step_mask() : nullptr;
+      kinds[n_rows++] = a->kind;
+    }
   }
   bool hidden = false;  // an embedding request runs: every token's hidden state comes back
   for (Active* a : sched) hidden = hidden || a->pool != nullptr;
   const Clock::time_point t_step = Clock::now();
-  auto r = engine->step(batch.tokens, std::span<const OutputKind>(kinds.data(), n_rows), hidden);
+  auto r = engine->step(batch.tokens, std::span<const OutputKind>(kinds.data(), n_rows), hidden,
+                        std::span<const uint64_t* const>(row_masks.data(), n_rows));
   if (!r) {
     for (Active* a : sched) {
       a->seq->rollback();
@@ -454,6 +481,8 @@ void Scheduler::Impl::sample(Active& a, const StepOutputs& out) {
       std::span<const float> logits(out.row(static_cast<int32_t>(row)), static_cast<size_t>(out.n_vocab));
       o.st = a.seq->on_logits(logits);
       if (rq.logprobs && o.st.token >= 0) logprobs_of(logits, o.st.token, rq.top_logprobs, &o.ev);
+    } else if (a.kind == OutputKind::kMaskedArgmax) {
+      o.st = a.seq->on_masked_token(out.argmax[row]);
     } else {
       o.st = a.seq->on_token(out.argmax[row]);
     }
@@ -536,12 +565,17 @@ void Scheduler::Impl::progress(Active& a, Clock::time_point t_step, Clock::time_
 
 void Scheduler::Impl::update(const StepOutputs& out) {
   // Sampling of every output row, in parallel: each task touches only its own sequence.
+  const Clock::time_point t0 = Clock::now();
   if (outs.size() >= 2 && pool->size() > 1) {
     pool->parallel_for(static_cast<int64_t>(outs.size()), [&](int64_t b, int64_t e) {
       for (int64_t j = b; j < e; ++j) sample(*outs[j], out);
     });
   } else {
     for (Active* a : outs) sample(*a, out);
+  }
+  {
+    std::lock_guard<std::mutex> lk(stats_mu);
+    stats.sample_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   }
   // In batch order: tokens out, stop rules, finished sequences free their slots and blocks.
   const auto now = Clock::now();

@@ -112,6 +112,33 @@ OutputKind Sequence::output_kind() const {
   return sampler_.argmax_only() && !hooks_read_row ? OutputKind::kArgmax : OutputKind::kLogits;
 }
 
+OutputKind Sequence::prepare_output(bool device_mask) {
+  const OutputKind k = output_kind();
+  TokenMaskProvider* m = hooks_.mask.get();
+  if (k != OutputKind::kLogits || !device_mask || !sampler_.argmax_only() || !hooks_.processors.empty() || !m ||
+      !m->allowed_ahead())
+    return k;
+  // on_token emits a forced token whatever the device chose (and on_logits would not ask the mask); a stopped
+  // sequence emits nothing.
+  if (reasoning_.forced() >= 0 || stop_ != StopReason::kNone) return OutputKind::kArgmax;
+  mask_.assign((static_cast<size_t>(n_vocab_) + 63) / 64, ~uint64_t{0});
+  return m->allowed(mask_) ? OutputKind::kMaskedArgmax : OutputKind::kArgmax;
+}
+
+Sequence::Step Sequence::no_token_allowed() {
+  scheduled_logits_ = false;
+  Step s;
+  s.stop = stop_ = StopReason::kCancelled;
+  s.error = make_error(ErrorCode::kInvalidArgument, "token mask: no token of the vocabulary is allowed next "
+                       "(after %d generated tokens)", n_generated_);
+  return s;
+}
+
+Sequence::Step Sequence::on_masked_token(int32_t id) {
+  if (id < 0 && stop_ == StopReason::kNone && reasoning_.forced() < 0) return no_token_allowed();
+  return on_token(id);
+}
+
 Sequence::Step Sequence::on_logits(std::span<const float> row) {
   if (stop_ != StopReason::kNone) {
     scheduled_logits_ = false;
@@ -143,14 +170,11 @@ Sequence::Step Sequence::on_logits(std::span<const float> row) {
         for (size_t i = b; i < e; ++i)
           if (!((bits >> (i - b)) & 1)) row_[i] = -INFINITY;
       }
-      if (n_allowed == 0) {
-        scheduled_logits_ = false;
-        Step s;
-        s.stop = stop_ = StopReason::kCancelled;
-        s.error = make_error(ErrorCode::kInvalidArgument, "token mask: no token of the vocabulary is allowed next "
-                             "(after %d generated tokens)", n_generated_);
-        return s;
-      }
+      if (n_allowed == 0) return no_token_allowed();
+      // Greedy on the argmax alone: the argmax of the allowed tokens with the backend's rule (Backend::
+      // argmax_masked), as the device path takes it: never a disallowed token, even where every allowed logit is
+      // -inf or NaN.
+      if (sampler_.argmax_only()) return on_token(masked_argmax(row_, mask_));
     }
   }
   return on_token(sampler_.sample(row_));

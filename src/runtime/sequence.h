@@ -91,9 +91,19 @@ class Sequence {
   Step on_logits(std::span<const float> row);
   // The same with the token already chosen (the backend's argmax when output_kind() is kArgmax).
   Step on_token(int32_t id);
+  // The device's masked argmax of a kMaskedArgmax row: on_token(id), or, for -1 (the mask allowed no token), the
+  // error on_logits gives for such a mask.
+  Step on_masked_token(int32_t id);
   // What the step should fetch for this sequence's output row: the argmax when the sampler only takes the argmax
   // (Sampler::argmax_only) and no hook needs the row.
   OutputKind output_kind() const;
+  // The same, before a step whose output backend may take a masked argmax (`device_mask`: the engine supports it
+  // and the sequence samples one row): where output_kind() fetches the row only for a restricting mask whose
+  // allowed() may be asked ahead (runtime/hooks.h), it is asked now into step_mask() and the answer is
+  // kMaskedArgmax; kArgmax when the mask leaves every token allowed this time, or a forced token will be emitted.
+  OutputKind prepare_output(bool device_mask);
+  // The mask prepare_output() computed: ceil(n_vocab / 64) words, valid until the row's token is taken.
+  const uint64_t* step_mask() const { return mask_.data(); }
   // Text held back by the stream decoder (an incomplete UTF-8 tail) at the end of a turn.
   std::string flush_text() { return decoder_.flush(); }
   // Marks the sequence stopped from outside (e.g. the consumer hung up).
@@ -115,6 +125,7 @@ class Sequence {
   KvCache& cache_;
   SequenceHooks hooks_;
   ReasoningTracker reasoning_;
+  Step no_token_allowed();       // ends the sequence: the mask allowed no token
   std::vector<float> row_;       // [n_vocab] the processed copy of a logits row (only with hooks)
   std::vector<uint64_t> mask_;   // [ceil(n_vocab / 64)] the token mask's bits (only with a mask)
   std::vector<int32_t> tokens_;

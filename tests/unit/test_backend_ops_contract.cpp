@@ -79,6 +79,12 @@ Status run_with_type(Backend& be, Op op, DType t, DType b = DType::F32) {
       const DevTensor x = random_tensor(be, t, d, n), out = dev_alloc(be, DType::I32, n);
       return be.argmax(x.t, out.t);
     }
+    case Op::kArgmaxMasked: {
+      const DevTensor x = random_tensor(be, t, d, n), out = dev_alloc(be, DType::I32, n);
+      const DevTensor m = dev_upload(be, DType::I64, std::vector<uint64_t>(static_cast<size_t>((d + 63) / 64 * n), 5),
+                                     (d + 63) / 64, n);
+      return be.argmax_masked(x.t, m.t, out.t);
+    }
     case Op::kRope: {
       const DevTensor x = random_tensor(be, t, d, 2, n), pos = dev_i32(be, {0, 1, 2});
       RopeParams p;
@@ -104,7 +110,7 @@ Status run_with_type(Backend& be, Op op, DType t, DType b = DType::F32) {
 
 TEST_P(BackendContract, SupportsAgreesWithTheOpForEveryType) {
   const Op ops[] = {Op::kGetRows, Op::kRmsNorm, Op::kMatmul, Op::kRope,    Op::kSwiglu,
-                    Op::kAdd,     Op::kMul,     Op::kScale,  Op::kSoftmax, Op::kArgmax, Op::kLayerNorm, Op::kGelu};
+                    Op::kAdd,     Op::kMul,     Op::kScale,  Op::kSoftmax, Op::kArgmax, Op::kArgmaxMasked, Op::kLayerNorm, Op::kGelu};
   size_t n_supported = 0;
   for (Op op : ops)
     for (DType t : all_types()) {

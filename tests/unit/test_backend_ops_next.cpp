@@ -2,7 +2,7 @@
 // sinks, YaRN rope, conv1d_silu, gated_delta_net) on every backend of the build, each against an independent scalar computation in double
 // precision written from the op contract (not from the CPU code). A backend whose supports() says no for an op
 // skips that case, naming it. Plus: the multi-section RoPE of qwen35 reduces to NeoX RoPE of the leading dims for
-// text positions.
+// text positions. argmax_masked (grammar-constrained greedy decoding) against the scalar rule of backend.h: exact.
 //
 // Bounds, argued per op: u = 2^-24 (f32 unit roundoff).
 //   geglu / sigmoid_mul: a handful of f32 operations and one libm tanh/exp (<= 2 ulp) per element: relative error
@@ -26,6 +26,7 @@
 //     gated_delta_net), and a padded sequence entry (q_len 0) leaves its state row as it was.
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "common/backend_test_util.h"
 
@@ -657,6 +658,97 @@ TEST_P(BackendOpsNext, MultiSectionRopeOfTextIsNeoxOfTheLeadingDims) {
       for (int i = n_rot; i < hd; ++i) EXPECT_EQ(r[i], v[i]);
     }
   }
+}
+
+// argmax_masked: the allowed entries' first maximum, NaN below every number, -1 when nothing is allowed, bits past
+// d ignored. Widths: a partial last word (1000), whole words (128), and a vocabulary-sized row (151936) whose
+// walk takes many strides per thread.
+int32_t masked_argmax_ref(const float* x, const uint64_t* m, int64_t d) {
+  int64_t best = -1;
+  for (int64_t i = 0; i < d; ++i) {
+    if (!((m[i / 64] >> (i % 64)) & 1)) continue;
+    const bool bn = best >= 0 && std::isnan(x[best]);
+    if (best < 0 || (bn && !std::isnan(x[i])) || (!bn && !std::isnan(x[i]) && x[i] > x[best])) best = i;
+  }
+  return static_cast<int32_t>(best);
+}
+
+TEST_P(BackendOpsNext, ArgmaxMaskedMatchesTheScalarRule) {
+  KILN_SKIP_UNLESS(Op::kArgmaxMasked);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int64_t d : {int64_t{1000}, int64_t{128}, int64_t{151936}}) {
+    const int64_t W = (d + 63) / 64;
+    std::vector<std::vector<float>> xs;
+    std::vector<std::vector<uint64_t>> ms;
+    std::vector<int32_t> expect;  // -2: only the reference decides
+    const std::vector<float> base = randn(static_cast<size_t>(d), 91);
+    std::mt19937_64 rng(7);
+    auto add = [&](std::vector<float> x, std::vector<uint64_t> m, int32_t e) {
+      xs.push_back(std::move(x)), ms.push_back(std::move(m)), expect.push_back(e);
+    };
+    const std::vector<uint64_t> none(static_cast<size_t>(W), 0), all(static_cast<size_t>(W), ~uint64_t{0});
+    auto only = [&](std::initializer_list<int64_t> ids) {
+      std::vector<uint64_t> m = none;
+      for (int64_t i : ids) m[static_cast<size_t>(i / 64)] |= uint64_t{1} << (i % 64);
+      return m;
+    };
+    {  // a sparse random mask, and a dense one
+      std::vector<uint64_t> sparse(static_cast<size_t>(W)), dense(static_cast<size_t>(W));
+      for (int64_t w = 0; w < W; ++w) {
+        sparse[w] = rng() & rng() & rng();
+        dense[w] = rng() | rng();
+      }
+      add(base, sparse, -2);
+      add(base, dense, -2);
+    }
+    const int32_t base_max = static_cast<int32_t>(std::max_element(base.begin(), base.end()) - base.begin());
+    add(base, all, base_max);  // every bit: argmax
+    add(base, none, -1);       // nothing allowed
+    {
+      std::vector<uint64_t> m = none;  // only bits past d (none when d is whole words)
+      if (d % 64) m.back() = ~uint64_t{0} << (d % 64);
+      add(base, m, -1);
+    }
+    {  // ties among the allowed, a larger disallowed entry
+      std::vector<float> x = base;
+      x[5] = 200.0f, x[9] = 100.0f, x[d - 1] = 100.0f, x[d - 2] = 100.0f;
+      add(x, only({9, d - 2, d - 1, 3}), 9);
+      add(x, only({d - 1, d - 2}), static_cast<int32_t>(d - 2));
+    }
+    {  // NaN allowed around the maximum; all-NaN allowed gives the first allowed; -inf beats NaN; +inf is a number
+      std::vector<float> x = base;
+      x[10] = nan, x[11] = 50.0f, x[12] = nan, x[20] = nan, x[21] = nan, x[30] = -inf, x[31] = nan, x[40] = inf;
+      add(x, only({10, 11, 12}), 11);
+      add(x, only({21, 20}), 20);
+      add(x, only({31, 30}), 30);
+      add(x, only({11, 40, 12}), 40);
+      add(std::vector<float>(static_cast<size_t>(d), nan), all, 0);
+      add(std::vector<float>(static_cast<size_t>(d), -inf), only({d - 1, 70}), 70);
+    }
+    const int64_t n = static_cast<int64_t>(xs.size());
+    std::vector<float> xf;
+    std::vector<uint64_t> mf;
+    for (int64_t r = 0; r < n; ++r) {
+      xf.insert(xf.end(), xs[r].begin(), xs[r].end());
+      mf.insert(mf.end(), ms[r].begin(), ms[r].end());
+      const int32_t ref = masked_argmax_ref(xs[r].data(), ms[r].data(), d);
+      if (expect[r] != -2) {
+        EXPECT_EQ(ref, expect[r]) << "test table row " << r << " d " << d;
+      }
+      expect[r] = ref;
+    }
+    const DevTensor X = dev_f32(be(), xf, d, n), M = dev_upload(be(), DType::I64, mf, W, n);
+    const DevTensor out = dev_alloc(be(), DType::I32, n);
+    KILN_ASSERT_OK(be().argmax_masked(X.t, M.t, out.t));
+    const std::vector<int32_t> got = dev_read<int32_t>(be(), out);
+    for (int64_t r = 0; r < n; ++r) EXPECT_EQ(got[r], expect[r]) << "row " << r << " d " << d;
+  }
+  // Operands: a mask of the wrong width names it.
+  const DevTensor X = dev_f32(be(), randn(200, 3), 100, 2), M = dev_upload(be(), DType::I64, std::vector<uint64_t>(6), 3, 2);
+  const DevTensor out = dev_alloc(be(), DType::I32, 2);
+  const Status st = be().argmax_masked(X.t, M.t, out.t);
+  EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << st.to_string();
+  EXPECT_NE(st.to_string().find("mask"), std::string::npos) << st.to_string();
 }
 
 KILN_INSTANTIATE_BACKENDS(BackendOpsNext);

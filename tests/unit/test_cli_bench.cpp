@@ -1,4 +1,5 @@
-// kiln bench: llama-bench's output formats and field names.
+// kiln bench: llama-bench's output formats and field names; grammar decoding (a JSON schema, GBNF; the masked argmax
+// on the device or the rows masked on the host) and its flags' errors.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -117,6 +118,49 @@ TEST(CliBench, CacheTypes) {
   EXPECT_NE(bad.err.find("-ctv: 'q4_k' is not a KV cache type (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1)"),
             std::string::npos) << bad.err;
   EXPECT_TRUE(bad.out.empty()) << bad.out;
+}
+
+// A grammar flag: each tg test twice, greedy free and under the grammar, the mask time on stderr and in the json.
+TEST(CliBench, GrammarDecoding) {
+  const std::string dir = ::testing::TempDir();
+  const std::string sf = dir + "/bench_schema.json", gf = dir + "/bench_grammar.gbnf";
+  std::ofstream(sf) << R"({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string",
+    "maxLength": 5}}, "required": ["a", "b"], "additionalProperties": false})";
+  std::ofstream(gf) << "root ::= [a-z]{1,6} \".\"\n";
+  for (const std::string flags : {"-jf '" + sf + "'", "--grammar-file '" + gf + "' --mask-path host",
+                                  "-jf '" + sf + "' --device cpu --mask-path device"}) {
+    SCOPED_TRACE(flags);
+    CmdResult r = kiln("bench -m '" + model() + "' -p 0 -n 6 -d 4 -np 1,3 -r 2 -t 1 -o json " + flags);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    nlohmann::json j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j.size(), 4u);
+    const char* tests[] = {"tg6 greedy @ d4", "tg6 grammar @ d4", "tg6 np3 greedy @ d4", "tg6 np3 grammar @ d4"};
+    for (size_t i = 0; i < j.size(); ++i) {
+      SCOPED_TRACE(j[i].dump());
+      EXPECT_EQ(j[i]["test"], tests[i]);
+      EXPECT_GT(j[i]["avg_ts"].get<double>(), 0);
+      EXPECT_EQ(j[i].contains("mask_ns_per_token"), i % 2 == 1);
+    }
+    EXPECT_NE(r.err.find("tg6 np3 grammar @ d4: token masks"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(flags.find("host") != std::string::npos ? "masked on the host" : "on the device"),
+              std::string::npos) << r.err;
+  }
+  CmdResult md = kiln("bench -m '" + model() + "' -p 0 -n 4 -np 2 -r 1 -t 1 -jf '" + sf + "'");
+  ASSERT_EQ(md.rc, 0) << md.err;
+  EXPECT_NE(md.out.find("tg4 np2 greedy"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("tg4 np2 grammar"), std::string::npos) << md.out;
+  // Errors name the flag.
+  const std::pair<std::string, std::string> bad[] = {
+      {"--mask-path gpu -jf '" + sf + "'", "--mask-path: 'gpu' is not device or host"},
+      {"--mask-path host", "--mask-path: needs a grammar"},
+      {"--grammar-file /nonexistent/g.gbnf", "--grammar-file"},
+      {"--grammar 'root ::= ('", "--grammar"}};
+  for (const auto& [a, want] : bad) {
+    CmdResult r = kiln("bench -m '" + model() + "' -p 0 -n 2 " + a);
+    EXPECT_EQ(r.rc, 1) << a;
+    EXPECT_NE(r.err.find(want), std::string::npos) << a << ": " << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
 }
 
 TEST(CliBench, BadOptions) {

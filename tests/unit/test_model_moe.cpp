@@ -170,6 +170,9 @@ class NoMoeBackend final : public Backend {
   Status scale(const Tensor& x, float s, const Tensor& d) override { return cpu_->scale(x, s, d); }
   Status softmax(const Tensor& x, const Tensor& d) override { return cpu_->softmax(x, d); }
   Status argmax(const Tensor& x, const Tensor& d) override { return cpu_->argmax(x, d); }
+  Status argmax_masked(const Tensor& x, const Tensor& m, const Tensor& d) override {
+    return cpu_->argmax_masked(x, m, d);
+  }
   Status copy(const Tensor& s, const Tensor& d) override { return cpu_->copy(s, d); }
   int imports = 0;
 

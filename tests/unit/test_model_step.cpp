@@ -108,6 +108,9 @@ class CountingBackend final : public Backend {
   Status scale(const Tensor& x, float s, const Tensor& dst) override { return inner_->scale(x, s, dst); }
   Status softmax(const Tensor& x, const Tensor& dst) override { return inner_->softmax(x, dst); }
   Status argmax(const Tensor& x, const Tensor& dst) override { return inner_->argmax(x, dst); }
+  Status argmax_masked(const Tensor& x, const Tensor& m, const Tensor& d) override {
+    return inner_->argmax_masked(x, m, d);
+  }
   Status copy(const Tensor& src, const Tensor& dst) override { return inner_->copy(src, dst); }
 
  private:

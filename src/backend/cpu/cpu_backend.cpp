@@ -628,6 +628,32 @@ Status CpuBackend::argmax(const Tensor& x, const Tensor& dst) {
   return Status::ok();
 }
 
+Status CpuBackend::argmax_masked(const Tensor& x, const Tensor& mask, const Tensor& dst) {
+  KILN_TRY(op_checks::argmax_masked_operands(x, mask, dst));
+  const int64_t d = x.ne[0], W = mask.ne[0];
+  int32_t* out = static_cast<int32_t*>(dst.data);
+  for_rows(x.n_rows(), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      // Word by word (a grammar's masks are mostly zero words): best = the first allowed index, replaced by a later
+      // allowed entry that is larger, or by any number while best is NaN (backend.h's rule among the allowed).
+      const float* xr = frow(x, r);
+      const uint64_t* mr = reinterpret_cast<const uint64_t*>(static_cast<const char*>(mask.data) +
+                                                             static_cast<size_t>(r) * mask.nb[1]);
+      int64_t best = -1;
+      for (int64_t w = 0; w < W; ++w) {
+        uint64_t bits = mr[w];
+        if (w * 64 + 64 > d) bits &= (uint64_t{1} << (d - w * 64)) - 1;  // the last word: bits past d
+        for (; bits != 0; bits &= bits - 1) {
+          const int64_t i = w * 64 + __builtin_ctzll(bits);
+          if (best < 0 || xr[i] > xr[best] || (std::isnan(xr[best]) && !std::isnan(xr[i]))) best = i;
+        }
+      }
+      out[r] = static_cast<int32_t>(best);
+    }
+  });
+  return Status::ok();
+}
+
 Status CpuBackend::copy(const Tensor& src, const Tensor& dst) {
   if (!src.valid() || !dst.valid()) return make_error(ErrorCode::kInvalidArgument, "copy: tensor not set");
   if (src.dtype != dst.dtype && (!is_float_type(src.dtype) || !is_float_type(dst.dtype)))

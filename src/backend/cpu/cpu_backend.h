@@ -40,6 +40,7 @@ class CpuBackend final : public Backend {
   Status scale(const Tensor& x, float s, const Tensor& dst) override;
   Status softmax(const Tensor& x, const Tensor& dst) override;
   Status argmax(const Tensor& x, const Tensor& dst) override;
+  Status argmax_masked(const Tensor& x, const Tensor& mask, const Tensor& dst) override;
   Status copy(const Tensor& src, const Tensor& dst) override;
   Status geglu(const Tensor& gate, const Tensor& up, const Tensor& dst) override;
   Status layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, const Tensor& dst) override;

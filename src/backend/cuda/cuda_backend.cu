@@ -757,6 +757,14 @@ Status CudaBackend::argmax(const Tensor& x, const Tensor& dst) {
   return launch_argmax(p, stream_);
 }
 
+Status CudaBackend::argmax_masked(const Tensor& x, const Tensor& mask, const Tensor& dst) {
+  KILN_TRY(op_checks::argmax_masked_operands(x, mask, dst));
+  KILN_TRY(use());
+  RowParams p{static_cast<const float*>(x.data), fstride(x), nullptr, 0, static_cast<int32_t*>(dst.data), x.ne[0],
+              x.n_rows(), static_cast<const uint64_t*>(mask.data), mask.nb[1] / sizeof(uint64_t)};
+  return launch_argmax(p, stream_);
+}
+
 Status CudaBackend::copy(const Tensor& src, const Tensor& dst) {
   if (!src.valid() || !dst.valid()) return make_error(ErrorCode::kInvalidArgument, "copy: tensor not set");
   if (src.dtype != dst.dtype && (!is_float_type(src.dtype) || !is_float_type(dst.dtype)))

@@ -53,6 +53,7 @@ class CudaBackend final : public Backend {
   Status scale(const Tensor& x, float s, const Tensor& dst) override;
   Status softmax(const Tensor& x, const Tensor& dst) override;
   Status argmax(const Tensor& x, const Tensor& dst) override;
+  Status argmax_masked(const Tensor& x, const Tensor& mask, const Tensor& dst) override;
   Status copy(const Tensor& src, const Tensor& dst) override;
   Status geglu(const Tensor& gate, const Tensor& up, const Tensor& dst) override;
   Status sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& dst) override;

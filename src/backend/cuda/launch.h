@@ -99,9 +99,11 @@ struct RowParams {
   size_t dst_stride;
   int32_t* ids;  // argmax
   int64_t d, n;
+  const uint64_t* mask = nullptr;  // argmax_masked: [n] rows of mask_stride words, bit i % 64 of word i / 64
+  size_t mask_stride = 0;
 };
 Status launch_softmax(const RowParams& p, cudaStream_t s);
-Status launch_argmax(const RowParams& p, cudaStream_t s);
+Status launch_argmax(const RowParams& p, cudaStream_t s);  // masked when p.mask is set
 
 // ---- ssm.cu: the Gated DeltaNet layer ops ------------------------------------------------------------------------
 // The per-sequence arrays of AttnBatch (device I32, n_seq entries): seq_row, seq_q_start, seq_q_len, seq_reset.

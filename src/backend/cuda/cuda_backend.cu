@@ -586,15 +586,24 @@ Status CudaBackend::matmul_swiglu(const Tensor& w_gate, const Tensor& w_up, cons
   return launch_mmvq_group(t, gr, a, stream_);
 }
 
+namespace {
+// The launch of rope on x [head_dim, n_head, n_tok] (operands checked): theta_scale as the CPU computes it, the YaRN
+// terms from yarn_terms (backend.h).
+RopeLaunch rope_launch(const Tensor& x, const Tensor& pos, const RopeParams& p) {
+  const YarnTerms y = yarn_terms(p);
+  RopeLaunch r{static_cast<float*>(x.data), x.nb[1] / sizeof(float), x.nb[2] / sizeof(float), x.ne[0], x.ne[1],
+               x.ne[2], static_cast<const int32_t*>(pos.data),
+               p.freq_factors.valid() ? static_cast<const float*>(p.freq_factors.data) : nullptr, p.n_rot,
+               p.mode == RopeMode::kNeox, std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot)), p.freq_scale};
+  r.ext_factor = p.ext_factor, r.corr_lo = y.lo, r.corr_hi = y.hi, r.mscale = y.mscale;
+  return r;
+}
+}  // namespace
+
 Status CudaBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
   KILN_TRY(op_checks::rope_operands(*this, x, pos, p));
-  const int64_t hd = x.ne[0], n_head = x.ne[1], n_tok = x.ne[2];
-  const float* ff = p.freq_factors.valid() ? static_cast<const float*>(p.freq_factors.data) : nullptr;
   KILN_TRY(use());
-  RopeLaunch r{static_cast<float*>(x.data), x.nb[1] / sizeof(float), x.nb[2] / sizeof(float), hd, n_head, n_tok,
-               static_cast<const int32_t*>(pos.data), ff, p.n_rot, p.mode == RopeMode::kNeox,
-               std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot)), p.freq_scale};
-  return launch_rope(r, stream_);
+  return launch_rope(rope_launch(x, pos, p), stream_);
 }
 
 // RoPE of q and k and the K/V store in one launch (F16/F32 caches, q and k of one head dim); otherwise the
@@ -609,20 +618,13 @@ Status CudaBackend::rope_kv_store(const Tensor& q, const Tensor& k, const Tensor
   KILN_TRY(op_checks::rope_operands(*this, k, pos, p));
   const Tensor k2 = k.reshape(k.ne[0] * k.ne[1], k.ne[2]);
   KILN_TRY(op_checks::kv_store_operands(*this, k2, v, cache, slots));
-  const float* ff = p.freq_factors.valid() ? static_cast<const float*>(p.freq_factors.data) : nullptr;
-  const float ts = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
-  auto rl = [&](const Tensor& x) {
-    return RopeLaunch{static_cast<float*>(x.data), x.nb[1] / sizeof(float), x.nb[2] / sizeof(float), x.ne[0],
-                      x.ne[1], x.ne[2], static_cast<const int32_t*>(pos.data), ff, p.n_rot,
-                      p.mode == RopeMode::kNeox, ts, p.freq_scale};
-  };
   const size_t es = ct == DType::F16 ? 2 : 4;
   RopeKvStoreParams c{ct, static_cast<const float*>(v.data), fstride(v), cache.head_dim_v,
                       static_cast<uint8_t*>(cache.k.data), cache.k.nb[1], es * cache.head_dim_k,
                       static_cast<uint8_t*>(cache.v.data), cache.v.nb[1], es * cache.head_dim_v,
                       static_cast<const int32_t*>(slots.data)};
   KILN_TRY(use());
-  return launch_rope_kv_store(rl(q), rl(k), c, stream_);
+  return launch_rope_kv_store(rope_launch(q, pos, p), rope_launch(k, pos, p), c, stream_);
 }
 
 Status CudaBackend::kv_store(const Tensor& k, const Tensor& v, const KvLayer& c, const Tensor& slots) {

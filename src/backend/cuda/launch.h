@@ -48,6 +48,8 @@ struct RopeLaunch {
   int n_rot;
   bool neox;
   float theta_scale, freq_scale;
+  // YaRN (RopeParams, yarn_terms): ext_factor 0 skips the ramp; cos and sin are multiplied by mscale (1: plain RoPE).
+  float ext_factor = 0.0f, corr_lo = 0.0f, corr_hi = 0.0f, mscale = 1.0f;
 };
 Status launch_rope(const RopeLaunch& p, cudaStream_t s);
 // The fused rope_kv_store (Backend::rope_kv_store): q and k roped as launch_rope does, then k (roped) and v into

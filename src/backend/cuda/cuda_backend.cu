@@ -675,6 +675,7 @@ Status CudaBackend::attention(const Tensor& q, const KvLayer& c, const AttnBatch
   p.max_kv_len = m.max_kv_len;
   p.n_sm = n_sm_;
   p.window = std::max(c.window, 0);
+  p.sinks = c.sinks.valid() ? static_cast<const float*>(c.sinks.data) : nullptr;
   if (m.n_seq > 0 && m.seq_row.valid() && m.seq_q_start.valid() && m.seq_q_len.valid()) {
     p.seq_row = static_cast<const int32_t*>(m.seq_row.data);
     p.seq_q_start = static_cast<const int32_t*>(m.seq_q_start.data);

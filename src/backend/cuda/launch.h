@@ -344,6 +344,8 @@ struct AttnParams {
   int max_kv_len;  // host-known bound (0: unknown -> no split)
   int n_sm;
   int window = 0;  // sliding window (KvLayer::window): token with kv_len L sees [max(0, L - window), L); 0: all
+  // Attention sinks (KvLayer::sinks): [n_head] f32 logits, each joining its head's softmax denominator; null: none.
+  const float* sinks = nullptr;
   // Per-sequence metadata (AttnBatch; the prefill kernel fattn_mma.cu tiles queries per sequence). May be null
   // for attention.cu, which works per token.
   const int32_t* seq_row = nullptr;

@@ -37,6 +37,12 @@ struct RmsNormParams {
   int64_t d, n;
 };
 Status launch_rms_norm(const RmsNormParams& p, cudaStream_t s);
+// layer_norm (Backend::layer_norm): r's rows, eps and weight (may be null), plus the bias b (may be null).
+struct LayerNormParams {
+  RmsNormParams r;
+  const float* b;
+};
+Status launch_layer_norm(const LayerNormParams& p, cudaStream_t s);
 
 // ---- rope.cu ---------------------------------------------------------------------------------------------------
 struct RopeLaunch {
@@ -68,13 +74,14 @@ struct RopeKvStoreParams {
 Status launch_rope_kv_store(const RopeLaunch& q, const RopeLaunch& k, const RopeKvStoreParams& c, cudaStream_t s);
 
 // ---- elementwise.cu --------------------------------------------------------------------------------------------
-// kGeglu: dst = gelu_tanh(a) * b (a = gate, b = up); kSigmoidMul: dst = a / (1 + e^-b) (a = x, b = gate).
-enum class EwOp { kAdd, kMul, kSwiglu, kScale, kGeglu, kSigmoidMul };
+// kGeglu: dst = gelu_tanh(a) * b (a = gate, b = up); kSigmoidMul: dst = a / (1 + e^-b) (a = x, b = gate);
+// kGelu: dst = gelu_tanh(a) (b unused).
+enum class EwOp { kAdd, kMul, kSwiglu, kScale, kGeglu, kSigmoidMul, kGelu };
 struct EwParams {
   EwOp op;
   const float* a;
   size_t a_stride;
-  const float* b;  // null for kScale
+  const float* b;  // null for kScale and kGelu
   size_t b_stride;  // 0: b broadcasts (one row)
   float* dst;
   size_t dst_stride;

@@ -103,7 +103,9 @@ Status CudaBackend::use() const {
 
 // The weight readers' selector decides matmul and get_rows (gemm_supports: the same function dispatch uses); the
 // Gated DeltaNet's kernel also refuses key head sizes it is not built for (delta_net_supports, at the op: no model
-// kiln runs has one); the attention kernels (attention.cu, fattn_mma.cu) skip positions before a sliding window.
+// kiln runs has one); every attention kernel (attention.cu, fattn_mma.cu, sm90a/fattn_wgmma.cu) skips positions
+// before a sliding window, joins the sinks and reads each token's own kv_len (non-causal encoder steps); rope
+// honours YaRN; layer_norm and gelu run (the encoder and gpt-oss ops: encoder_ops, oai_ops).
 // The KV kernels (kvstore.cu, attention.cu, fattn_mma.cu) take one cache type for K and V: f16, f32 or q8_0.
 namespace {
 bool cuda_cache_pair(DType k, DType v) {
@@ -112,7 +114,8 @@ bool cuda_cache_pair(DType k, DType v) {
 }  // namespace
 
 bool CudaBackend::supports(Op op, DType a, DType b) const {
-  return op_checks::supports_op(op, a, b, cuda_cache_pair, gemm_supports, gemm_supports, gemm_supports);
+  return op_checks::supports_op(op, a, b, cuda_cache_pair, gemm_supports, gemm_supports, gemm_supports,
+                                /*encoder_ops=*/true, /*oai_ops=*/true);
 }
 
 // ---- memory -----------------------------------------------------------------------------------------------------

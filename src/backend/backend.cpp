@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -34,6 +36,21 @@ const char* op_name(Op op) {
     case Op::kArgmaxMasked: return "argmax_masked";
   }
   return "?";
+}
+
+YarnTerms yarn_terms(const RopeParams& p) {
+  YarnTerms y;
+  y.mscale = p.attn_factor;
+  if (p.ext_factor != 0.0f) {
+    auto corr = [&](float beta) {
+      const float ratio = static_cast<float>(p.n_ctx_orig) / (beta * 2 * static_cast<float>(M_PI));
+      return static_cast<float>(p.n_rot) * std::log(ratio) / (2 * std::log(p.freq_base));
+    };
+    y.lo = std::max(0.0f, std::floor(corr(p.beta_fast)));
+    y.hi = std::min(static_cast<float>(p.n_rot - 1), std::ceil(corr(p.beta_slow)));
+    y.mscale *= 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
+  }
+  return y;
 }
 
 Status copy_between(const Tensor& src, const Tensor& dst, void* bounce, size_t bounce_bytes) {

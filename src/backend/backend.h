@@ -53,6 +53,13 @@ struct RopeParams {
   int32_t n_ctx_orig = 0;
   bool yarn() const { return ext_factor != 0.0f || attn_factor != 1.0f; }
 };
+// The per-call YaRN terms, in ggml's f32 steps (every backend's rope takes them from here, so the ramp agrees bit for
+// bit): the correction range [lo, hi] of pair indices (0, 0 when ext_factor is 0) and mscale, the factor of cos and
+// sin (attn_factor, times 1 + 0.1 ln(1 / freq_scale) when ext_factor != 0; 1 for plain RoPE).
+struct YarnTerms {
+  float lo = 0.0f, hi = 0.0f, mscale = 1.0f;
+};
+YarnTerms yarn_terms(const RopeParams& p);
 
 // The KV cache storage types of the op contract: llama.cpp's -ctk/-ctv set, in its order. A backend stores the
 // ones supports(Op::kKvStore, k type, v type) accepts (the CPU all of them, K and V independently).

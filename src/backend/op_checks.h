@@ -65,8 +65,8 @@ inline bool any_cache_pair(DType k, DType v) { return is_kv_cache_type(k) && is_
 // (the same functions its ops dispatch with), and which K/V cache type pairs its kv_store and attention store and
 // read (cache_pair: a = K, b = V). Activations, norms and the hybrid-model ops are f32; copy converts between float
 // types; moe_ffn takes the expert types moe_weight accepts (nullptr: a backend without moe_ffn).
-// encoder_ops: the backend runs layer_norm, gelu and non-causal attention (the CPU). oai_ops: its rope honours YaRN
-// and its attention the sinks (gpt-oss; the CPU).
+// encoder_ops: the backend runs layer_norm, gelu and non-causal attention (with the caches it stores). oai_ops: its
+// rope honours YaRN and its attention the sinks (gpt-oss). The CPU and CUDA backends have both.
 inline bool supports_op(Op op, DType a, DType b, bool (*cache_pair)(DType, DType), bool (*matmul_weight)(DType),
                         bool (*get_rows_weight)(DType), bool (*moe_weight)(DType) = nullptr, bool encoder_ops = false,
                         bool oai_ops = false) {
@@ -75,7 +75,7 @@ inline bool supports_op(Op op, DType a, DType b, bool (*cache_pair)(DType, DType
     case Op::kAttentionSinks: return oai_ops && is_kv_cache_type(a) && is_kv_cache_type(b) && cache_pair(a, b);
     case Op::kLayerNorm:
     case Op::kGelu: return encoder_ops && a == DType::F32;
-    case Op::kAttentionNonCausal: return encoder_ops && is_kv_cache_type(a);
+    case Op::kAttentionNonCausal: return encoder_ops && is_kv_cache_type(a) && cache_pair(a, a);
     case Op::kMoeFfn: return moe_weight && moe_weight(a);
     case Op::kGetRows: return get_rows_weight(a);
     case Op::kMatmul: return matmul_weight(a);

@@ -2,8 +2,9 @@
 // variant of sm90a/fattn_wgmma.cu), reached through
 // Backend::attention on cuda:0 with an f16 cache, head dims 64/128/256 and steps of max_q_len >= kFattnMinQ (16),
 // against an f64 host oracle; the split-KV kernel (attention.cu) on the same tokens; sliding windows with the slots
-// outside every window poisoned. Skipped (visibly) without a GPU. (On an sm_75 device the selector routes these
-// steps to attention.cu: the tests then check that kernel on the same shapes.)
+// outside every window poisoned; attention sinks and non-causal (encoder) steps on every kernel. Skipped (visibly)
+// without a GPU. (On an sm_75 device the selector routes these steps to attention.cu: the tests then check that
+// kernel on the same shapes.)
 //
 // Oracle and thresholds. The kernel's numerics (fattn_mma.cu header): q rounded to f16, K/V the f16 cache values,
 // Q.K in f32 over exact f16 products, scores scaled in f32, exp2 in f32, each probability p_j rounded to f16 for
@@ -18,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -92,13 +94,21 @@ struct Case {
   uint32_t seed = 1;
   size_t q_row_pad = 0;       // bytes after every q head row (strided heads, as a view into a wider projection)
   bool q_f16 = true;          // the backend rounds q to f16 before q.k (the GPU kernels; the CPU keeps q f32)
+  bool sinks = false;         // KvLayer::sinks: sink_of(h) joins head h's softmax
+  bool non_causal = false;    // every token reads its whole sequence (an encoder's kv_len), not its causal prefix
 };
+
+// Head h's sink logit: around the scores (q.k scale ~ N(0, 4) here): some above every score of a row, some among
+// them, some below.
+float sink_of(int h) { return std::array<float, 5>{7.0f, -3.0f, 1.0f, 4.0f, 0.0f}[h % 5]; }
 
 std::string name_of(const Case& c) {
   std::ostringstream os;
   os << "hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv << " bs " << c.bs << " window " << c.window
      << " seqs";
   for (const SeqSpec& s : c.seqs) os << " " << s.q_len << "@" << s.depth;
+  if (c.sinks) os << " sinks";
+  if (c.non_causal) os << " non-causal";
   return os.str();
 }
 
@@ -154,6 +164,10 @@ Result_ run_case(Backend& be, const Case& c, bool poison_outside, bool also_deco
   KvLayer l;
   l.k = kc.t, l.v = vc.t, l.n_head_kv = c.n_kv, l.head_dim_k = c.hd, l.head_dim_v = c.hd, l.block_size = c.bs;
   l.window = c.window;
+  std::vector<float> sinks(c.n_head);
+  for (int h = 0; h < c.n_head; ++h) sinks[h] = sink_of(h);
+  const DevTensor sk = dev_f32(be, sinks, c.n_head);
+  if (c.sinks) l.sinks = sk.t;
   {
     const int64_t n_st = static_cast<int64_t>(slots.size());
     const DevTensor kt = dev_f32(be, kst, dk, n_st), vt = dev_f32(be, vst, dk, n_st), st = dev_i32(be, slots);
@@ -176,7 +190,8 @@ Result_ run_case(Backend& be, const Case& c, bool poison_outside, bool also_deco
         seq_kv_len.push_back(0);
   const int64_t n = static_cast<int64_t>(toks.size());
   std::vector<int32_t> tok_table, kv_len;
-  for (const auto& [s, p] : toks) tok_table.push_back(s < 0 ? n_seq : s), kv_len.push_back(s < 0 ? 0 : p + 1);
+  for (const auto& [s, p] : toks)
+    tok_table.push_back(s < 0 ? n_seq : s), kv_len.push_back(s < 0 ? 0 : c.non_causal ? total[s] : p + 1);
   const std::vector<float> qv = randn(static_cast<size_t>(c.hd) * c.n_head * n, c.seed * 41, 2.0f);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
   const DevTensor bt = dev_upload(be, DType::I32, tables, max_blocks, n_tables);
@@ -223,7 +238,7 @@ Result_ run_case(Backend& be, const Case& c, bool poison_outside, bool also_deco
   for (int64_t t = 0; t < n; ++t) {
     const auto [s, p] = toks[t];
     if (s < 0) continue;
-    const int L = p + 1, lo = lo_of(L);
+    const int L = kv_len[t], lo = lo_of(L);
     for (int h = 0; h < c.n_head; ++h) {
       const int g = h / rep;
       std::vector<double> qh(c.hd);
@@ -232,7 +247,7 @@ Result_ run_case(Backend& be, const Case& c, bool poison_outside, bool also_deco
         qh[i] = c.q_f16 ? r16(q) : q;
       }
       std::vector<double> sc(L - lo);
-      double mx = -INFINITY;
+      double mx = c.sinks ? sinks[h] : -INFINITY;
       for (int j = lo; j < L; ++j) {
         const float* kr = K[s].data() + static_cast<size_t>(j) * dk + g * c.hd;
         double d = 0;
@@ -240,7 +255,7 @@ Result_ run_case(Backend& be, const Case& c, bool poison_outside, bool also_deco
         sc[j - lo] = d * scale;
         mx = std::max(mx, sc[j - lo]);
       }
-      double sum = 0;
+      double sum = c.sinks ? std::exp(sinks[h] - mx) : 0.0;  // the sink: in the denominator, no value
       for (double& x : sc) sum += (x = std::exp(x - mx));
       double* o = r.want.data() + (t * c.n_head + h) * c.hd;
       double* ob = r.bound.data() + (t * c.n_head + h) * c.hd;
@@ -397,6 +412,58 @@ TEST(CudaFattn, WindowSkipsPositionsOutsideIt) {
   }
 }
 
+// Attention sinks (gpt-oss: f16 cache, head dim 64, GQA 8, sliding-window layers) on every prefill kernel: each row's
+// sink joins once, at the output (fa_store), after the last KV tile. Several query and KV tiles, a padded entry and
+// padded tokens (still zero rows), windows 0 and 40, every head dim, GQA 1 / 8 / 3 (dead rows); the same tokens
+// through attention.cu's split-KV decode (each token its own entry: the sink joins in the kernel or, split, in
+// attn_combine) must agree. The oracle puts the sink in the max and the denominator.
+TEST(CudaFattn, SinksOnEveryPrefillKernelAndTheDecode) {
+  NEED_GPU();
+  ASSERT_TRUE(gpu.supports(Op::kAttentionSinks, DType::F16, DType::F16));
+  for (const int kern : kKernels) {
+    const KernelChoice kc(kern);
+    uint32_t seed = 500;
+    for (int hd : {64, 128, 256})
+      for (int rep : {1, 8, 3})
+        for (int window : {0, 40}) {
+          Case c{hd, rep * 2, 2, 16, window, {{70, 0}, {17, 100}, {1, 5}, {130, 300}}};
+          c.sinks = true, c.padded_entry = true, c.pad_tokens = 2, c.seed = seed++;
+          const Result_ r = run_case(gpu, c, false, true);
+          check(c, r, "sinks prefill " + name_of(c));
+          Result_ d = r;
+          d.got = r.got_decode;
+          check(c, d, "sinks decode " + name_of(c));
+          std::vector<double> ref(r.got.begin(), r.got.end());
+          EXPECT_LE(test::nmse_d(r.got_decode, ref), 1e-6) << g_kernel << "decode vs prefill " << name_of(c);
+        }
+  }
+}
+
+// Non-causal prefill (encoders: bert, nomic-bert; head dim 64, no GQA): every token of a sequence reads all of it,
+// so a query tile's rows see positions past their own and the last KV tile of a row is partly masked for none of
+// them. Several sequences side by side (each sees only itself), lengths off the tiles (7, 16, 64, 100, 257), a
+// sequence at depth (its cached prefix too), padded tokens, every head dim and GQA 1 / 4; also with sinks; and the
+// decode kernels on the same tokens.
+TEST(CudaFattn, NonCausalPrefillReadsTheWholeSequence) {
+  NEED_GPU();
+  ASSERT_TRUE(gpu.supports(Op::kAttentionNonCausal, DType::F16, DType::F16));
+  for (const int kern : kKernels) {
+    const KernelChoice kc(kern);
+    uint32_t seed = 700;
+    for (int hd : {64, 128, 256})
+      for (int rep : {1, 4})
+        for (bool sinks : {false, true}) {
+          Case c{hd, rep * 4, 4, 16, 0, {{100, 0}, {7, 0}, {257, 0}, {16, 0}, {64, 30}}};
+          c.non_causal = true, c.sinks = sinks, c.pad_tokens = 3, c.padded_entry = true, c.seed = seed++;
+          const Result_ r = run_case(gpu, c, false, true);
+          check(c, r, "non-causal prefill " + name_of(c));
+          Result_ d = r;
+          d.got = r.got_decode;
+          check(c, d, "non-causal decode " + name_of(c));
+        }
+  }
+}
+
 // The harness itself (oracle, bound, poison, padding) on the CPU reference backend, which runs everywhere: its f16
 // attention keeps q and P in f32 (the oracle takes q unrounded for it), so it must pass the same checks (this is
 // what makes a GPU failure a kernel bug, not a test bug).
@@ -413,6 +480,14 @@ TEST(CudaFattn, HarnessHoldsOnTheCpuReference) {
     Case c{64, 4, 1, 16, 24, {{70, 150}, {33, 0}}};
     c.padded_entry = true, c.seed = 5, c.q_f16 = false;
     check(c, run_case(cpu, c, true, false), "cpu-ref window " + name_of(c));
+  }
+  if (cpu.supports(Op::kAttentionSinks, DType::F16, DType::F16) && cpu.supports(Op::kAttentionNonCausal, DType::F16)) {
+    Case c{64, 6, 2, 16, 40, {{70, 0}, {17, 100}}};
+    c.sinks = true, c.pad_tokens = 1, c.seed = 6, c.q_f16 = false;
+    check(c, run_case(cpu, c, false, false), "cpu-ref sinks " + name_of(c));
+    Case e{64, 4, 4, 16, 0, {{100, 0}, {7, 0}, {64, 30}}};
+    e.non_causal = true, e.sinks = true, e.padded_entry = true, e.seed = 7, e.q_f16 = false;
+    check(e, run_case(cpu, e, false, false), "cpu-ref non-causal " + name_of(e));
   }
 }
 

@@ -9,6 +9,7 @@
 //   attention (f32 math, q rounded to f16 like the CPU reference): NMSE <= 1e-9 vs the CPU reference.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -195,6 +196,8 @@ struct AttnCase {
   int hd, n_head, n_kv, n_tok, ctx;
   DType kt;
   int window = 0;
+  bool sinks = false;       // KvLayer::sinks: one logit per head, some above every score, some below
+  bool non_causal = false;  // every token reads all ctx positions (an encoder's kv_len)
 };
 void check_attention(Backend& cpu, Backend& gpu, const AttnCase& c, std::mt19937& rng, const std::string& tag) {
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -215,8 +218,11 @@ void check_attention(Backend& cpu, Backend& gpu, const AttnCase& c, std::mt19937
   if (c.kt == DType::F16)
     for (auto& x : q) x = fp16_to_f32(f32_to_fp16(x));
   std::vector<int32_t> tok_table(c.n_tok, 0), kv_len(c.n_tok);
-  for (int t = 0; t < c.n_tok; ++t) kv_len[t] = c.ctx - c.n_tok + t + 1;
+  for (int t = 0; t < c.n_tok; ++t) kv_len[t] = c.non_causal ? c.ctx : c.ctx - c.n_tok + t + 1;
   if (c.n_tok > 2) kv_len[1] = 0;  // a padded token: zero row
+  // Sinks around the scores (q.k scale ~ N(0, 1)): 4 and 2.5 above most of them, -1 and 0.5 among them.
+  std::vector<float> sinks(c.n_head);
+  for (int h = 0; h < c.n_head; ++h) sinks[h] = std::array<float, 4>{4.0f, -1.0f, 0.5f, 2.5f}[h % 4];
   std::vector<float> outs[2];
   Backend* bes[2] = {&cpu, &gpu};
   for (int bi = 0; bi < 2; ++bi) {
@@ -228,6 +234,8 @@ void check_attention(Backend& cpu, Backend& gpu, const AttnCase& c, std::mt19937
     KvLayer L;
     L.k = ck.t, L.v = cv.t, L.n_head_kv = c.n_kv, L.head_dim_k = c.hd, L.head_dim_v = c.hd, L.block_size = bs;
     L.window = c.window;
+    Dev sk = upload(be, DType::F32, sinks.data(), sinks.size() * 4, c.n_head);
+    if (c.sinks) L.sinks = sk.t;
     ASSERT_TRUE(be.kv_store(kd.t, vd.t, L, sd.t).is_ok());
     Dev qd = upload(be, DType::F32, q.data(), q.size() * 4, c.hd, c.n_head, c.n_tok);
     Dev od = upload(be, DType::F32, nullptr, q.size() * 4, c.hd, c.n_head, c.n_tok);
@@ -251,7 +259,8 @@ void check_attention(Backend& cpu, Backend& gpu, const AttnCase& c, std::mt19937
   }
   std::vector<double> ref(outs[0].begin(), outs[0].end());
   EXPECT_LE(test::nmse_d(outs[1], ref), 1e-9) << tag << "hd " << c.hd << " heads " << c.n_head << "/" << c.n_kv << " n_tok "
-                                      << c.n_tok << " ctx " << c.ctx << " window " << c.window << " " << dtype_name(c.kt);
+                                      << c.n_tok << " ctx " << c.ctx << " window " << c.window << " " << dtype_name(c.kt)
+                                      << (c.sinks ? " sinks" : "") << (c.non_causal ? " non-causal" : "");
   if (c.n_tok > 2) {
     for (int i = 0; i < c.hd * c.n_head; ++i) ASSERT_EQ(outs[1][c.hd * c.n_head + i], 0.0f);
   }
@@ -303,8 +312,68 @@ TEST(CudaOps, DecodeKernelsMatchCpuReference) {
   force_decode(-1);
 }
 
+// Attention sinks (gpt-oss) through attention.cu (check_attention passes no sequence metadata, so no step takes the
+// tensor-core prefill kernels: those are test_backend_cuda_fattn.cpp's): the decode kernels of f16 caches forced in
+// turn (attn_vec_kernel, attn_krow_kernel at 4 and 1 blocks per SM), each unsplit (the sink joins in the kernel: 20
+// positions at hd 64, 40 at hd 256) and split (it joins once, in attn_combine: 300 positions in 4 splits, 3000 in
+// 46, 12000 in 128 on a 132-SM GPU), with a window; and attn_kernel on f32 / q8_0 / f16 caches, split and not, at
+// head dims 80 and 96 that no decode kernel takes.
+TEST(CudaOps, AttentionSinksMatchCpuReference) {
+  NEED_GPU();
+  auto cpu = reference_cpu();
+  std::mt19937 rng(13);
+  ASSERT_TRUE(gpu.supports(Op::kAttentionSinks, DType::F16, DType::F16));
+  AttnCase decode[] = {{64, 4, 4, 1, 20, DType::F16},      {128, 32, 8, 5, 300, DType::F16},
+                       {128, 32, 8, 1, 3000, DType::F16},  {64, 32, 4, 1, 12000, DType::F16},
+                       {256, 8, 4, 2, 600, DType::F16},    {256, 16, 2, 3, 40, DType::F16},
+                       {64, 64, 8, 3, 2001, DType::F16, 128}};
+  for (int k = 0; k < 3; ++k) {
+    force_decode(k);
+    for (AttnCase c : decode) {
+      c.sinks = true;
+      check_attention(*cpu, gpu, c, rng, "sinks, decode kernel " + std::to_string(k) + ": ");
+    }
+  }
+  force_decode(-1);
+  AttnCase other[] = {{128, 16, 2, 64, 64, DType::F32}, {96, 4, 4, 16, 1000, DType::Q8_0}, {64, 8, 2, 1, 5000, DType::F32},
+                      {128, 8, 8, 3, 2500, DType::Q8_0, 1000}, {80, 8, 1, 37, 37, DType::F16}};
+  for (AttnCase c : other) {
+    c.sinks = true;
+    check_attention(*cpu, gpu, c, rng, "sinks: ");
+  }
+}
+
+// Non-causal attention (encoders): every token of a step reads the whole sequence (kv_len = ctx for all) through
+// attention.cu: the decode kernels forced in turn (also with sinks; 3000 positions split), and attn_kernel (f32 /
+// q8_0 caches, head dim 32). The tensor-core prefill kernels: test_backend_cuda_fattn.cpp.
+TEST(CudaOps, NonCausalAttentionMatchesCpuReference) {
+  NEED_GPU();
+  auto cpu = reference_cpu();
+  std::mt19937 rng(14);
+  ASSERT_TRUE(gpu.supports(Op::kAttentionNonCausal, DType::F16, DType::F16));
+  AttnCase decode[] = {{64, 12, 12, 9, 9, DType::F16}, {128, 8, 2, 15, 40, DType::F16}, {256, 8, 4, 7, 300, DType::F16},
+                       {64, 4, 4, 5, 3000, DType::F16}};
+  for (int k = 0; k < 3; ++k) {
+    force_decode(k);
+    for (AttnCase c : decode) {
+      c.non_causal = true;
+      check_attention(*cpu, gpu, c, rng, "non-causal, decode kernel " + std::to_string(k) + ": ");
+      c.sinks = true;
+      check_attention(*cpu, gpu, c, rng, "non-causal, decode kernel " + std::to_string(k) + ": ");
+    }
+  }
+  force_decode(-1);
+  AttnCase other[] = {{64, 12, 12, 100, 100, DType::F32}, {96, 4, 2, 33, 33, DType::Q8_0}, {32, 4, 4, 20, 20, DType::F16},
+                      {64, 8, 8, 48, 300, DType::Q8_0}};
+  for (AttnCase c : other) {
+    c.non_causal = true;
+    check_attention(*cpu, gpu, c, rng, "non-causal: ");
+  }
+}
+
 // The small ops: rms_norm, rope (both orderings, freq factors, strided heads), swiglu/add/mul/scale, softmax,
-// argmax (NaN rule), copy conversions, each against the CPU reference backend on the same inputs.
+// argmax (NaN rule), copy conversions, layer_norm (with weight and bias, without, in place), gelu, each against the
+// CPU reference backend on the same inputs.
 TEST(CudaOps, SmallOpsMatchCpuReference) {
   NEED_GPU();
   auto cpu_ = reference_cpu();
@@ -312,10 +381,12 @@ TEST(CudaOps, SmallOpsMatchCpuReference) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 2.f);
   const int64_t d = 300, n = 7;
-  std::vector<float> a(d * n), b(d * n), w(d);
+  std::vector<float> a(d * n), b(d * n), w(d), bias(d), shifted(d * n);
   for (auto& x : a) x = nd(rng);
   for (auto& x : b) x = nd(rng);
   for (auto& x : w) x = nd(rng);
+  for (auto& x : bias) x = nd(rng);
+  for (size_t i = 0; i < b.size(); ++i) shifted[i] = b[i] + 3.0f * static_cast<float>(i / d);  // row means 0..18
   a[5] = NAN;            // row 0 has a NaN: argmax must skip it
   for (int64_t i = 0; i < d; ++i) a[d * 2 + i] = NAN;  // row 2 all NaN: argmax 0
   a[d * 3 + 17] = a[d * 3 + 200] = 1e6f;  // a tie: the first index
@@ -360,10 +431,23 @@ TEST(CudaOps, SmallOpsMatchCpuReference) {
         EXPECT_TRUE(be.rope(x, pd.t, rp).is_ok());
         return download<float>(be, bd.t, 64 * nt);
       }
+      case 10: case 11: case 12: {  // layer_norm: weight and bias; neither; weight only, in place
+        Dev sd = upload(be, DType::F32, shifted.data(), shifted.size() * 4, d, n);
+        Dev cd = upload(be, DType::F32, bias.data(), bias.size() * 4, d);
+        if (which == 12) {
+          EXPECT_TRUE(be.layer_norm(sd.t, wd.t, Tensor{}, 1e-5f, sd.t).is_ok());
+          return download<float>(be, sd.t, a.size());
+        }
+        const Status st = which == 10 ? be.layer_norm(sd.t, wd.t, cd.t, 1e-5f, od.t)
+                                      : be.layer_norm(sd.t, Tensor{}, Tensor{}, 1e-12f, od.t);
+        EXPECT_TRUE(st.is_ok()) << st.to_string();
+        break;
+      }
+      case 13: EXPECT_TRUE(be.gelu(bd.t, od.t).is_ok()); break;
     }
     return download<float>(be, od.t, a.size());
   };
-  for (int which = 0; which < 10; ++which) {
+  for (int which = 0; which < 14; ++which) {
     auto r = run(cpu, which), g = run(gpu, which);
     ASSERT_EQ(r.size(), g.size());
     for (size_t i = 0; i < r.size(); ++i) {
@@ -371,9 +455,59 @@ TEST(CudaOps, SmallOpsMatchCpuReference) {
         EXPECT_TRUE(std::isnan(g[i])) << "op " << which << " elem " << i;
         continue;
       }
-      const float tol = which == 6 ? 0.f : (which >= 8 ? 2e-5f : 4e-6f) * std::max(1.f, std::fabs(r[i]));
+      const float tol = which == 6 ? 0.f : (which == 8 || which == 9 ? 2e-5f : 4e-6f) * std::max(1.f, std::fabs(r[i]));
       ASSERT_NEAR(g[i], r[i], tol) << "op " << which << " elem " << i;
     }
+  }
+}
+
+// YaRN (gpt-oss's: factor 32 over 4096 positions, base 150000): the fused rope_kv_store (one launch) rotates q and
+// k and stores k and v exactly as rope, rope and kv_store do on the same device (the same angle code), for f16 and
+// f32 caches; the op-level numerics against ggml's formula are test_backend_ops_next.cpp's RopeYarnMatchesGgmlFormula.
+TEST(CudaOps, FusedRopeKvStoreWithYarnEqualsTheDecomposition) {
+  NEED_GPU();
+  ASSERT_TRUE(gpu.supports(Op::kRopeYarn, DType::F32));
+  std::mt19937 rng(15);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  const int hd = 64, n_head = 8, n_kv = 2, n_slots = 64;
+  const std::vector<int32_t> pos = {0, 1, 17, 1000, 4095, 9000}, slots = {5, 63, -1, 0, 17, 40};
+  const int64_t n = static_cast<int64_t>(pos.size());
+  std::vector<float> q(static_cast<size_t>(hd) * n_head * n), k(static_cast<size_t>(hd) * n_kv * n), v(k.size());
+  for (auto& x : q) x = nd(rng);
+  for (auto& x : k) x = nd(rng);
+  for (auto& x : v) x = nd(rng);
+  RopeParams p;
+  p.mode = RopeMode::kNeox, p.n_rot = hd, p.freq_base = 150000.0f, p.freq_scale = 1.0f / 32;
+  p.ext_factor = 1.0f, p.attn_factor = 1.0f, p.beta_fast = 32.0f, p.beta_slow = 1.0f, p.n_ctx_orig = 4096;
+  for (DType ct : {DType::F16, DType::F32}) {
+    std::vector<uint8_t> out[2][4];  // (fused, decomposed) x (q, k, k cache, v cache)
+    for (int fused = 0; fused < 2; ++fused) {
+      const size_t row = dtype_row_bytes(ct, hd * n_kv).value();
+      Dev qd = upload(gpu, DType::F32, q.data(), q.size() * 4, hd, n_head, n);
+      Dev kd = upload(gpu, DType::F32, k.data(), k.size() * 4, hd, n_kv, n);
+      Dev vd = upload(gpu, DType::F32, v.data(), v.size() * 4, hd * n_kv, n);
+      std::vector<uint8_t> poison(row * n_slots, 0xFF);
+      Dev kc = upload(gpu, ct, poison.data(), poison.size(), hd * n_kv, n_slots);
+      Dev vc = upload(gpu, ct, poison.data(), poison.size(), hd * n_kv, n_slots);
+      Dev pd = upload(gpu, DType::I32, pos.data(), pos.size() * 4, n), sd = upload(gpu, DType::I32, slots.data(), slots.size() * 4, n);
+      KvLayer L;
+      L.k = kc.t, L.v = vc.t, L.n_head_kv = n_kv, L.head_dim_k = hd, L.head_dim_v = hd, L.block_size = 16;
+      if (fused == 0) {
+        ASSERT_TRUE(gpu.rope_kv_store(qd.t, kd.t, vd.t, pd.t, p, L, sd.t).is_ok());
+      } else {
+        ASSERT_TRUE(gpu.rope(qd.t, pd.t, p).is_ok());
+        ASSERT_TRUE(gpu.rope(kd.t, pd.t, p).is_ok());
+        ASSERT_TRUE(gpu.kv_store(kd.t.reshape(hd * n_kv, n), vd.t, L, sd.t).is_ok());
+      }
+      out[fused][0] = download<uint8_t>(gpu, qd.t, q.size() * 4);
+      out[fused][1] = download<uint8_t>(gpu, kd.t, k.size() * 4);
+      out[fused][2] = download<uint8_t>(gpu, kc.t, poison.size());
+      out[fused][3] = download<uint8_t>(gpu, vc.t, poison.size());
+    }
+    const char* names[] = {"q", "k", "k cache", "v cache"};
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(out[0][i], out[1][i]) << dtype_name(ct) << " " << names[i];
+    EXPECT_NE(out[0][0], std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(q.data()),
+                                              reinterpret_cast<const uint8_t*>(q.data()) + q.size() * 4));
   }
 }
 

@@ -1,5 +1,6 @@
-// The ops Qwen3.5, Gemma 3 and gpt-oss added to backend.h (geglu, sigmoid_mul, sliding-window attention, attention
-// sinks, YaRN rope, conv1d_silu, gated_delta_net) on every backend of the build, each against an independent scalar computation in double
+// The ops Qwen3.5, Gemma 3, gpt-oss and the encoders added to backend.h (geglu, gelu, layer_norm, sigmoid_mul,
+// sliding-window and non-causal attention, attention sinks, YaRN rope, conv1d_silu, gated_delta_net) on every backend
+// of the build, each against an independent scalar computation in double
 // precision written from the op contract (not from the CPU code). A backend whose supports() says no for an op
 // skips that case, naming it. Plus: the multi-section RoPE of qwen35 reduces to NeoX RoPE of the leading dims for
 // text positions. argmax_masked (grammar-constrained greedy decoding) against the scalar rule of backend.h: exact.
@@ -10,9 +11,10 @@
 //     16u (|ref| + |x up|). A wrong formula (erf GELU, sigmoid vs silu) is off by 1e-3 and more. The same bound
 //     holds on CUDA: its tanhf / expf are documented at <= 2 ulp (the build uses no fast-math), the same budget as
 //     glibc's, and FMA contraction of the polynomial only removes roundings.
-//   attention with a window: F32 cache, so the only error is f32 summation order: NMSE <= 1e-10 vs the double
-//     oracle; K/V outside the window are NaN in the cache, so reading them (masking instead of skipping) poisons
-//     the output.
+//   gelu: geglu's bound with up = 1. layer_norm: argued at its test (16u relative to the terms of the formula).
+//   attention with a window, non-causal or with sinks: F32 cache, so the only error is f32 summation order:
+//     NMSE <= 1e-10 vs the double oracle; K/V outside the window are NaN in the cache, so reading them (masking
+//     instead of skipping) poisons the output.
 //   conv1d_silu: 4-term f32 dot and silu: |err| <= 16u (1 + sum |w x|) (CUDA: the same dot in the same order,
 //     possibly FMA-contracted, and expf <= 2 ulp: inside the same bound).
 //   gated_delta_net: f32 recurrence over up to 150 tokens with 128-long dots; the state decays (g < 0), so errors
@@ -71,6 +73,134 @@ TEST_P(BackendOpsNext, GegluMatchesTanhGelu) {
   // In place (dst = gate).
   KILN_ASSERT_OK(be().geglu(G.t, U.t, G.t));
   EXPECT_EQ(dev_read<float>(be(), G), y);
+}
+
+// gelu (the encoders' FFN activation): geglu's tanh GELU without the up factor, the same bound; in place too.
+TEST_P(BackendOpsNext, GeluMatchesTanhGelu) {
+  KILN_SKIP_UNLESS(Op::kGelu);
+  const int64_t d = 300, n = 5;
+  std::vector<float> x = randn(d * n, 21, 3.0f);
+  x[0] = -12.0f, x[1] = 12.0f, x[2] = -0.0001f, x[3] = -4.0f;  // the tails, near zero, the cancelling side
+  const DevTensor X = dev_f32(be(), x, d, n), Y = dev_alloc(be(), DType::F32, d, n);
+  KILN_ASSERT_OK(be().gelu(X.t, Y.t));
+  const std::vector<float> y = dev_read<float>(be(), Y);
+  for (size_t i = 0; i < y.size(); ++i) {
+    const double ref = gelu_tanh(x[i]);
+    EXPECT_LE(std::fabs(y[i] - ref), 16 * kU * (std::fabs(ref) + std::fabs(x[i]))) << i << " x=" << x[i];
+  }
+  KILN_ASSERT_OK(be().gelu(X.t, X.t));
+  EXPECT_EQ(dev_read<float>(be(), X), y);
+}
+
+// layer_norm (bert): (x - mean) / sqrt(var + eps) * w + b per row, the variance of the centred values (biased: / d),
+// w and b optional. Rows with means 0..20 over a spread of ~2 (the centring matters), widths 300 and 1024. The f32
+// evaluation the contract describes (mean and centred squares summed exactly enough, the rest in f32) is off by a few
+// u relative to |v w| plus ~u |mean| s |w| from rounding the mean; the bound is 16 u (|v w| + |b| + (|mean| + rms) s
+// |w|) against the double formula, while an unbiased variance (d - 1), a dropped bias or eps outside the root is off
+// by 1e-3 and more. In place (dst = x) gives the same values.
+TEST_P(BackendOpsNext, LayerNormMatchesTheFormula) {
+  KILN_SKIP_UNLESS(Op::kLayerNorm);
+  for (int64_t d : {300, 1024}) {
+    const int64_t n = 6;
+    std::vector<float> x = randn(static_cast<size_t>(d * n), 22, 2.0f);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t i = 0; i < d; ++i) x[r * d + i] += 4.0f * static_cast<float>(r);
+    std::vector<float> w = randn(static_cast<size_t>(d), 23), b = randn(static_cast<size_t>(d), 24);
+    const DevTensor X = dev_f32(be(), x, d, n), W = dev_f32(be(), w, d), B = dev_f32(be(), b, d);
+    for (int mode = 0; mode < 3; ++mode) {  // w and b; neither; w only
+      const bool hw = mode != 1, hb = mode == 0;
+      const float eps = mode == 1 ? 1e-12f : 1e-5f;
+      const DevTensor Y = dev_alloc(be(), DType::F32, d, n);
+      KILN_ASSERT_OK(be().layer_norm(X.t, hw ? W.t : Tensor{}, hb ? B.t : Tensor{}, eps, Y.t));
+      const std::vector<float> y = dev_read<float>(be(), Y);
+      for (int64_t r = 0; r < n; ++r) {
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < d; ++i) mean += x[r * d + i];
+        mean /= static_cast<double>(d);
+        for (int64_t i = 0; i < d; ++i) var += (x[r * d + i] - mean) * (x[r * d + i] - mean);
+        var /= static_cast<double>(d);
+        const double sc = 1 / std::sqrt(var + eps), rms = std::sqrt(var);
+        for (int64_t i = 0; i < d; ++i) {
+          const double wi = hw ? w[i] : 1.0, bi = hb ? b[i] : 0.0, vw = (x[r * d + i] - mean) * sc * wi;
+          const double tol = 16 * kU * (std::fabs(vw) + std::fabs(bi) + (std::fabs(mean) + rms) * sc * std::fabs(wi));
+          ASSERT_LE(std::fabs(y[r * d + i] - (vw + bi)), tol) << "d " << d << " mode " << mode << " row " << r << " i " << i;
+        }
+      }
+      if (mode == 2) {  // in place
+        const DevTensor Z = dev_f32(be(), x, d, n);
+        KILN_ASSERT_OK(be().layer_norm(Z.t, W.t, Tensor{}, eps, Z.t));
+        EXPECT_EQ(dev_read<float>(be(), Z), y) << "d " << d << " in place";
+      }
+    }
+  }
+  // w and b must be F32 [d].
+  const DevTensor X = dev_f32(be(), randn(64 * 2, 25), 64, 2), Y = dev_alloc(be(), DType::F32, 64, 2);
+  const DevTensor B = dev_f32(be(), randn(63, 26), 63);
+  EXPECT_EQ(be().layer_norm(X.t, Tensor{}, B.t, 1e-5f, Y.t).code(), ErrorCode::kInvalidArgument);
+}
+
+// Non-causal attention (encoders): every token of a sequence attends to the whole sequence (kv_len = its length,
+// runtime/engine.cpp), two sequences side by side in one step (each sees only itself, through its own block-table
+// row), a padded token (kv_len 0: zero row). F32 cache: NMSE <= 1e-10 vs the double oracle, while the causal prefix
+// (what a kernel deriving the range from the token's place in the tile would read) is off by NMSE > 1e-2.
+TEST_P(BackendOpsNext, AttentionNonCausalReadsTheWholeSequence) {
+  KILN_SKIP_UNLESS(Op::kAttentionNonCausal, DType::F32);
+  const int hd = 64, n_head = 4, n_kv = 2, bs = 16;
+  const int64_t n_blocks = 5;
+  const std::vector<int32_t> table = {3, 1, 0, 4};  // [2, 2]: sequence 0 blocks 3, 1; sequence 1 blocks 0, 4
+  const std::vector<int> len = {23, 9};
+  const int n_tok = len[0] + len[1] + 1;  // + a padded token
+  const std::vector<float> K = randn(static_cast<size_t>(n_blocks * bs * hd * n_kv), 27), V = randn(K.size(), 28);
+  const std::vector<float> q = randn(static_cast<size_t>(hd * n_head * n_tok), 29);
+  KvLayer l;
+  const DevTensor KC = dev_f32(be(), K, hd * n_kv, n_blocks * bs), VC = dev_f32(be(), V, hd * n_kv, n_blocks * bs);
+  l.k = KC.t, l.v = VC.t, l.n_head_kv = n_kv, l.head_dim_k = hd, l.head_dim_v = hd, l.block_size = bs;
+  std::vector<int32_t> tok_table, kv_len;
+  for (int s = 0; s < 2; ++s)
+    for (int i = 0; i < len[s]; ++i) tok_table.push_back(s), kv_len.push_back(len[s]);
+  tok_table.push_back(0), kv_len.push_back(0);
+  const DevTensor BT = dev_upload(be(), DType::I32, table, 2, 2);
+  const DevTensor TT = dev_i32(be(), tok_table), KL = dev_i32(be(), kv_len), SR = dev_i32(be(), {0, 1}),
+                  QS = dev_i32(be(), {0, len[0]}), QL = dev_i32(be(), {len[0], len[1]}), SL = dev_i32(be(), {len[0], len[1]}),
+                  Z = dev_i32(be(), {0, 0});
+  AttnBatch m;
+  m.block_tables = BT.t, m.tok_table = TT.t, m.kv_len = KL.t, m.seq_row = SR.t, m.seq_q_start = QS.t,
+  m.seq_q_len = QL.t, m.seq_kv_len = SL.t, m.seq_reset = Z.t, m.n_seq = 2, m.max_kv_len = 32, m.max_q_len = len[0];
+  const DevTensor Q = dev_f32(be(), q, hd, n_head, n_tok), O = dev_alloc(be(), DType::F32, hd, n_head, n_tok);
+  const float scale = 0.125f;
+  KILN_ASSERT_OK(be().attention(Q.t, l, m, scale, O.t));
+  const std::vector<float> o = dev_read<float>(be(), O);
+  auto oracle = [&](bool causal) {
+    std::vector<double> ref(o.size(), 0.0);
+    for (int t = 0; t < n_tok - 1; ++t) {
+      const int s = tok_table[t], i_in_seq = s == 0 ? t : t - len[0];
+      const int hi = causal ? i_in_seq + 1 : len[s];
+      for (int h = 0; h < n_head; ++h) {
+        const int g = h / (n_head / n_kv);
+        std::vector<double> sc;
+        double mx = -1e300;
+        for (int p = 0; p < hi; ++p) {
+          const int64_t slot = table[s * 2 + p / bs] * bs + p % bs;
+          double d = 0;
+          for (int i = 0; i < hd; ++i)
+            d += static_cast<double>(q[(t * n_head + h) * hd + i]) * K[(slot * n_kv + g) * hd + i];
+          sc.push_back(d * scale);
+          mx = std::max(mx, sc.back());
+        }
+        double sum = 0;
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        for (int i = 0; i < hd; ++i) {
+          double acc = 0;
+          for (int p = 0; p < hi; ++p) acc += sc[p] * V[((table[s * 2 + p / bs] * bs + p % bs) * n_kv + g) * hd + i];
+          ref[(t * n_head + h) * hd + i] = acc / sum;
+        }
+      }
+    }
+    return ref;
+  };
+  EXPECT_LE(test::nmse_d(o, oracle(false)), 1e-10);
+  EXPECT_GT(test::nmse_d(o, oracle(true)), 1e-2) << "the whole sequence must be read, not the causal prefix";
+  for (int i = 0; i < hd * n_head; ++i) ASSERT_EQ(o[(n_tok - 1) * hd * n_head + i], 0.0f) << "padded token, " << i;
 }
 
 TEST_P(BackendOpsNext, SigmoidMulWithAStridedGate) {

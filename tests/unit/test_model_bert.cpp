@@ -1,15 +1,17 @@
-// The encoder architectures (model/arch/bert.cpp: bert and nomic-bert) on the CPU, against a float64 forward written
-// here from the formulas of that file: small random-weight models with a WordPiece vocabulary, made with the GGUF
-// writer. Every pooling of the embeddings; several inputs in one step see only themselves (bidirectional attention
+// The encoder architectures (model/arch/bert.cpp: bert and nomic-bert) on the CPU (and on a GPU where the machine
+// has one), against a float64 forward written here from the formulas of that file: small random-weight models with a
+// WordPiece vocabulary, made with the GGUF writer. Every pooling of the embeddings; several inputs in one step see only themselves (bidirectional attention
 // within a sequence, never across); the fused and split q/k/v layouts agree; the rank head of a BERT cross-encoder
 // (cls.weight + tanh, cls.output.weight) over the [CLS] state; and what an encoder refuses (logits, generation, an
 // input longer than a step or than its learned positions).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "backend/registry.h"
 #include "common/embed_models.h"
 #include "common/engine_util.h"
 #include "runtime/embedding.h"
@@ -176,8 +178,9 @@ void rope_neox(double* v, int p) {
   }
 }
 
-// The encoder's output for one sequence, in float64 (K and V rounded to f16, as the cache stores them).
-std::vector<Vec> reference(const Enc& m, const std::vector<int32_t>& ids) {
+// The encoder's output for one sequence, in float64 (K and V rounded to f16, as the cache stores them; q too with
+// q_f16, as the CUDA attention kernels read it against an f16 cache).
+std::vector<Vec> reference(const Enc& m, const std::vector<int32_t>& ids, bool q_f16 = false) {
   const size_t n = ids.size();
   std::vector<Vec> x(n, Vec(E));
   for (size_t t = 0; t < n; ++t) {
@@ -192,6 +195,8 @@ std::vector<Vec> reference(const Enc& m, const std::vector<int32_t>& ids) {
       if (m.nomic)
         for (int h = 0; h < H; ++h) rope_neox(&q[t][h * D], int(t)), rope_neox(&k[t][h * D], int(t));
       for (int i = 0; i < E; ++i) k[t][i] = f16_round(k[t][i]), v[t][i] = f16_round(v[t][i]);
+      if (q_f16)
+        for (int i = 0; i < E; ++i) q[t][i] = f16_round(q[t][i]);
     }
     std::vector<Vec> nx(n);
     for (size_t t = 0; t < n; ++t) {
@@ -310,6 +315,44 @@ TEST_P(Encoders, EveryPoolingAgainstTheFloat64Forward) {
       }
       expect_close(got[i], want, 1e-5);
     }
+  }
+}
+
+// The same encoders on the first GPU (skipped without one): the four inputs in one step (bidirectional attention
+// within each sequence, the layer norms, gelu or the gated FFN, nomic's RoPE), every token's state against the
+// float64 forward with q rounded to f16 as the CUDA attention reads it. Every other op of these encoders is f32 on
+// CUDA (F32 weights take the f32 GEMV / GEMM), so what remains is f32 rounding (~1e-6, as on the CPU) plus the rare
+// q element whose f32 and f64 values round to different f16 neighbours (one f16 ulp of one element moves a score
+// by <= 2^-11 |q_i k_i| / sqrt(D) ~ 1e-4): the bound is 1e-3, while causal attention or a step that lets one
+// sequence see another is off by more than 0.1.
+TEST_P(Encoders, OnCudaAgainstTheFloat64Forward) {
+  const auto devs = list_devices();
+  if (!devs || std::none_of(devs->begin(), devs->end(), [](const DeviceInfo& d) { return d.id == "cuda:0"; }))
+    GTEST_SKIP() << "skipped: no CUDA device (cuda:0) here";
+  const bool nomic = GetParam();
+  const std::string path = test::temp_dir() + (nomic ? "nomic-cuda.gguf" : "bert-cuda.gguf");
+  const Enc m = make_encoder(path, nomic, 0, /*fused=*/nomic, false);
+  LoadOptions lo;
+  lo.devices.device = "cuda:0";
+  auto model = Model::load(path, lo);
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  std::vector<std::vector<int32_t>> in;
+  for (const char* t : kTexts) in.push_back(embedding_tokens((*model)->tokenizer(), t));
+  EngineConfig cfg = embed_config(Pooling::kNone);
+  cfg.start = false;
+  auto sr = Scheduler::create(std::move(model).value(), cfg);
+  ASSERT_TRUE(sr.is_ok()) << sr.status().to_string();
+  auto s = std::move(sr).value();
+  std::vector<StepInfo> steps;
+  s->set_step_observer([&](const StepInfo& st) { steps.push_back(st); });
+  Status err;
+  const auto got = embed(*s, in, &err);
+  ASSERT_TRUE(err.is_ok()) << err.to_string();
+  ASSERT_EQ(steps.size(), 1u);
+  for (size_t i = 0; i < in.size(); ++i) {
+    Vec want;
+    for (const Vec& r : reference(m, in[i], /*q_f16=*/true)) want.insert(want.end(), r.begin(), r.end());
+    expect_close(got[i], want, 1e-3);
   }
 }
 

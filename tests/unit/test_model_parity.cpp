@@ -82,8 +82,8 @@ std::vector<std::string> all_stems() {
 }
 
 // Why `device` cannot run fixture `stem` ("" when it can): the mixture-of-experts fixtures need a backend whose
-// moe_ffn runs (supports(Op::kMoeFfn)), gpt-oss also YaRN rope and attention sinks; the CUDA backend does not have
-// them yet.
+// moe_ffn runs (supports(Op::kMoeFfn)), gpt-oss also YaRN rope and attention sinks (the CPU and CUDA backends have
+// all three).
 std::string cannot_run(const std::string& stem, const std::string& device) {
   const bool gptoss = std::find(std::begin(kModelsGptOss), std::end(kModelsGptOss), stem) != std::end(kModelsGptOss);
   if (!gptoss && std::find(std::begin(kModelsMoe), std::end(kModelsMoe), stem) == std::end(kModelsMoe)) return "";

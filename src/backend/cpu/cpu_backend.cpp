@@ -304,18 +304,9 @@ Status CpuBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p)
   // in f32 (as ggml does, so the angles agree bit for bit).
   const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
   const bool neox = p.mode == RopeMode::kNeox;
-  // YaRN (backend.h, RopeParams), in ggml's f32 steps: the correction range [lo, hi] of pair indices and the
-  // magnitude scale of cos and sin.
-  float lo = 0, hi = 0, mscale = p.attn_factor;
-  if (p.ext_factor != 0.0f) {
-    auto corr = [&](float beta) {
-      return static_cast<float>(p.n_rot) * std::log(static_cast<float>(p.n_ctx_orig) / (beta * 2 * static_cast<float>(M_PI))) /
-             (2 * std::log(p.freq_base));
-    };
-    lo = std::max(0.0f, std::floor(corr(p.beta_fast)));
-    hi = std::min(static_cast<float>(p.n_rot - 1), std::ceil(corr(p.beta_slow)));
-    mscale *= 1.0f + 0.1f * std::log(1.0f / p.freq_scale);
-  }
+  // YaRN (backend.h, RopeParams): the correction range [lo, hi] of pair indices and the magnitude scale of cos and sin.
+  const YarnTerms yt = yarn_terms(p);
+  const float lo = yt.lo, hi = yt.hi, mscale = yt.mscale;
   auto run_tokens = [&](int64_t b, int64_t e) {
     // cos/sin of each rotated pair for one token (n_rot <= head_dim; heads of up to 512 stay on the stack).
     float stack_cs[512];

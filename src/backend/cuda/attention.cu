@@ -1,4 +1,4 @@
-// Causal paged attention over the KV cache (f16, f32 or q8_0 storage), decode and prefill, any head dims.
+// Paged attention over the KV cache (f16, f32 or q8_0 storage), decode and prefill, any head dims.
 //   entry: CudaBackend::attention  ->  launch_attention  ->  attn_krow_kernel, attn_vec_kernel or attn_kernel
 //          (+ attn_combine when split)
 // The decode kernels (f16 cache, head dims 64/128/256, n_rep 1/2/4/8: vec_kernel() selects): attn_krow_kernel (64 /
@@ -11,10 +11,13 @@
 // positions: K tile -> shared (f32) -> scores q.k (thread per (head, position)) -> running max / sum per head ->
 // V tile -> shared -> acc += p V (thread per (head, dim)). Splits write (acc, max, sum) and attn_combine merges
 // them with the usual rescaling. kv_len 0 (padding) gives a zero row (sum exactly 0); a NaN read from the cache
-// propagates to the output (the sum is NaN, not > 0), as on the CPU. Sliding window (KvLayer::window): a token
-// reads [max(0, L - window), L) only, and the splits divide that range (sized from min(window, max_kv_len)), so
-// positions and tiles before the window are never read. Prefill of f16 caches at head dims 64/128/256 on sm_80+
-// runs fattn_mma.cu instead (fattn_mma_selected).
+// propagates to the output (the sum is NaN, not > 0), as on the CPU. Attention sinks (AttnParams::sinks) join each
+// row's max and sum exactly once, at its end (row_end): in the kernel when n_split is 1, else in attn_combine (the
+// splits' partial rows never hold them). Non-causal attention (encoders: kv_len = the whole sequence for every
+// token) needs nothing here: every kernel reads [lo, kv_len[t]) of its own token t, whatever kv_len is. Sliding
+// window (KvLayer::window): a token reads [max(0, L - window), L) only, and the splits divide that range (sized from
+// min(window, max_kv_len)), so positions and tiles before the window are never read. Prefill of f16 caches at head
+// dims 64/128/256 on sm_80+ runs fattn_mma.cu instead (fattn_mma_selected).
 // Numerics: f32 throughout; q is rounded to f16 first when the cache is f16 (as the CPU reference and llama.cpp's
 // f16 flash attention do); exp in f32.
 #include <algorithm>
@@ -61,6 +64,19 @@ Shape shape_of(const AttnParams& p) {
 size_t smem_floats(const AttnParams& p, const Shape& s) {
   return static_cast<size_t>(s.n_rep) * p.hd_k + static_cast<size_t>(kTile) * (s.dmax + 1) +
          static_cast<size_t>(s.n_rep) * kTile + 3 * static_cast<size_t>(s.n_rep) + static_cast<size_t>(s.n_rep) * p.hd_v;
+}
+
+// The end of a softmax row: (m, l) its max and sum over the positions (natural-log domain); the sink logit of `head`
+// (AttnParams::sinks, null: none) joins both: m' = max(m, sink), l' = l e^(m - m') + e^(sink - m'). The row's output
+// is l != 0 ? acc f / l' : 0 with f = e^(m - m') (l = 0: no position, a kv_len 0 padding row, stays zero as without
+// sinks); without a sink f = 1 and l' = l, i.e. exactly acc / l.
+struct RowEnd {
+  float f, l;
+};
+__device__ __forceinline__ RowEnd row_end(float m, float l, const float* sinks, int head) {
+  if (sinks == nullptr || l == 0.0f) return {1.0f, l};
+  const float sk = sinks[head], mx = fmaxf(m, sk), f = expf(m - mx);
+  return {f, l * f + expf(sk - mx)};
 }
 
 __device__ __forceinline__ float kv_elem(DType t, const uint8_t* head, int d) {
@@ -151,11 +167,19 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(AttnParams p, Shape sh, 
     __syncthreads();
   }
 
-  if (sh.n_split == 1) {
+  if (sh.n_split == 1) {  // the sinks join here (row_end: corr <- f, lrow <- l'); split, they join in attn_combine
+    if (p.sinks) {
+      if (tid < n_rep) {
+        const RowEnd e = row_end(mrow[tid], lrow[tid], p.sinks, g * n_rep + tid);
+        corr[tid] = e.f, lrow[tid] = e.l;  // l' = 0 exactly when l = 0
+      }
+      __syncthreads();
+    }
     for (int i = tid; i < n_rep * Dv; i += kThreads) {
       const int r = i / Dv, d = i % Dv;
       const float l = lrow[r];
-      p.dst[(static_cast<size_t>(t) * p.n_head + g * n_rep + r) * Dv + d] = l != 0.0f ? acc[i] / l : 0.0f;
+      const float a = p.sinks ? acc[i] * corr[r] : acc[i];
+      p.dst[(static_cast<size_t>(t) * p.n_head + g * n_rep + r) * Dv + d] = l != 0.0f ? a / l : 0.0f;
     }
   } else {
     for (int i = tid; i < n_rep * Dv; i += kThreads) {
@@ -183,9 +207,9 @@ __global__ void __launch_bounds__(kThreads) attn_kernel(AttnParams p, Shape sh, 
 // Numerics: f32 dot products and probabilities (q rounded to f16 as attn_kernel), exp in f32; only the summation
 // order differs from attn_kernel.
 // Ledger (per thread): acc NR * HD/32 floats, q.k partials NR, the K row in 16-byte pieces; shared: q NR*HD,
-// p 4*NR*32, the merge NR*(4*HD + 8) floats (NR 8, HD 256: 45 KB static). -Xptxas -v (sm_90, no spills, no stack),
-// registers / static smem: HD 64: NR 1 44/1.8K, 2 54/3.6K, 4 62/7.3K, 8 92/14.6K; HD 128: 52/3.1K, 56/6.2K, 80/12.4K,
-// 128/24.8K; HD 256: 56/5.7K, 68/11.3K, 106/22.7K, 144/45.3K.
+// p 4*NR*32, the merge NR*(4*HD + 8) floats (NR 8, HD 256: 45 KB static). -Xptxas -v (nvcc 13.0, sm_90, no spills,
+// no stack), registers / static smem: HD 64: NR 1 56/1.8K, 2 56/3.6K, 4 64/7.3K, 8 108/14.6K; HD 128: 60/3.1K,
+// 64/6.2K, 80/12.4K, 130/24.8K; HD 256: 72/5.7K, 80/11.3K, 128/22.7K, 206/45.3K.
 // DL = HD / 32 halves of one V row per lane: 4 (HD 128), 8 or 16 bytes, one load.
 template <int DL> struct VRow;
 template <> struct VRow<2> {
@@ -251,8 +275,9 @@ __device__ __forceinline__ void decode_merge(const AttnParams& p, const Shape& s
       }
     }
     const size_t th = static_cast<size_t>(t) * p.n_head + g * NR + r;
-    if (sh.n_split == 1) {
-      p.dst[th * HD + d] = L != 0.0f ? o / L : 0.0f;
+    if (sh.n_split == 1) {  // the sinks join here; split, they join in attn_combine
+      const RowEnd e = row_end(M, L, p.sinks, g * NR + r);
+      p.dst[th * HD + d] = L != 0.0f ? o * e.f / e.l : 0.0f;
     } else {
       float* pr = part + (th * sh.n_split + sp) * part_row(HD);
       pr[d] = o;
@@ -380,9 +405,9 @@ __global__ void __launch_bounds__(kThreads) attn_vec_kernel(AttnParams p, Shape 
 // Numerics: f32 dot products (another summation order than attn_vec_kernel's), exp in f32.
 // Ledger (per thread): K chunks CPR x 4, partial dots NR x CPR/2, acc NR x HD/32 registers. MINB is the launch-bounds
 // block count: 4 caps registers at 128 (a few spilled at HD 128, NR 4) for 4 blocks per SM, the split count's target;
-// 1 leaves them free. -Xptxas -v (sm_90, registers / spill-store bytes, MINB 4 then 1): HD 128: NR 1 116 / 0,
-// 124 / 0; NR 2 128 / 0, 168 / 0; NR 4 128 / 72, 167 / 0; NR 8 128 / 840, 252 / 0; HD 64: NR 1 82 / 0, 78 / 0;
-// NR 2 122 / 0, 122 / 0; NR 4 127 / 0, 128 / 0; NR 8 128 / 408, 198 / 0.
+// 1 leaves them free. -Xptxas -v (nvcc 13.0, sm_90, registers / spill-store bytes, MINB 4 then 1): HD 128: NR 1
+// 124 / 0, 118 / 0; NR 2 128 / 0, 168 / 0; NR 4 128 / 72, 167 / 0; NR 8 128 / 840, 252 / 0; HD 64: NR 1 92 / 0,
+// 86 / 0; NR 2 122 / 0, 122 / 0; NR 4 127 / 0, 128 / 0; NR 8 128 / 408, 198 / 0.
 constexpr int kKrowVB = 16;
 
 template <int HD, int NR, int MINB>
@@ -514,7 +539,8 @@ __global__ void __launch_bounds__(kThreads, MINB) attn_krow_kernel(AttnParams p,
   decode_merge<HD, NR>(p, sh, part, m, l, acc, wm, wl, wacc);
 }
 
-// attn_combine: one block per (token, head) merges its n_split partial rows (flash-decoding's second pass).
+// attn_combine: one block per (token, head) merges its n_split partial rows (flash-decoding's second pass), and the
+// head's sink joins the merged (M, L) (row_end).
 // Every load is independent of the others, so the pass costs a few memory latencies whatever n_split is: thread s
 // reads split s's (max, sum); the block max M, the factors w_s = exp(m_s - M) (0 for a split that saw no position) and
 // L = sum l_s w_s (a fixed-order tree: the same bits every launch); then thread (group gi, column c) sums float4 column c
@@ -545,12 +571,13 @@ __global__ void __launch_bounds__(kThreads) attn_combine(AttnParams p, int n_spl
   float L = 0.0f;
 #pragma unroll
   for (int i = 0; i < kW; ++i) L += red[i];
+  const RowEnd e = row_end(M, L, p.sinks, static_cast<int>(th % p.n_head));  // the sink joins the merged row
   float* dst = p.dst + th * Dv;
   if (Dv % 4 != 0 || Dv > 4 * kThreads) {  // no head dim of a known model; plain columns
     for (int d = tid; d < Dv; d += kThreads) {
       float o = 0.0f;
       for (int s = 0; s < S; ++s) o += w[s] != 0.0f ? base[s * R + d] * w[s] : 0.0f;
-      dst[d] = L != 0.0f ? o / L : 0.0f;
+      dst[d] = L != 0.0f ? o * e.f / e.l : 0.0f;
     }
     return;
   }
@@ -573,8 +600,8 @@ __global__ void __launch_bounds__(kThreads) attn_combine(AttnParams p, int n_spl
       r.x += x.x, r.y += x.y, r.z += x.z, r.w += x.w;
     }
     const bool ok = L != 0.0f;
-    dst[4 * tid] = ok ? r.x / L : 0.0f, dst[4 * tid + 1] = ok ? r.y / L : 0.0f;
-    dst[4 * tid + 2] = ok ? r.z / L : 0.0f, dst[4 * tid + 3] = ok ? r.w / L : 0.0f;
+    dst[4 * tid] = ok ? r.x * e.f / e.l : 0.0f, dst[4 * tid + 1] = ok ? r.y * e.f / e.l : 0.0f;
+    dst[4 * tid + 2] = ok ? r.z * e.f / e.l : 0.0f, dst[4 * tid + 3] = ok ? r.w * e.f / e.l : 0.0f;
   }
 }
 

@@ -103,7 +103,9 @@ Status CudaBackend::use() const {
 
 // The weight readers' selector decides matmul and get_rows (gemm_supports: the same function dispatch uses); the
 // Gated DeltaNet's kernel also refuses key head sizes it is not built for (delta_net_supports, at the op: no model
-// kiln runs has one); the attention kernels (attention.cu, fattn_mma.cu) skip positions before a sliding window.
+// kiln runs has one); every attention kernel (attention.cu, fattn_mma.cu, sm90a/fattn_wgmma.cu) skips positions
+// before a sliding window, joins the sinks and reads each token's own kv_len (non-causal encoder steps); rope
+// honours YaRN; layer_norm and gelu run (the encoder and gpt-oss ops: encoder_ops, oai_ops).
 // The KV kernels (kvstore.cu, attention.cu, fattn_mma.cu) take one cache type for K and V: f16, f32 or q8_0.
 namespace {
 bool cuda_cache_pair(DType k, DType v) {
@@ -112,7 +114,8 @@ bool cuda_cache_pair(DType k, DType v) {
 }  // namespace
 
 bool CudaBackend::supports(Op op, DType a, DType b) const {
-  return op_checks::supports_op(op, a, b, cuda_cache_pair, gemm_supports, gemm_supports, gemm_supports);
+  return op_checks::supports_op(op, a, b, cuda_cache_pair, gemm_supports, gemm_supports, gemm_supports,
+                                /*encoder_ops=*/true, /*oai_ops=*/true);
 }
 
 // ---- memory -----------------------------------------------------------------------------------------------------
@@ -586,15 +589,24 @@ Status CudaBackend::matmul_swiglu(const Tensor& w_gate, const Tensor& w_up, cons
   return launch_mmvq_group(t, gr, a, stream_);
 }
 
+namespace {
+// The launch of rope on x [head_dim, n_head, n_tok] (operands checked): theta_scale as the CPU computes it, the YaRN
+// terms from yarn_terms (backend.h).
+RopeLaunch rope_launch(const Tensor& x, const Tensor& pos, const RopeParams& p) {
+  const YarnTerms y = yarn_terms(p);
+  RopeLaunch r{static_cast<float*>(x.data), x.nb[1] / sizeof(float), x.nb[2] / sizeof(float), x.ne[0], x.ne[1],
+               x.ne[2], static_cast<const int32_t*>(pos.data),
+               p.freq_factors.valid() ? static_cast<const float*>(p.freq_factors.data) : nullptr, p.n_rot,
+               p.mode == RopeMode::kNeox, std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot)), p.freq_scale};
+  r.ext_factor = p.ext_factor, r.corr_lo = y.lo, r.corr_hi = y.hi, r.mscale = y.mscale;
+  return r;
+}
+}  // namespace
+
 Status CudaBackend::rope(const Tensor& x, const Tensor& pos, const RopeParams& p) {
   KILN_TRY(op_checks::rope_operands(*this, x, pos, p));
-  const int64_t hd = x.ne[0], n_head = x.ne[1], n_tok = x.ne[2];
-  const float* ff = p.freq_factors.valid() ? static_cast<const float*>(p.freq_factors.data) : nullptr;
   KILN_TRY(use());
-  RopeLaunch r{static_cast<float*>(x.data), x.nb[1] / sizeof(float), x.nb[2] / sizeof(float), hd, n_head, n_tok,
-               static_cast<const int32_t*>(pos.data), ff, p.n_rot, p.mode == RopeMode::kNeox,
-               std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot)), p.freq_scale};
-  return launch_rope(r, stream_);
+  return launch_rope(rope_launch(x, pos, p), stream_);
 }
 
 // RoPE of q and k and the K/V store in one launch (F16/F32 caches, q and k of one head dim); otherwise the
@@ -609,20 +621,13 @@ Status CudaBackend::rope_kv_store(const Tensor& q, const Tensor& k, const Tensor
   KILN_TRY(op_checks::rope_operands(*this, k, pos, p));
   const Tensor k2 = k.reshape(k.ne[0] * k.ne[1], k.ne[2]);
   KILN_TRY(op_checks::kv_store_operands(*this, k2, v, cache, slots));
-  const float* ff = p.freq_factors.valid() ? static_cast<const float*>(p.freq_factors.data) : nullptr;
-  const float ts = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
-  auto rl = [&](const Tensor& x) {
-    return RopeLaunch{static_cast<float*>(x.data), x.nb[1] / sizeof(float), x.nb[2] / sizeof(float), x.ne[0],
-                      x.ne[1], x.ne[2], static_cast<const int32_t*>(pos.data), ff, p.n_rot,
-                      p.mode == RopeMode::kNeox, ts, p.freq_scale};
-  };
   const size_t es = ct == DType::F16 ? 2 : 4;
   RopeKvStoreParams c{ct, static_cast<const float*>(v.data), fstride(v), cache.head_dim_v,
                       static_cast<uint8_t*>(cache.k.data), cache.k.nb[1], es * cache.head_dim_k,
                       static_cast<uint8_t*>(cache.v.data), cache.v.nb[1], es * cache.head_dim_v,
                       static_cast<const int32_t*>(slots.data)};
   KILN_TRY(use());
-  return launch_rope_kv_store(rl(q), rl(k), c, stream_);
+  return launch_rope_kv_store(rope_launch(q, pos, p), rope_launch(k, pos, p), c, stream_);
 }
 
 Status CudaBackend::kv_store(const Tensor& k, const Tensor& v, const KvLayer& c, const Tensor& slots) {
@@ -673,6 +678,7 @@ Status CudaBackend::attention(const Tensor& q, const KvLayer& c, const AttnBatch
   p.max_kv_len = m.max_kv_len;
   p.n_sm = n_sm_;
   p.window = std::max(c.window, 0);
+  p.sinks = c.sinks.valid() ? static_cast<const float*>(c.sinks.data) : nullptr;
   if (m.n_seq > 0 && m.seq_row.valid() && m.seq_q_start.valid() && m.seq_q_len.valid()) {
     p.seq_row = static_cast<const int32_t*>(m.seq_row.data);
     p.seq_q_start = static_cast<const int32_t*>(m.seq_q_start.data);
@@ -803,137 +809,6 @@ Status CudaBackend::sigmoid_mul(const Tensor& x, const Tensor& gate, const Tenso
   EwParams p{EwOp::kSigmoidMul, static_cast<const float*>(x.data), fstride(x), static_cast<const float*>(gate.data),
              fstride(gate), static_cast<float*>(dst.data), fstride(dst), x.ne[0], x.n_rows(), 0.0f};
   return launch_elementwise(p, stream_);
-}
-
-namespace {
-
-// The per-sequence arrays of a step (I32, at least n_seq entries each), as device pointers.
-Status seq_arrays(const char* op, const AttnBatch& m, SeqArrays* out) {
-  if (m.n_seq < 0) return make_error(ErrorCode::kInvalidArgument, "%s: n_seq %d must be >= 0", op, m.n_seq);
-  const Tensor* ts[] = {&m.seq_row, &m.seq_q_start, &m.seq_q_len, &m.seq_reset};
-  const char* names[] = {"seq_row", "seq_q_start", "seq_q_len", "seq_reset"};
-  for (int i = 0; i < 4 && m.n_seq > 0; ++i)
-    if (!ts[i]->valid() || ts[i]->dtype != DType::I32 || ts[i]->n_elements() < m.n_seq)
-      return make_error(ErrorCode::kInvalidArgument, "%s: meta.%s must be I32 with at least n_seq = %d entries", op,
-                        names[i], m.n_seq);
-  *out = SeqArrays{static_cast<const int32_t*>(m.seq_row.data), static_cast<const int32_t*>(m.seq_q_start.data),
-                   static_cast<const int32_t*>(m.seq_q_len.data), static_cast<const int32_t*>(m.seq_reset.data),
-                   m.n_seq};
-  return Status::ok();
-}
-
-// A [d, h, n] f32 view with contiguous elements and whole-float head / token strides (q/k/v of gated_delta_net).
-Status f32_heads(const char* op, const char* name, const Tensor& t, int64_t d, int64_t h, int64_t n) {
-  if (!t.valid()) return make_error(ErrorCode::kInvalidArgument, "%s: %s is not set", op, name);
-  if (t.dtype != DType::F32 || t.nb[0] != sizeof(float) || t.nb[1] % sizeof(float) || t.nb[2] % sizeof(float))
-    return make_error(ErrorCode::kUnsupported, "%s: %s must be f32 with contiguous elements", op, name);
-  if (t.ne[0] != d || t.ne[1] != h || t.ne[2] != n || t.ne[3] != 1)
-    return make_error(ErrorCode::kInvalidArgument, "%s: %s %s must be [%lld, %lld, %lld]", op, name,
-                      t.shape_string().c_str(), static_cast<long long>(d), static_cast<long long>(h),
-                      static_cast<long long>(n));
-  return Status::ok();
-}
-
-}  // namespace
-
-// Shapes as backend.h (and CpuBackend::conv1d_silu, whose checks these mirror).
-Status CudaBackend::conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& state, const AttnBatch& m,
-                                const Tensor& dst) {
-  const char* op = "conv1d_silu";
-  KILN_TRY(check(op, "x", x, DType::F32));
-  KILN_TRY(check(op, "w", w, DType::F32));
-  KILN_TRY(check(op, "state", state, DType::F32));
-  KILN_TRY(check(op, "dst", dst, DType::F32));
-  const int64_t C = x.ne[0], n = x.n_rows(), K = w.ne[0];
-  if (K < 1 || w.n_rows() != C)
-    return make_error(ErrorCode::kInvalidArgument, "%s: w %s must be [K, %lld]", op, w.shape_string().c_str(),
-                      static_cast<long long>(C));
-  if (K > kConvMaxK)
-    return make_error(ErrorCode::kUnsupported, "%s: kernel size %lld (the CUDA kernels take 1..%d)", op,
-                      static_cast<long long>(K), kConvMaxK);
-  if (state.ne[0] != (K - 1) * C)
-    return make_error(ErrorCode::kInvalidArgument, "%s: state %s rows must hold (K-1) x C = %lld values", op,
-                      state.shape_string().c_str(), static_cast<long long>((K - 1) * C));
-  if (dst.ne[0] != C || dst.n_rows() != n)
-    return make_error(ErrorCode::kInvalidArgument, "%s: dst %s must be [%lld, %lld]", op, dst.shape_string().c_str(),
-                      static_cast<long long>(C), static_cast<long long>(n));
-  if (dst.data == x.data) return make_error(ErrorCode::kInvalidArgument, "%s: dst must not alias x", op);
-  Conv1dParams p{};
-  KILN_TRY(seq_arrays(op, m, &p.seq));
-  p.x = static_cast<const float*>(x.data);
-  p.x_stride = fstride(x);
-  p.w = static_cast<const float*>(w.data);
-  p.w_stride = fstride(w);
-  p.state = static_cast<float*>(state.data);
-  p.state_stride = fstride(state);
-  p.dst = static_cast<float*>(dst.data);
-  p.dst_stride = fstride(dst);
-  p.C = C;
-  p.K = static_cast<int>(K);
-  KILN_TRY(use());
-  return launch_conv1d_silu(p, m.max_q_len, stream_);
-}
-
-// Shapes as backend.h (and CpuBackend::gated_delta_net, whose checks these mirror).
-Status CudaBackend::gated_delta_net(const DeltaNetArgs& a, const AttnBatch& m, const Tensor& dst) {
-  const char* op = "gated_delta_net";
-  if (!a.q.valid() || !a.v.valid()) return make_error(ErrorCode::kInvalidArgument, "%s: q/v are not set", op);
-  const int64_t S_k = a.q.ne[0], S_v = a.v.ne[0], H_k = a.q.ne[1], H_v = a.v.ne[1], n = a.v.ne[2];
-  KILN_TRY(f32_heads(op, "q", a.q, S_k, H_k, n));
-  KILN_TRY(f32_heads(op, "k", a.k, S_k, H_k, n));
-  KILN_TRY(f32_heads(op, "v", a.v, S_v, H_v, n));
-  if (H_k <= 0 || H_v % H_k != 0)
-    return make_error(ErrorCode::kInvalidArgument, "%s: %lld value heads are not a multiple of %lld key heads", op,
-                      static_cast<long long>(H_v), static_cast<long long>(H_k));
-  for (const auto& [t, name] : {std::pair{&a.alpha, "alpha"}, std::pair{&a.beta, "beta"}}) {
-    KILN_TRY(check(op, name, *t, DType::F32));
-    if (t->ne[0] != H_v || t->n_rows() != n)
-      return make_error(ErrorCode::kInvalidArgument, "%s: %s %s must be [%lld, %lld]", op, name,
-                        t->shape_string().c_str(), static_cast<long long>(H_v), static_cast<long long>(n));
-  }
-  for (const auto& [t, name] : {std::pair{&a.A, "A"}, std::pair{&a.dt_bias, "dt_bias"}}) {
-    KILN_TRY(check(op, name, *t, DType::F32));
-    if (t->n_elements() != H_v || !t->is_contiguous())
-      return make_error(ErrorCode::kInvalidArgument, "%s: %s %s must be [%lld]", op, name, t->shape_string().c_str(),
-                        static_cast<long long>(H_v));
-  }
-  KILN_TRY(check(op, "state", a.state, DType::F32));
-  if (a.state.ne[0] != S_v * S_k * H_v)
-    return make_error(ErrorCode::kInvalidArgument, "%s: state %s rows must hold S_v x S_k x H_v = %lld values", op,
-                      a.state.shape_string().c_str(), static_cast<long long>(S_v * S_k * H_v));
-  KILN_TRY(check(op, "dst", dst, DType::F32));
-  if (!dst.is_contiguous() || dst.ne[0] != S_v || dst.ne[1] != H_v || dst.ne[2] != n)
-    return make_error(ErrorCode::kInvalidArgument, "%s: dst %s must be contiguous [%lld, %lld, %lld]", op,
-                      dst.shape_string().c_str(), static_cast<long long>(S_v), static_cast<long long>(H_v),
-                      static_cast<long long>(n));
-  if (!(a.l2_eps >= 0)) return make_error(ErrorCode::kInvalidArgument, "%s: l2_eps %g must be >= 0", op, a.l2_eps);
-  if (S_v > INT32_MAX / 2 || H_v > 65535 || !delta_net_supports(static_cast<int>(S_k), static_cast<int>(S_v)))
-    return make_error(ErrorCode::kUnsupported, "%s: head sizes S_k %lld / S_v %lld, %lld value heads (the CUDA "
-                      "kernel takes S_k 32, 64, 128 or 256 and at most 65535 heads)", op, static_cast<long long>(S_k),
-                      static_cast<long long>(S_v), static_cast<long long>(H_v));
-  DeltaNetParams p{};
-  KILN_TRY(seq_arrays(op, m, &p.seq));
-  auto f = [](size_t bytes) { return bytes / sizeof(float); };
-  p.q = static_cast<const float*>(a.q.data);
-  p.k = static_cast<const float*>(a.k.data);
-  p.v = static_cast<const float*>(a.v.data);
-  p.alpha = static_cast<const float*>(a.alpha.data);
-  p.beta = static_cast<const float*>(a.beta.data);
-  p.A = static_cast<const float*>(a.A.data);
-  p.dt_bias = static_cast<const float*>(a.dt_bias.data);
-  p.q_head = f(a.q.nb[1]), p.q_tok = f(a.q.nb[2]);
-  p.k_head = f(a.k.nb[1]), p.k_tok = f(a.k.nb[2]);
-  p.v_head = f(a.v.nb[1]), p.v_tok = f(a.v.nb[2]);
-  p.alpha_stride = fstride(a.alpha), p.beta_stride = fstride(a.beta);
-  p.state = static_cast<float*>(a.state.data);
-  p.state_stride = fstride(a.state);
-  p.dst = static_cast<float*>(dst.data);
-  p.S_k = static_cast<int>(S_k), p.S_v = static_cast<int>(S_v), p.H_k = static_cast<int>(H_k);
-  p.H_v = static_cast<int>(H_v);
-  p.scale = a.scale;
-  p.l2_eps = a.l2_eps;
-  KILN_TRY(use());
-  return launch_gated_delta_net(p, stream_);
 }
 
 // ---- CUDA graphs ------------------------------------------------------------------------------------------------

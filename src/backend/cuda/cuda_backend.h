@@ -57,9 +57,12 @@ class CudaBackend final : public Backend {
   Status copy(const Tensor& src, const Tensor& dst) override;
   Status geglu(const Tensor& gate, const Tensor& up, const Tensor& dst) override;
   Status sigmoid_mul(const Tensor& x, const Tensor& gate, const Tensor& dst) override;
+  // cuda_ops_next.cu: the hybrid models' and the encoders' ops
   Status conv1d_silu(const Tensor& x, const Tensor& w, const Tensor& state, const AttnBatch& meta,
                      const Tensor& dst) override;
   Status gated_delta_net(const DeltaNetArgs& a, const AttnBatch& meta, const Tensor& dst) override;
+  Status layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, const Tensor& dst) override;
+  Status gelu(const Tensor& x, const Tensor& dst) override;
   Status moe_ffn(const MoeFfnArgs& a, const Tensor& acc) override;  // cuda_moe.cu
 
   Status matmul_add(const Tensor& w, const Tensor& x, const Tensor& bias, const Tensor& tmp,

@@ -1,9 +1,10 @@
 // Elementwise ops: add, mul (b broadcasts when it has one row), swiglu (silu(gate) * up, silu(g) = g / (1 + e^-g)
-// in f32 as the CPU computes it), scale, geglu (tanh GELU(gate) * up) and sigmoid_mul (x * sigmoid(gate), gate
-// rows may be a strided view: any row stride); and copy's f32/f16/bf16 conversions (round to nearest even).
-//   entries: CudaBackend::{add, mul, swiglu, scale, geglu, sigmoid_mul, copy}  ->  launch_elementwise /
+// in f32 as the CPU computes it), scale, geglu (tanh GELU(gate) * up), gelu (tanh GELU(x)) and sigmoid_mul
+// (x * sigmoid(gate), gate rows may be a strided view: any row stride); and copy's f32/f16/bf16 conversions (round to
+// nearest even).
+//   entries: CudaBackend::{add, mul, swiglu, scale, geglu, gelu, sigmoid_mul, copy}  ->  launch_elementwise /
 //   launch_convert  ->  kernels
-// Numerics of geglu / sigmoid_mul: the CPU op's f32 expression, operation for operation; the only difference is
+// Numerics of geglu / gelu / sigmoid_mul: the CPU op's f32 expression, operation for operation; the only difference is
 // the libm used (CUDA tanhf / expf: <= 2 ulp each, no fast-math in this build, vs glibc's <= 1 ulp), so results
 // differ from the CPU by a few ulp of the result, plus ~u |x| |up| absolute where 1 + tanh(.) cancels (x << 0).
 // tests/unit/test_backend_ops_next.cpp bounds both against a double oracle by 16u (|ref| + |x up|).
@@ -26,15 +27,17 @@ __global__ void __launch_bounds__(kThreads) ew_kernel(EwParams p, int64_t r0) {
   if (i >= p.d) return;
   const float a = p.a[r * p.a_stride + i];
   float y;
+  constexpr float kSqrt2OverPi = 0.7978845608028654f, kCoef = 0.044715f;  // the tanh GELU's constants
   if constexpr (OP == EwOp::kScale) {
     y = a * p.s;
+  } else if constexpr (OP == EwOp::kGelu) {  // as CpuBackend::gelu: 0.5 x (1 + tanh(c x (1 + k x^2)))
+    y = 0.5f * a * (1.0f + tanhf(kSqrt2OverPi * a * (1.0f + kCoef * a * a)));
   } else {
     const float b = p.b[r * p.b_stride + i];
     if constexpr (OP == EwOp::kAdd) y = a + b;
     else if constexpr (OP == EwOp::kMul) y = a * b;
     else if constexpr (OP == EwOp::kSwiglu) y = a / (1.0f + expf(-a)) * b;
     else if constexpr (OP == EwOp::kGeglu) {  // as CpuBackend::geglu: 0.5 x (1 + tanh(c x (1 + k x^2))) up
-      constexpr float kSqrt2OverPi = 0.7978845608028654f, kCoef = 0.044715f;
       y = 0.5f * a * (1.0f + tanhf(kSqrt2OverPi * a * (1.0f + kCoef * a * a))) * b;
     } else {  // kSigmoidMul: x / (1 + e^-gate), as CpuBackend::sigmoid_mul
       y = a / (1.0f + expf(-b));
@@ -81,6 +84,7 @@ Status launch_elementwise(const EwParams& p, cudaStream_t s) {
     case EwOp::kScale: return run<EwOp::kScale>(p, s);
     case EwOp::kGeglu: return run<EwOp::kGeglu>(p, s);
     case EwOp::kSigmoidMul: return run<EwOp::kSigmoidMul>(p, s);
+    case EwOp::kGelu: return run<EwOp::kGelu>(p, s);
   }
   return make_error(ErrorCode::kInternal, "elementwise: unknown op");
 }

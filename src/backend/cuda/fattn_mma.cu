@@ -35,7 +35,10 @@
 // Masks: row r sees [lo_r, hi_r) = [max(0, kv_len - window) (window > 0), kv_len); a warp skips a tile wholly
 // outside all its rows' ranges (its running max / sum / output untouched) and evaluates no mask on a tile wholly
 // inside all of them. A row whose max is still -inf uses 0 as the offset (no -inf - -inf = NaN), a factor of 1 and
-// p = 0; kv_len 0 gives a zero row.
+// p = 0; kv_len 0 gives a zero row. The range is each row's own kv_len, never derived from its place in the tile, so
+// a non-causal step (an encoder: every token's kv_len = its whole sequence) is the same code. Attention sinks
+// (AttnParams::sinks) join each row once, at the output (fattn_mma.cuh fa_store), for every kernel of this file and
+// of sm90a/fattn_wgmma.cu.
 // Numerics (the CUDA bound of test_backend_ops attn_precision: eps_q = eps_p = 2^-11): q rounded to f16 (as the CPU
 // reference does), K/V the cache's f16 values, Q.K with f32 accumulation, s * scale * log2(e) in f32, exp2 in f32,
 // P rounded to f16 for P.V (f32 accumulation), the row sum over the unrounded f32 p, output O / l in f32.
@@ -97,17 +100,17 @@ __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b
 // registers), then measured with nvcc 13.0 -Xptxas -v -O3 (registers / stack frame / spill stores+loads):
 //   D = 64,  BC 64: Q frags 16 + O 32 + S 32 (+ P 16 transient) = 96 + addressing / row state.
 //            smem: 2 stages x (K + V) 64 x 72 x 2 = 36.9 KB (+16 B static; Q staged in stage 1).
-//            measured sm_90: 154 regs, 0 B stack, 0 / 0 spills; sm_80/86/89: 141, 0, 0 / 0.
+//            measured sm_90: 152 regs, 0 B stack, 0 / 0 spills; sm_80/86/89: 141, 0, 0 / 0.
 //            per SM (sm_90): 3 CTAs by registers (160 x 128 x 3 = 61K of 64K), 6 by smem -> 3 (12 warps).
 //   D = 128, BC 64: Q frags 32 + O 64 + S 32 (+ P 16) = 144 + addressing / row state.
 //            smem: 2 stages x (K + V) 64 x 136 x 2 = 69.6 KB (Q staged in stage 1).
-//            measured sm_90: 206 regs, 0 B stack, 0 / 0 spills; sm_80/86/89: 199, 0, 0 / 0.
+//            measured sm_90: 203 regs, 0 B stack, 0 / 0 spills; sm_80/86/89: 199, 0, 0 / 0.
 //            per SM: 2 CTAs (8 warps) on every arch: registers (208 x 128 x 2 = 53K) and, below sm_90, smem.
 //   D = 256, BC 32: Q stays in shared memory, one A fragment (4 regs) per k-step; O 128 + S 16 (+ P 8) = 156 +
 //            addressing (Q in registers would add 64: 220 before addressing -> spills). smem: Q 64 x 264 x 2 =
 //            33.8 KB + K/V 2 x 2 x 32 x 264 x 2 = 67.6 KB = 101,376 B + 16 B static: just over sm_86/89's opt-in
 //            (101,376 B; there hd 256 routes to attention.cu). 2 CTAs per SM on sm_90 (smem and registers).
-//            measured sm_90: 238 regs, 0 B stack, 0 / 0 spills; sm_80: 240, 0, 0 / 0.
+//            measured sm_90: 242 regs, 0 B stack, 0 / 0 spills; sm_80: 240, 0, 0 / 0.
 //   The hot loop (per KV tile): no local memory on any instance (0 B stack frame everywhere).
 // Min blocks 2 (<= 255 registers: no constraint in practice). Tried for hd 128 on sm_90, where shared memory would
 // allow 3 CTAs (3 x 69.6 KB): min blocks 3 caps registers at 168 and ptxas then spills 4-84 bytes, so 2 it is. hd
@@ -238,7 +241,7 @@ __global__ void __launch_bounds__(kFaThreads, fa_min_blocks(D)) fattn_kernel(Att
     __syncthreads();  // stage (j & 1) is overwritten by the load of tile j + 2
   }
 
-  fa_store<D>(p, geo, c, w, o, l_run, warp, lane);
+  fa_store<D>(p, geo, c, w, o, m_run, l_run, warp, lane);
 }
 
 // Rows of tokens with kv_len 0 (padding, inside or outside every sequence): zeros, as attention.cu writes them.

@@ -203,10 +203,14 @@ __device__ __forceinline__ void fa_p_frag(const float (&s)[NS][4], int kk, uint3
   a[3] = pack_h2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
 
-// Output: O / l per row (full row sum: butterfly over the row's 4 lanes); dead rows are not written.
+// Output: O / l per row (full row sum: butterfly over the row's 4 lanes); dead rows are not written. Attention sinks
+// (p.sinks) join each live row here, once, after its last tile: m_run (the same in the row's 4 lanes) and l_run are
+// in the log2 domain of the scaled scores, so the sink s enters as s log2(e) (it is not scaled): m' = max(m, s'),
+// O / l becomes O f / (l f + 2^(s' - m')), f = 2^(m - m'). Without sinks: O (1 / l), as before.
 template <int D>
 __device__ __forceinline__ void fa_store(const AttnParams& p, const FaGeo& geo, const FaCta& c, const FaRows& w,
-                                         const float (&o)[D / 8][4], float (&l_run)[2], int warp, int lane) {
+                                         const float (&o)[D / 8][4], const float (&m_run)[2], float (&l_run)[2],
+                                         int warp, int lane) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
@@ -217,7 +221,16 @@ __device__ __forceinline__ void fa_store(const AttnParams& p, const FaGeo& geo, 
     const int r = warp * 16 + (lane >> 2) + 8 * h;
     const int t = c.tok(geo, r);
     if (t < 0) continue;
-    const float inv = (w.hi[h] > 0 && l_run[h] > 0.0f) ? 1.0f / l_run[h] : 0.0f;
+    float inv = 0.0f;
+    if (w.hi[h] > 0 && l_run[h] > 0.0f) {
+      if (p.sinks) {
+        const float sk = p.sinks[c.head(geo, r)] * 1.4426950408889634f, mx = fmaxf(m_run[h], sk);
+        const float f = exp2f(m_run[h] - mx);
+        inv = f / (l_run[h] * f + exp2f(sk - mx));
+      } else {
+        inv = 1.0f / l_run[h];
+      }
+    }
     float* dst = p.dst + (static_cast<size_t>(t) * p.n_head + c.head(geo, r)) * D;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)

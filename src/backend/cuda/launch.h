@@ -37,6 +37,12 @@ struct RmsNormParams {
   int64_t d, n;
 };
 Status launch_rms_norm(const RmsNormParams& p, cudaStream_t s);
+// layer_norm (Backend::layer_norm): r's rows, eps and weight (may be null), plus the bias b (may be null).
+struct LayerNormParams {
+  RmsNormParams r;
+  const float* b;
+};
+Status launch_layer_norm(const LayerNormParams& p, cudaStream_t s);
 
 // ---- rope.cu ---------------------------------------------------------------------------------------------------
 struct RopeLaunch {
@@ -48,6 +54,8 @@ struct RopeLaunch {
   int n_rot;
   bool neox;
   float theta_scale, freq_scale;
+  // YaRN (RopeParams, yarn_terms): ext_factor 0 skips the ramp; cos and sin are multiplied by mscale (1: plain RoPE).
+  float ext_factor = 0.0f, corr_lo = 0.0f, corr_hi = 0.0f, mscale = 1.0f;
 };
 Status launch_rope(const RopeLaunch& p, cudaStream_t s);
 // The fused rope_kv_store (Backend::rope_kv_store): q and k roped as launch_rope does, then k (roped) and v into
@@ -66,13 +74,14 @@ struct RopeKvStoreParams {
 Status launch_rope_kv_store(const RopeLaunch& q, const RopeLaunch& k, const RopeKvStoreParams& c, cudaStream_t s);
 
 // ---- elementwise.cu --------------------------------------------------------------------------------------------
-// kGeglu: dst = gelu_tanh(a) * b (a = gate, b = up); kSigmoidMul: dst = a / (1 + e^-b) (a = x, b = gate).
-enum class EwOp { kAdd, kMul, kSwiglu, kScale, kGeglu, kSigmoidMul };
+// kGeglu: dst = gelu_tanh(a) * b (a = gate, b = up); kSigmoidMul: dst = a / (1 + e^-b) (a = x, b = gate);
+// kGelu: dst = gelu_tanh(a) (b unused).
+enum class EwOp { kAdd, kMul, kSwiglu, kScale, kGeglu, kSigmoidMul, kGelu };
 struct EwParams {
   EwOp op;
   const float* a;
   size_t a_stride;
-  const float* b;  // null for kScale
+  const float* b;  // null for kScale and kGelu
   size_t b_stride;  // 0: b broadcasts (one row)
   float* dst;
   size_t dst_stride;
@@ -344,6 +353,8 @@ struct AttnParams {
   int max_kv_len;  // host-known bound (0: unknown -> no split)
   int n_sm;
   int window = 0;  // sliding window (KvLayer::window): token with kv_len L sees [max(0, L - window), L); 0: all
+  // Attention sinks (KvLayer::sinks): [n_head] f32 logits, each joining its head's softmax denominator; null: none.
+  const float* sinks = nullptr;
   // Per-sequence metadata (AttnBatch; the prefill kernel fattn_mma.cu tiles queries per sequence). May be null
   // for attention.cu, which works per token.
   const int32_t* seq_row = nullptr;

@@ -1,5 +1,7 @@
-// rms_norm: dst[:, r] = x[:, r] / sqrt(mean(x^2) + eps) * w.
+// rms_norm: dst[:, r] = x[:, r] / sqrt(mean(x^2) + eps) * w;
+// layer_norm: dst[:, r] = (x[:, r] - mean) / sqrt(var + eps) * w + b.
 //   entry: CudaBackend::rms_norm  ->  launch_rms_norm  ->  rms_norm_kernel (one block per row)
+//   entry: CudaBackend::layer_norm  ->  launch_layer_norm  ->  layer_norm_kernel (one block per row; below)
 // Numerics as the CPU backend (and ggml): squares in f32, summed in double; mean and scale in f32.
 // rms_norm_fast_kernel<Q> (rows of d % 32 == 0, 16-byte aligned): one block per row of one float4 per thread (up to
 // 1024 threads, the row kept in registers between the two passes), and with Q the q8_1 activations of the result
@@ -142,7 +144,55 @@ bool fast_ok(const RmsNormParams& p) {
   return p.d % 32 == 0 && al(p.x) && al(p.dst) && (!p.w || al(p.w)) && p.x_stride % 4 == 0 && p.dst_stride % 4 == 0;
 }
 
+// layer_norm_kernel: one block per row, three passes over x (the sum, the centred squares, the output): as
+// CpuBackend::layer_norm (ggml's norm), the mean and the variance summed in double (f32 squares of the f32-centred
+// values), mean, variance and scale rounded to f32, the rest in f32; only the summation order of the doubles differs.
+// dst may alias x: every read of x in the first two passes precedes the barrier of the second reduction. Encoder rows
+// (bert: 384..1024 wide) are read three times from L1/L2; -Xptxas -v (nvcc 13.0, sm_90): 32 registers, 64 bytes
+// smem, no stack, no spills.
+__device__ __forceinline__ double block_sum(double s, double* part) {
+  s = warp_sum(s);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / kWarp] = s;
+  __syncthreads();
+  double tot = 0;
+#pragma unroll
+  for (int w = 0; w < kThreads / kWarp; ++w) tot += part[w];
+  __syncthreads();  // part is written again by the next reduction
+  return tot;
+}
+
+__global__ void __launch_bounds__(kThreads) layer_norm_kernel(LayerNormParams p) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
+  __shared__ double part[kThreads / kWarp];
+  const int64_t r = blockIdx.x, d = p.r.d;
+  const float* x = p.r.x + r * p.r.x_stride;
+  float* y = p.r.dst + r * p.r.dst_stride;
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < d; i += kThreads) s += static_cast<double>(x[i]);
+  const float mean = static_cast<float>(block_sum(s, part) / static_cast<double>(d));
+  double sq = 0;
+  for (int64_t i = threadIdx.x; i < d; i += kThreads) {
+    const float c = x[i] - mean;
+    sq += static_cast<double>(c * c);
+  }
+  const float var = static_cast<float>(block_sum(sq, part) / static_cast<double>(d));
+  const float sc = 1.0f / sqrtf(var + p.r.eps);
+  for (int64_t i = threadIdx.x; i < d; i += kThreads) {
+    const float v = (x[i] - mean) * sc;
+    y[i] = (p.r.w ? v * p.r.w[i] : v) + (p.b ? p.b[i] : 0.0f);
+  }
+}
+
 }  // namespace
+
+Status launch_layer_norm(const LayerNormParams& p, cudaStream_t s) {
+  if (p.r.n == 0) return Status::ok();
+  if (p.r.n > INT32_MAX)
+    return make_error(ErrorCode::kUnsupported, "layer_norm: %lld rows", static_cast<long long>(p.r.n));
+  KILN_TRY(launch_pdl(layer_norm_kernel, dim3(static_cast<unsigned>(p.r.n)), dim3(kThreads), 0, s, p));
+  KILN_CUDA_LAUNCH_CHECK();
+  return Status::ok();
+}
 
 bool rms_norm_quant_usable(const RmsNormParams& p) { return fast_ok(p); }
 

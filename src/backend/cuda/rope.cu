@@ -1,8 +1,11 @@
-// rope and rope_kv_store: rotary embedding in place, normal (pairs 2i, 2i+1) or NeoX (pairs i, i + n_rot/2) ordering, optional
-// frequency factors.   entry: CudaBackend::rope  ->  launch_rope  ->  rope_kernel (block per token and head, thread
-// per pair: the earlier block per token looped over the heads with a dependent load/store each, 10.8 us per launch
-// on the H200 for 32 heads; now 3.7 us). -Xptxas -v: 23 registers, 32-byte stack frame (sincosf's slow path). The angle is built as the CPU backend and ggml build it, so they agree bit for bit before cos/sin:
-// theta_i = pos * theta_scale^i by i repeated f32 multiplications, then freq_scale * theta / ff[i].
+// rope and rope_kv_store: rotary embedding in place, normal (pairs 2i, 2i+1) or NeoX (pairs i, i + n_rot/2)
+// ordering, optional frequency factors, YaRN (RopeParams: the ramp's range and mscale come from yarn_terms, the
+// host's f32 steps, as the CPU backend's).
+//   entry: CudaBackend::rope  ->  launch_rope  ->  rope_kernel (block per token and head, thread per pair: the
+// earlier block per token looped over the heads with a dependent load/store each, 10.8 us per launch on the H200 for
+// 32 heads; now 3.7 us). -Xptxas -v (nvcc 13.0, sm_90): 23 registers, 32-byte stack frame (sincosf's slow path), the
+// same with the YaRN terms. The angle is built as the CPU backend and ggml build it, so they agree bit for bit
+// before cos/sin: theta_i = pos * theta_scale^i by i repeated f32 multiplications, then freq_scale * theta / ff[i].
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/launch.h"
 
@@ -11,14 +14,22 @@ namespace {
 
 constexpr int kThreads = 64;  // one thread per rotated pair of a 128-dim head
 
-// Rotates pair i of the head at v (the CPU's angle, see the file comment).
+// Rotates pair i of the head at v (the CPU's angle, see the file comment; YaRN as CpuBackend::rope: the ramp mixes
+// the interpolated and the extrapolated angle, cos and sin times mscale, which is 1 without YaRN: exact).
 __device__ __forceinline__ void rope_pair(const RopeLaunch& p, float pos, int i, float* v) {
   const int half = p.n_rot / 2;
   float theta = pos;
   for (int k = 0; k < i; ++k) theta *= p.theta_scale;
-  const float th = p.freq_scale * (p.freq_factors ? theta / p.freq_factors[i] : theta);
+  const float extrap = p.freq_factors ? theta / p.freq_factors[i] : theta;
+  float th = p.freq_scale * extrap;
+  if (p.ext_factor != 0.0f) {
+    const float y = (static_cast<float>(i) - p.corr_lo) / fmaxf(0.001f, p.corr_hi - p.corr_lo);
+    const float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * p.ext_factor;
+    th = th * (1.0f - mix) + extrap * mix;
+  }
   float sn, cs;
   sincosf(th, &sn, &cs);
+  cs *= p.mscale, sn *= p.mscale;
   const int i0 = p.neox ? i : 2 * i;
   const int i1 = p.neox ? i + half : 2 * i + 1;
   const float a0 = v[i0], a1 = v[i1];

@@ -32,11 +32,12 @@
 // block-table entries with PIPE; measured with nvcc 13.0 -Xptxas -v, sm_90a: no spills, no injected warpgroup
 // waits), registers without / with PIPE:
 //   D 256, 1 warpgroup: 216 / 232; shared Q 32 KB + 3 x 32 KB -> 1 CTA (4 warps) per SM.
-//   D 256, 2 warpgroups: 200 / 214; shared Q 64 KB + 4 x 32 KB = 192 KB -> 1 CTA (8 warps) per SM.
-//   D 128, 1 warpgroup: 194 / 233; shared 3 x 32 KB = 96 KB -> 2 CTAs (8 warps) per SM: shared memory is the limit.
-//   D 128, 2 warpgroups: 187 / 221; shared 4 x 32 KB = 128 KB -> 1 CTA (8 warps) per SM.
-//   D 64, 1 warpgroup: 134 / 159; shared 48 KB; registers are the limit: __launch_bounds__(128, 3).
-//   D 64, 2 warpgroups: 132 / 161; shared 64 KB -> 1 CTA per SM (2 would need 132 x 512 > 64K registers).
+//   D 256, 2 warpgroups: 201 / 216; shared Q 64 KB + 4 x 32 KB = 192 KB -> 1 CTA (8 warps) per SM.
+//   D 128, 1 warpgroup: 194 / 240; shared 3 x 32 KB = 96 KB -> 2 CTAs (8 warps) per SM: shared memory is the limit.
+//   D 128, 2 warpgroups: 186 / 209; shared 4 x 32 KB = 128 KB -> 1 CTA (8 warps) per SM.
+//   D 64, 1 warpgroup: 134 / 163; shared 48 KB; registers are the limit: __launch_bounds__(128, 3).
+//   D 64, 2 warpgroups: 131 / 160; shared 64 KB -> 1 CTA per SM (2 would need 131 x 512 > 64K registers).
+//   (fattn_ws: 168, the launch bound of its 384 threads; setmaxnreg then splits them 56 / 224.)
 // Where the time went before the table reads moved a step ahead (ncu, hd 128, 4096 tokens, 2 pipelined warpgroups):
 // 0.41 instructions issued per scheduler cycle; stalls per issued instruction: fixed-latency waits 1.35, long
 // scoreboard 0.82 (the block-table loads each copy waited for), barrier 0.46; tensor pipe active 17.8%.
@@ -303,7 +304,7 @@ __global__ void __launch_bounds__(128 * WGS, wg_min_blocks(D, WGS)) fattn_wg(Att
       }
     }
     cp_async_wait<0>();  // no copy outlives the CTA (the last groups are empty)
-    fa_store<D>(p, geo, c, w, o, l_run, warp, lane);
+    fa_store<D>(p, geo, c, w, o, m_run, l_run, warp, lane);
   }
 }
 
@@ -465,7 +466,7 @@ __global__ void __launch_bounds__(384, 1) fattn_ws(AttnParams p, FaGeo geo) {
       pv(n_tiles - 1);
       wg_wait<0>();
     }
-    fa_store<D>(p, geo, c, w, o, l_run, cw, lane);
+    fa_store<D>(p, geo, c, w, o, m_run, l_run, cw, lane);
   }
 }
 

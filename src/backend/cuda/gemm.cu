@@ -124,31 +124,9 @@ Status launch_gemm(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
     case DType::F32: return run<DType::F32>(p, a, s);
     case DType::F16: return run<DType::F16>(p, a, s);
     case DType::BF16: return run<DType::BF16>(p, a, s);
-    case DType::Q4_0: return run<DType::Q4_0>(p, a, s);
-    case DType::Q4_1: return run<DType::Q4_1>(p, a, s);
-    case DType::Q5_0: return run<DType::Q5_0>(p, a, s);
-    case DType::Q5_1: return run<DType::Q5_1>(p, a, s);
-    case DType::Q8_0: return run<DType::Q8_0>(p, a, s);
-    case DType::Q2_K: return run<DType::Q2_K>(p, a, s);
-    case DType::Q3_K: return run<DType::Q3_K>(p, a, s);
-    case DType::Q4_K: return run<DType::Q4_K>(p, a, s);
-    case DType::Q5_K: return run<DType::Q5_K>(p, a, s);
-    case DType::Q6_K: return run<DType::Q6_K>(p, a, s);
-    case DType::IQ4_NL: return run<DType::IQ4_NL>(p, a, s);
-    case DType::IQ4_XS: return run<DType::IQ4_XS>(p, a, s);
-    case DType::MXFP4: return run<DType::MXFP4>(p, a, s);
-    case DType::TQ1_0: return run<DType::TQ1_0>(p, a, s);
-    case DType::TQ2_0: return run<DType::TQ2_0>(p, a, s);
-    case DType::IQ2_XXS: return run<DType::IQ2_XXS>(p, a, s);
-    case DType::IQ2_XS: return run<DType::IQ2_XS>(p, a, s);
-    case DType::IQ2_S: return run<DType::IQ2_S>(p, a, s);
-    case DType::IQ3_XXS: return run<DType::IQ3_XXS>(p, a, s);
-    case DType::IQ3_S: return run<DType::IQ3_S>(p, a, s);
-    case DType::IQ1_S: return run<DType::IQ1_S>(p, a, s);
-    case DType::IQ1_M: return run<DType::IQ1_M>(p, a, s);
     default: break;
   }
-  return make_error(ErrorCode::kUnsupported, "gemm: weight type %s", dtype_name(p.type));
+  return dispatch_decode32_type(p.type, "gemm", [&](auto t) { return run<decltype(t)::value>(p, a, s); });
 }
 
 }  // namespace kiln::cuda

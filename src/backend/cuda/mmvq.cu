@@ -42,32 +42,7 @@ Status mmvq_group_pass(DType t, const MmvqGroup& g, const ActQ& a, cudaStream_t 
 }
 
 Status mmvq_pass(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
-  switch (p.type) {
-    case DType::Q4_0: return mmvq_run<DType::Q4_0>(p, a, s);
-    case DType::Q4_1: return mmvq_run<DType::Q4_1>(p, a, s);
-    case DType::Q5_0: return mmvq_run<DType::Q5_0>(p, a, s);
-    case DType::Q5_1: return mmvq_run<DType::Q5_1>(p, a, s);
-    case DType::Q8_0: return mmvq_run<DType::Q8_0>(p, a, s);
-    case DType::Q2_K: return mmvq_run<DType::Q2_K>(p, a, s);
-    case DType::Q3_K: return mmvq_run<DType::Q3_K>(p, a, s);
-    case DType::Q4_K: return mmvq_run<DType::Q4_K>(p, a, s);
-    case DType::Q5_K: return mmvq_run<DType::Q5_K>(p, a, s);
-    case DType::Q6_K: return mmvq_run<DType::Q6_K>(p, a, s);
-    case DType::IQ4_NL: return mmvq_run<DType::IQ4_NL>(p, a, s);
-    case DType::IQ4_XS: return mmvq_run<DType::IQ4_XS>(p, a, s);
-    case DType::MXFP4: return mmvq_run<DType::MXFP4>(p, a, s);
-    case DType::TQ1_0: return mmvq_run<DType::TQ1_0>(p, a, s);
-    case DType::TQ2_0: return mmvq_run<DType::TQ2_0>(p, a, s);
-    case DType::IQ2_XXS: return mmvq_run<DType::IQ2_XXS>(p, a, s);
-    case DType::IQ2_XS: return mmvq_run<DType::IQ2_XS>(p, a, s);
-    case DType::IQ2_S: return mmvq_run<DType::IQ2_S>(p, a, s);
-    case DType::IQ3_XXS: return mmvq_run<DType::IQ3_XXS>(p, a, s);
-    case DType::IQ3_S: return mmvq_run<DType::IQ3_S>(p, a, s);
-    case DType::IQ1_S: return mmvq_run<DType::IQ1_S>(p, a, s);
-    case DType::IQ1_M: return mmvq_run<DType::IQ1_M>(p, a, s);
-    default: break;
-  }
-  return make_error(ErrorCode::kUnsupported, "mmvq: weight type %s", dtype_name(p.type));
+  return dispatch_decode32_type(p.type, "mmvq", [&](auto t) { return mmvq_run<decltype(t)::value>(p, a, s); });
 }
 
 }  // namespace

@@ -16,6 +16,8 @@
 // the files that instantiate them: gemm.cu, gemm_blas.cu, getrows.cu and their mmvq instances).
 #pragma once
 
+#include <type_traits>
+
 #include "backend/cuda/common.cuh"
 #include "quant/blocks.h"
 #include "quant/dtype.h"
@@ -386,6 +388,39 @@ __device__ __forceinline__ void dequant32(const uint8_t* row, int s, float (&out
       out[4 * i + j] = m[hf] == 0.0f ? d[hf] * static_cast<float>(v) : fmaf(d[hf], static_cast<float>(v), m[hf]);
     }
   }
+}
+
+// The one list of the types whose blocks decode32 reads (the q8_1 kernels: mmvq, the experts' GEMV, gemm's quantized
+// weights): f(std::integral_constant<DType, T>{}) for t, or kUnsupported naming `what` for any other type. The
+// i-quant grid types' decode32 is in quant_iq.cuh, which a caller instantiating them includes.
+template <class F>
+Status dispatch_decode32_type(DType t, const char* what, F&& f) {
+  switch (t) {
+    case DType::Q4_0: return f(std::integral_constant<DType, DType::Q4_0>{});
+    case DType::Q4_1: return f(std::integral_constant<DType, DType::Q4_1>{});
+    case DType::Q5_0: return f(std::integral_constant<DType, DType::Q5_0>{});
+    case DType::Q5_1: return f(std::integral_constant<DType, DType::Q5_1>{});
+    case DType::Q8_0: return f(std::integral_constant<DType, DType::Q8_0>{});
+    case DType::Q2_K: return f(std::integral_constant<DType, DType::Q2_K>{});
+    case DType::Q3_K: return f(std::integral_constant<DType, DType::Q3_K>{});
+    case DType::Q4_K: return f(std::integral_constant<DType, DType::Q4_K>{});
+    case DType::Q5_K: return f(std::integral_constant<DType, DType::Q5_K>{});
+    case DType::Q6_K: return f(std::integral_constant<DType, DType::Q6_K>{});
+    case DType::IQ4_NL: return f(std::integral_constant<DType, DType::IQ4_NL>{});
+    case DType::IQ4_XS: return f(std::integral_constant<DType, DType::IQ4_XS>{});
+    case DType::MXFP4: return f(std::integral_constant<DType, DType::MXFP4>{});
+    case DType::TQ1_0: return f(std::integral_constant<DType, DType::TQ1_0>{});
+    case DType::TQ2_0: return f(std::integral_constant<DType, DType::TQ2_0>{});
+    case DType::IQ2_XXS: return f(std::integral_constant<DType, DType::IQ2_XXS>{});
+    case DType::IQ2_XS: return f(std::integral_constant<DType, DType::IQ2_XS>{});
+    case DType::IQ2_S: return f(std::integral_constant<DType, DType::IQ2_S>{});
+    case DType::IQ3_XXS: return f(std::integral_constant<DType, DType::IQ3_XXS>{});
+    case DType::IQ3_S: return f(std::integral_constant<DType, DType::IQ3_S>{});
+    case DType::IQ1_S: return f(std::integral_constant<DType, DType::IQ1_S>{});
+    case DType::IQ1_M: return f(std::integral_constant<DType, DType::IQ1_M>{});
+    default: break;
+  }
+  return make_error(ErrorCode::kUnsupported, "%s: weight type %s", what, dtype_name(t));
 }
 
 }  // namespace kiln::cuda

@@ -100,17 +100,17 @@ __device__ __forceinline__ void mma16816(float* c, const uint32_t* a, uint32_t b
 // registers), then measured with nvcc 13.0 -Xptxas -v -O3 (registers / stack frame / spill stores+loads):
 //   D = 64,  BC 64: Q frags 16 + O 32 + S 32 (+ P 16 transient) = 96 + addressing / row state.
 //            smem: 2 stages x (K + V) 64 x 72 x 2 = 36.9 KB (+16 B static; Q staged in stage 1).
-//            measured sm_90: 152 regs, 0 B stack, 0 / 0 spills; sm_80/86/89: 141, 0, 0 / 0.
+//            measured sm_90: 152 regs, 0 B stack, 0 / 0 spills; sm_80/89: 143, 0, 0 / 0.
 //            per SM (sm_90): 3 CTAs by registers (160 x 128 x 3 = 61K of 64K), 6 by smem -> 3 (12 warps).
 //   D = 128, BC 64: Q frags 32 + O 64 + S 32 (+ P 16) = 144 + addressing / row state.
 //            smem: 2 stages x (K + V) 64 x 136 x 2 = 69.6 KB (Q staged in stage 1).
-//            measured sm_90: 203 regs, 0 B stack, 0 / 0 spills; sm_80/86/89: 199, 0, 0 / 0.
+//            measured sm_90: 203 regs, 0 B stack, 0 / 0 spills; sm_80/89: 200, 0, 0 / 0.
 //            per SM: 2 CTAs (8 warps) on every arch: registers (208 x 128 x 2 = 53K) and, below sm_90, smem.
 //   D = 256, BC 32: Q stays in shared memory, one A fragment (4 regs) per k-step; O 128 + S 16 (+ P 8) = 156 +
 //            addressing (Q in registers would add 64: 220 before addressing -> spills). smem: Q 64 x 264 x 2 =
 //            33.8 KB + K/V 2 x 2 x 32 x 264 x 2 = 67.6 KB = 101,376 B + 16 B static: just over sm_86/89's opt-in
 //            (101,376 B; there hd 256 routes to attention.cu). 2 CTAs per SM on sm_90 (smem and registers).
-//            measured sm_90: 242 regs, 0 B stack, 0 / 0 spills; sm_80: 240, 0, 0 / 0.
+//            measured sm_90: 242 regs, 0 B stack, 0 / 0 spills; sm_80/89: 237, 0, 0 / 0.
 //   The hot loop (per KV tile): no local memory on any instance (0 B stack frame everywhere).
 // Min blocks 2 (<= 255 registers: no constraint in practice). Tried for hd 128 on sm_90, where shared memory would
 // allow 3 CTAs (3 x 69.6 KB): min blocks 3 caps registers at 168 and ptxas then spills 4-84 bytes, so 2 it is. hd

@@ -334,7 +334,7 @@ class ModelBuilder {
     return Status::ok();
   }
 
-  // Layer i of gpt-oss, the tensors of llama.cpp's LLM_ARCH_OPENAI_MOE in its converter's order. Biases, sinks and
+  // Layer i of gpt-oss: the tensors llama.cpp's LLM_ARCH_OPENAI_MOE loader requires, all of them. Biases, sinks and
   // router values keep generation finite and routing non-degenerate: q/k/v/o biases +-0.1, sinks (logits beside
   // the scaled q.k scores, O(1)) in [-1, 1], router logits of std ~3 plus a bias in [-0.5, 0.5], expert biases
   // +-0.1 (SwiGLU's clamps at +-7 then rarely bind).

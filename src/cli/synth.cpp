@@ -25,22 +25,26 @@ namespace {
 
 struct Shape {
   const char* name;
-  const char* arch;  // llama | qwen2 | qwen3 | gemma3 | qwen35 | qwen3moe
+  const char* arch;  // llama | qwen2 | qwen3 | gemma3 | qwen35 | qwen3moe | gpt-oss
   int64_t n_embd, n_layer, n_ff, n_head, n_head_kv;
   int64_t head_dim;  // 0: n_embd / n_head
   int64_t n_vocab, n_ctx;
   bool tied;
   float rope_base, rms_eps;
   bool llama3_rope;  // rope_freqs.weight with Llama 3.x long-context factors
-  // gemma3: sliding window of the local layers (5 of every 6) and their RoPE base
+  // gemma3: sliding window of the local layers (5 of every 6) and their RoPE base; gpt-oss: the window of the
+  // even layers (the odd ones global, llama.cpp's default pattern of 2), the base shared with the global layers
   int64_t window = 0;
   float rope_base_swa = 0;
   // qwen35: Gated DeltaNet value / key heads (head size 128, conv kernel 4), a full-attention layer every 4th,
   // partial rotary of 64 dims
   int64_t ssm_v_heads = 0, ssm_k_heads = 0;
-  // qwen3moe: experts per layer, experts routed per token, expert FFN width (n_ff is then only the metadata's
-  // feed_forward_length, as in the published files)
+  // qwen3moe, gpt-oss: experts per layer, experts routed per token, expert FFN width (n_ff is then only the
+  // metadata's feed_forward_length, as in the published files)
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  // gpt-oss: YaRN RoPE scaling (rope_scaling.factor, original_max_position_embeddings); 0: none
+  float yarn_factor = 0;
+  int64_t yarn_orig_ctx = 0;
 };
 
 // clang-format off
@@ -63,6 +67,14 @@ constexpr Shape kShapes[] = {
   // Mixture of experts: the fixture's shape (8 experts, top 2) and Qwen3-30B-A3B (128 experts, top 8, width 768).
   {"tiny-qwen3moe", "qwen3moe", 256, 2, 512,   4,   2,  128, 1024,   2048,   false, 1e6f,     1e-6f, false, 0, 0, 0, 0, 8, 2, 256},
   {"qwen3moe-30b-a3b", "qwen3moe", 2048, 48, 6144, 32, 4, 128, 151936, 40960, false, 1e6f,   1e-6f, false, 0, 0, 0, 0, 128, 8, 768},
+  // gpt-oss (openai/gpt-oss-20b and -120b config.json as llama.cpp's GptOssModel converts it): hidden 2880,
+  // intermediate 2880 (dense and expert width), 64 heads / 8 KV heads of 64, vocab 201088, 131072 positions,
+  // rope_theta 150000, rms eps 1e-5, sliding_window 128 on the even layers, 4 experts per token of 32 (20b: 24
+  // layers) or 128 (120b: 36 layers), YaRN factor 32 over 4096 positions. tiny-gptoss: the same features at a
+  // small size, with widths that are not multiples of 256 as 2880 is (the K-quant mixes fall back per tensor).
+  {"tiny-gptoss", "gpt-oss", 288, 4,     288,   8,   2,  64,  1024,   131072, false, 150000.f, 1e-5f, false, 16, 0, 0, 0, 16, 4, 288, 32.f, 4096},
+  {"gpt-oss-20b", "gpt-oss", 2880, 24,   2880,  64,  8,  64,  201088, 131072, false, 150000.f, 1e-5f, false, 128, 0, 0, 0, 32, 4, 2880, 32.f, 4096},
+  {"gpt-oss-120b", "gpt-oss", 2880, 36,  2880,  64,  8,  64,  201088, 131072, false, 150000.f, 1e-5f, false, 128, 0, 0, 0, 128, 4, 2880, 32.f, 4096},
 };
 constexpr int64_t kSsmHead = 128, kSsmConv = 4, kFullAttnInterval = 4, kQwen35Rot = 64;
 // clang-format on
@@ -114,6 +126,22 @@ DType matrix_type(const TypeRecipe& t, Role role, int64_t layer, int64_t n_layer
   return t.base;
 }
 
+// A matrix whose rows (n_in) are not whole blocks of the chosen type gets the type llama.cpp's quantizer falls back
+// to (llama-quant.cpp, tensor_type_fallback): the 256-element K / i-quants to a 32-element type. gpt-oss's 2880-wide
+// rows are such a case in every K-quant mix.
+DType fallback_type(DType t, int64_t n_in) {
+  if (n_in % dtype_block_size(t) == 0) return t;
+  switch (t) {
+    case DType::Q4_K: return DType::Q5_0;
+    case DType::Q5_K: return DType::Q5_1;
+    case DType::Q6_K: return DType::Q8_0;
+    case DType::IQ4_XS: return DType::IQ4_NL;
+    case DType::TQ1_0:
+    case DType::TQ2_0: return DType::Q4_0;
+    default: return t;  // a 32-element type: add_matrix reports the row length
+  }
+}
+
 // Llama 3.x RoPE frequency factors (scale 32, low/high frequency factors 1 and 4, original context 8192), as
 // convert_hf_to_gguf stores them in rope_freqs.weight: 1 for high frequencies, 32 for low, smooth between.
 std::vector<float> llama3_rope_factors(int64_t head_dim, float base) {
@@ -150,7 +178,8 @@ class ModelBuilder {
   // A matrix [n_in, n_out], or a stack of n_expert of them [n_in, n_out, n_expert] (0: no expert dimension).
   Status add_matrix(const std::string& name, Role role, int64_t layer, int64_t n_in, int64_t n_out,
                     int64_t n_expert = 0) {
-    const DType type = matrix_type(t_, role, layer, s_.n_layer, s_.n_head / s_.n_head_kv, s_.n_expert);
+    const DType type =
+        fallback_type(matrix_type(t_, role, layer, s_.n_layer, s_.n_head / s_.n_head_kv, s_.n_expert), n_in);
     if (n_in % dtype_block_size(type) != 0)
       return make_error(ErrorCode::kInvalidArgument, "%s: row length %lld is not a multiple of %s's block size %lld",
                         name.c_str(), static_cast<long long>(n_in), dtype_name(type),
@@ -170,6 +199,10 @@ class ModelBuilder {
   Status add_vector(const std::string& name, int64_t n, float center, float spread) {
     return w_.add_tensor(name, DType::F32, {n}, synth::uniform_f32(next_key(), center, spread));
   }
+  // F32 [n0, n1] uniform in [-spread, spread] (the per-expert biases).
+  Status add_f32_matrix(const std::string& name, int64_t n0, int64_t n1, float spread) {
+    return w_.add_tensor(name, DType::F32, {n0, n1}, synth::uniform_f32(next_key(), 0.0f, spread));
+  }
   Status add_values(const std::string& name, std::vector<float> v) {
     auto data = std::make_shared<std::vector<float>>(std::move(v));
     const int64_t n = static_cast<int64_t>(data->size());
@@ -179,8 +212,20 @@ class ModelBuilder {
   }
 
   Status build() {
+    set_keys();
+    KILN_TRY(add_matrix("token_embd.weight", s_.tied ? Role::kOutput : Role::kEmbed, 0, s_.n_embd, s_.n_vocab));
+    if (s_.llama3_rope) KILN_TRY(add_values("rope_freqs.weight", llama3_rope_factors(s_.head_dim, s_.rope_base)));
+    for (int64_t i = 0; i < s_.n_layer; ++i)
+      KILN_TRY(std::string_view(s_.arch) == "gpt-oss" ? add_gptoss_layer(i) : add_layer(i));
+    KILN_TRY(add_vector("output_norm.weight", s_.n_embd, 1.0f, 0.1f));
+    if (!s_.tied) KILN_TRY(add_matrix("output.weight", Role::kOutput, 0, s_.n_embd, s_.n_vocab));
+    return Status::ok();
+  }
+
+  // The metadata keys llama.cpp's converter writes for the shape's architecture.
+  void set_keys() {
     const std::string a = s_.arch;
-    const int64_t hd = s_.head_dim, q_dim = s_.n_head * hd, kv_dim = s_.n_head_kv * hd;
+    const int64_t hd = s_.head_dim;
     w_.set("general.architecture", a);
     w_.set("general.name", std::string("kiln-synth-") + s_.name);
     w_.set("general.description", "random-weight model written by kiln synth (not a trained model)");
@@ -203,12 +248,17 @@ class ModelBuilder {
       w_.set(a + ".expert_used_count", static_cast<uint32_t>(s_.n_expert_used));
       w_.set(a + ".expert_feed_forward_length", static_cast<uint32_t>(s_.n_ff_exp));
     }
-    if (a == "gemma3") {
-      w_.set(a + ".attention.sliding_window", static_cast<uint32_t>(s_.window));
-      w_.set(a + ".rope.freq_base_swa", s_.rope_base_swa);
+    if (s_.window > 0) w_.set(a + ".attention.sliding_window", static_cast<uint32_t>(s_.window));
+    if (s_.rope_base_swa > 0) w_.set(a + ".rope.freq_base_swa", s_.rope_base_swa);
+    if (s_.yarn_factor > 0) {  // gpt-oss's rope_scaling: beta_fast 32 and beta_slow 1 (llama.cpp's defaults too)
+      w_.set(a + ".rope.scaling.type", std::string("yarn"));
+      w_.set(a + ".rope.scaling.factor", s_.yarn_factor);
+      w_.set(a + ".rope.scaling.original_context_length", static_cast<uint32_t>(s_.yarn_orig_ctx));
+      w_.set(a + ".rope.scaling.yarn_beta_fast", 32.0f);
+      w_.set(a + ".rope.scaling.yarn_beta_slow", 1.0f);
     }
-    const int64_t ssm_inner = s_.ssm_v_heads * kSsmHead, ssm_conv_dim = 2 * s_.ssm_k_heads * kSsmHead + ssm_inner;
     if (a == "qwen35") {
+      const int64_t ssm_inner = s_.ssm_v_heads * kSsmHead;
       gguf::Array sec;
       sec.type = gguf::ValueType::I32;
       for (int32_t x : {11, 11, 10, 0}) sec.items.push_back(gguf::Value(x));
@@ -220,69 +270,97 @@ class ModelBuilder {
       w_.set(a + ".ssm.inner_size", static_cast<uint32_t>(ssm_inner));
       w_.set(a + ".full_attention_interval", static_cast<uint32_t>(kFullAttnInterval));
     }
+  }
 
-    KILN_TRY(add_matrix("token_embd.weight", s_.tied ? Role::kOutput : Role::kEmbed, 0, s_.n_embd, s_.n_vocab));
-    if (s_.llama3_rope) KILN_TRY(add_values("rope_freqs.weight", llama3_rope_factors(hd, s_.rope_base)));
-    for (int64_t i = 0; i < s_.n_layer; ++i) {
-      const std::string p = "blk." + std::to_string(i) + ".";
-      KILN_TRY(add_vector(p + "attn_norm.weight", s_.n_embd, 1.0f, 0.1f));
-      if (a == "qwen35") {  // hybrid: Gated DeltaNet layers, a gated full-attention layer every 4th
-        if ((i + 1) % kFullAttnInterval != 0) {
-          const int64_t hv = s_.ssm_v_heads;
-          KILN_TRY(add_matrix(p + "attn_qkv.weight", Role::kMatrix, i, s_.n_embd, ssm_conv_dim));
-          KILN_TRY(add_matrix(p + "attn_gate.weight", Role::kMatrix, i, s_.n_embd, ssm_inner));
-          KILN_TRY(w_.add_tensor(p + "ssm_conv1d.weight", DType::F32, {kSsmConv, ssm_conv_dim},
-                                 synth::uniform_f32(next_key(), 0.0f, 0.5f)));
-          KILN_TRY(add_vector(p + "ssm_a", hv, -1.0f, 0.5f));  // -exp(A_log): negative
-          KILN_TRY(add_vector(p + "ssm_dt.bias", hv, 0.0f, 0.5f));
-          KILN_TRY(add_matrix(p + "ssm_beta.weight", Role::kMatrix, i, s_.n_embd, hv));
-          KILN_TRY(add_matrix(p + "ssm_alpha.weight", Role::kMatrix, i, s_.n_embd, hv));
-          KILN_TRY(add_vector(p + "ssm_norm.weight", kSsmHead, 1.0f, 0.1f));
-          KILN_TRY(add_matrix(p + "ssm_out.weight", Role::kMatrix, i, ssm_inner, s_.n_embd));
-        } else {
-          KILN_TRY(add_matrix(p + "attn_q.weight", Role::kMatrix, i, s_.n_embd, 2 * q_dim));  // query | gate
-          KILN_TRY(add_matrix(p + "attn_k.weight", Role::kMatrix, i, s_.n_embd, kv_dim));
-          KILN_TRY(add_matrix(p + "attn_v.weight", Role::kAttnV, i, s_.n_embd, kv_dim));
-          KILN_TRY(add_matrix(p + "attn_output.weight", Role::kMatrix, i, q_dim, s_.n_embd));
-          KILN_TRY(add_vector(p + "attn_q_norm.weight", hd, 1.0f, 0.1f));
-          KILN_TRY(add_vector(p + "attn_k_norm.weight", hd, 1.0f, 0.1f));
-        }
-        KILN_TRY(add_vector(p + "post_attention_norm.weight", s_.n_embd, 1.0f, 0.1f));  // the pre-FFN norm
-        KILN_TRY(add_matrix(p + "ffn_gate.weight", Role::kMatrix, i, s_.n_embd, s_.n_ff));
-        KILN_TRY(add_matrix(p + "ffn_up.weight", Role::kMatrix, i, s_.n_embd, s_.n_ff));
-        KILN_TRY(add_matrix(p + "ffn_down.weight", Role::kFfnDown, i, s_.n_ff, s_.n_embd));
-        continue;
-      }
-      KILN_TRY(add_matrix(p + "attn_q.weight", Role::kMatrix, i, s_.n_embd, q_dim));
-      KILN_TRY(add_matrix(p + "attn_k.weight", Role::kAttnK, i, s_.n_embd, kv_dim));
-      KILN_TRY(add_matrix(p + "attn_v.weight", Role::kAttnV, i, s_.n_embd, kv_dim));
-      if (a == "qwen2") {
-        KILN_TRY(add_vector(p + "attn_q.bias", q_dim, 0.0f, 0.05f));
-        KILN_TRY(add_vector(p + "attn_k.bias", kv_dim, 0.0f, 0.05f));
-        KILN_TRY(add_vector(p + "attn_v.bias", kv_dim, 0.0f, 0.05f));
-      }
-      KILN_TRY(add_matrix(p + "attn_output.weight", Role::kAttnOut, i, q_dim, s_.n_embd));
-      if (a == "qwen3" || a == "gemma3" || a == "qwen3moe") {
+  // Layer i of the llama / qwen2 / qwen3 / gemma3 / qwen35 / qwen3moe shapes.
+  Status add_layer(int64_t i) {
+    const std::string a = s_.arch, p = "blk." + std::to_string(i) + ".";
+    const int64_t hd = s_.head_dim, q_dim = s_.n_head * hd, kv_dim = s_.n_head_kv * hd;
+    KILN_TRY(add_vector(p + "attn_norm.weight", s_.n_embd, 1.0f, 0.1f));
+    if (a == "qwen35") {  // hybrid: Gated DeltaNet layers, a gated full-attention layer every 4th
+      if ((i + 1) % kFullAttnInterval != 0) {
+        const int64_t hv = s_.ssm_v_heads, ssm_inner = hv * kSsmHead;
+        const int64_t ssm_conv_dim = 2 * s_.ssm_k_heads * kSsmHead + ssm_inner;
+        KILN_TRY(add_matrix(p + "attn_qkv.weight", Role::kMatrix, i, s_.n_embd, ssm_conv_dim));
+        KILN_TRY(add_matrix(p + "attn_gate.weight", Role::kMatrix, i, s_.n_embd, ssm_inner));
+        KILN_TRY(w_.add_tensor(p + "ssm_conv1d.weight", DType::F32, {kSsmConv, ssm_conv_dim},
+                               synth::uniform_f32(next_key(), 0.0f, 0.5f)));
+        KILN_TRY(add_vector(p + "ssm_a", hv, -1.0f, 0.5f));  // -exp(A_log): negative
+        KILN_TRY(add_vector(p + "ssm_dt.bias", hv, 0.0f, 0.5f));
+        KILN_TRY(add_matrix(p + "ssm_beta.weight", Role::kMatrix, i, s_.n_embd, hv));
+        KILN_TRY(add_matrix(p + "ssm_alpha.weight", Role::kMatrix, i, s_.n_embd, hv));
+        KILN_TRY(add_vector(p + "ssm_norm.weight", kSsmHead, 1.0f, 0.1f));
+        KILN_TRY(add_matrix(p + "ssm_out.weight", Role::kMatrix, i, ssm_inner, s_.n_embd));
+      } else {
+        KILN_TRY(add_matrix(p + "attn_q.weight", Role::kMatrix, i, s_.n_embd, 2 * q_dim));  // query | gate
+        KILN_TRY(add_matrix(p + "attn_k.weight", Role::kMatrix, i, s_.n_embd, kv_dim));
+        KILN_TRY(add_matrix(p + "attn_v.weight", Role::kAttnV, i, s_.n_embd, kv_dim));
+        KILN_TRY(add_matrix(p + "attn_output.weight", Role::kMatrix, i, q_dim, s_.n_embd));
         KILN_TRY(add_vector(p + "attn_q_norm.weight", hd, 1.0f, 0.1f));
         KILN_TRY(add_vector(p + "attn_k_norm.weight", hd, 1.0f, 0.1f));
       }
-      if (a == "gemma3") KILN_TRY(add_vector(p + "post_attention_norm.weight", s_.n_embd, 1.0f, 0.1f));
-      KILN_TRY(add_vector(p + "ffn_norm.weight", s_.n_embd, 1.0f, 0.1f));
-      if (s_.n_expert > 0) {  // routed experts instead of the dense FFN
-        KILN_TRY(add_router(p + "ffn_gate_inp.weight"));
-        KILN_TRY(add_matrix(p + "ffn_gate_exps.weight", Role::kExperts, i, s_.n_embd, s_.n_ff_exp, s_.n_expert));
-        KILN_TRY(add_matrix(p + "ffn_up_exps.weight", Role::kExperts, i, s_.n_embd, s_.n_ff_exp, s_.n_expert));
-        KILN_TRY(add_matrix(p + "ffn_down_exps.weight", Role::kFfnDown, i, s_.n_ff_exp, s_.n_embd, s_.n_expert));
-        continue;
-      }
+      KILN_TRY(add_vector(p + "post_attention_norm.weight", s_.n_embd, 1.0f, 0.1f));  // the pre-FFN norm
       KILN_TRY(add_matrix(p + "ffn_gate.weight", Role::kMatrix, i, s_.n_embd, s_.n_ff));
       KILN_TRY(add_matrix(p + "ffn_up.weight", Role::kMatrix, i, s_.n_embd, s_.n_ff));
       KILN_TRY(add_matrix(p + "ffn_down.weight", Role::kFfnDown, i, s_.n_ff, s_.n_embd));
-      if (a == "gemma3") KILN_TRY(add_vector(p + "post_ffw_norm.weight", s_.n_embd, 1.0f, 0.1f));
+      return Status::ok();
     }
-    KILN_TRY(add_vector("output_norm.weight", s_.n_embd, 1.0f, 0.1f));
-    if (!s_.tied) KILN_TRY(add_matrix("output.weight", Role::kOutput, 0, s_.n_embd, s_.n_vocab));
+    KILN_TRY(add_matrix(p + "attn_q.weight", Role::kMatrix, i, s_.n_embd, q_dim));
+    KILN_TRY(add_matrix(p + "attn_k.weight", Role::kAttnK, i, s_.n_embd, kv_dim));
+    KILN_TRY(add_matrix(p + "attn_v.weight", Role::kAttnV, i, s_.n_embd, kv_dim));
+    if (a == "qwen2") {
+      KILN_TRY(add_vector(p + "attn_q.bias", q_dim, 0.0f, 0.05f));
+      KILN_TRY(add_vector(p + "attn_k.bias", kv_dim, 0.0f, 0.05f));
+      KILN_TRY(add_vector(p + "attn_v.bias", kv_dim, 0.0f, 0.05f));
+    }
+    KILN_TRY(add_matrix(p + "attn_output.weight", Role::kAttnOut, i, q_dim, s_.n_embd));
+    if (a == "qwen3" || a == "gemma3" || a == "qwen3moe") {
+      KILN_TRY(add_vector(p + "attn_q_norm.weight", hd, 1.0f, 0.1f));
+      KILN_TRY(add_vector(p + "attn_k_norm.weight", hd, 1.0f, 0.1f));
+    }
+    if (a == "gemma3") KILN_TRY(add_vector(p + "post_attention_norm.weight", s_.n_embd, 1.0f, 0.1f));
+    KILN_TRY(add_vector(p + "ffn_norm.weight", s_.n_embd, 1.0f, 0.1f));
+    if (s_.n_expert > 0) {  // routed experts instead of the dense FFN
+      KILN_TRY(add_router(p + "ffn_gate_inp.weight"));
+      KILN_TRY(add_matrix(p + "ffn_gate_exps.weight", Role::kExperts, i, s_.n_embd, s_.n_ff_exp, s_.n_expert));
+      KILN_TRY(add_matrix(p + "ffn_up_exps.weight", Role::kExperts, i, s_.n_embd, s_.n_ff_exp, s_.n_expert));
+      KILN_TRY(add_matrix(p + "ffn_down_exps.weight", Role::kFfnDown, i, s_.n_ff_exp, s_.n_embd, s_.n_expert));
+      return Status::ok();
+    }
+    KILN_TRY(add_matrix(p + "ffn_gate.weight", Role::kMatrix, i, s_.n_embd, s_.n_ff));
+    KILN_TRY(add_matrix(p + "ffn_up.weight", Role::kMatrix, i, s_.n_embd, s_.n_ff));
+    KILN_TRY(add_matrix(p + "ffn_down.weight", Role::kFfnDown, i, s_.n_ff, s_.n_embd));
+    if (a == "gemma3") KILN_TRY(add_vector(p + "post_ffw_norm.weight", s_.n_embd, 1.0f, 0.1f));
     return Status::ok();
+  }
+
+  // Layer i of gpt-oss: the tensors llama.cpp's LLM_ARCH_OPENAI_MOE loader requires, all of them. Biases, sinks and
+  // router values keep generation finite and routing non-degenerate: q/k/v/o biases +-0.1, sinks (logits beside
+  // the scaled q.k scores, O(1)) in [-1, 1], router logits of std ~3 plus a bias in [-0.5, 0.5], expert biases
+  // +-0.1 (SwiGLU's clamps at +-7 then rarely bind).
+  Status add_gptoss_layer(int64_t i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    const int64_t e = s_.n_embd, q_dim = s_.n_head * s_.head_dim, kv_dim = s_.n_head_kv * s_.head_dim;
+    const int64_t f = s_.n_ff_exp, x = s_.n_expert;
+    KILN_TRY(add_vector(p + "attn_norm.weight", e, 1.0f, 0.1f));
+    KILN_TRY(add_matrix(p + "attn_q.weight", Role::kMatrix, i, e, q_dim));
+    KILN_TRY(add_vector(p + "attn_q.bias", q_dim, 0.0f, 0.1f));
+    KILN_TRY(add_matrix(p + "attn_k.weight", Role::kAttnK, i, e, kv_dim));
+    KILN_TRY(add_vector(p + "attn_k.bias", kv_dim, 0.0f, 0.1f));
+    KILN_TRY(add_matrix(p + "attn_v.weight", Role::kAttnV, i, e, kv_dim));
+    KILN_TRY(add_vector(p + "attn_v.bias", kv_dim, 0.0f, 0.1f));
+    KILN_TRY(add_matrix(p + "attn_output.weight", Role::kAttnOut, i, q_dim, e));
+    KILN_TRY(add_vector(p + "attn_output.bias", e, 0.0f, 0.1f));
+    KILN_TRY(add_vector(p + "attn_sinks.weight", s_.n_head, 0.0f, 1.0f));
+    KILN_TRY(add_vector(p + "post_attention_norm.weight", e, 1.0f, 0.1f));  // the FFN's pre-norm
+    KILN_TRY(add_router(p + "ffn_gate_inp.weight"));
+    KILN_TRY(add_vector(p + "ffn_gate_inp.bias", x, 0.0f, 0.5f));
+    KILN_TRY(add_matrix(p + "ffn_gate_exps.weight", Role::kExperts, i, e, f, x));
+    KILN_TRY(add_f32_matrix(p + "ffn_gate_exps.bias", f, x, 0.1f));
+    KILN_TRY(add_matrix(p + "ffn_up_exps.weight", Role::kExperts, i, e, f, x));
+    KILN_TRY(add_f32_matrix(p + "ffn_up_exps.bias", f, x, 0.1f));
+    KILN_TRY(add_matrix(p + "ffn_down_exps.weight", Role::kFfnDown, i, f, e, x));
+    return add_f32_matrix(p + "ffn_down_exps.bias", e, x, 0.1f);
   }
 
   gguf::Writer& writer() { return w_; }
@@ -372,23 +450,24 @@ Result<Shape> resolve_shape(const Options& o, ArgParser& p, const TypeRecipe& t)
   for (const Override& ov : overrides) {
     if (!p.seen(ov.opt)) continue;
     KILN_TRY(check_range(ov.opt, ov.value));
-    if (base->n_expert == 0 && std::string_view(ov.opt).find("expert") != std::string_view::npos)
-      return make_error(ErrorCode::kInvalidArgument, "%s: shape %s has no experts (the MoE shapes: tiny-qwen3moe, "
-                        "qwen3moe-30b-a3b)", ov.opt, s.name);
+    if (base->n_expert == 0 && std::string_view(ov.opt).find("expert") != std::string_view::npos) {
+      std::string moe;
+      for (const Shape& m : kShapes)
+        if (m.n_expert > 0) moe += std::string(moe.empty() ? "" : ", ") + m.name;
+      return make_error(ErrorCode::kInvalidArgument, "%s: shape %s has no experts (the MoE shapes: %s)", ov.opt,
+                        s.name, moe.c_str());
+    }
     *ov.field = ov.value;
   }
   if (s.n_expert_used > s.n_expert)
     return make_error(ErrorCode::kInvalidArgument, "--experts-used %lld is more than the %lld experts",
                       static_cast<long long>(s.n_expert_used), static_cast<long long>(s.n_expert));
-  // Row lengths of the quantized matrices: n_embd (most; the q6_K output of the 4-bit mixes too), n_ff
-  // (ffn_down) and n_head * head_dim (attn_output) must be whole blocks.
-  // (the 4-bit mixes' Q5_K / Q6_K matrices: 256)
-  const bool mix = t.base == DType::Q4_K || t.base == DType::IQ4_NL || t.base == DType::IQ4_XS;
-  const int64_t blk = mix ? 256 : dtype_block_size(t.base);
-  const int64_t embd_blk = t.base == DType::F16 || t.base == DType::Q8_0 || t.base == DType::MXFP4 ? blk : 256;
-  if (s.n_embd % embd_blk != 0)
+  // Row lengths of the quantized matrices: n_embd (most), n_ff / n_ff_exp (ffn_down) and n_head * head_dim
+  // (attn_output) must be whole blocks of 32, the block of every written type or of its fallback (fallback_type).
+  const int64_t blk = t.base == DType::F16 ? 1 : 32;
+  if (s.n_embd % blk != 0)
     return make_error(ErrorCode::kInvalidArgument, "--embd %lld must be a multiple of %lld for --type %s",
-                      static_cast<long long>(s.n_embd), static_cast<long long>(embd_blk), t.name);
+                      static_cast<long long>(s.n_embd), static_cast<long long>(blk), t.name);
   if (s.n_ff % blk != 0)
     return make_error(ErrorCode::kInvalidArgument, "--ff %lld must be a multiple of %lld for --type %s",
                       static_cast<long long>(s.n_ff), static_cast<long long>(blk), t.name);
@@ -473,7 +552,8 @@ int run_synth(int argc, char** argv) {
 
   // Vocabulary: an explicit --n-vocab must hold the tokenizer; otherwise the shape's size grows to fit it.
   std::optional<gguf::File> vocab;
-  int64_t need = synth::builtin_vocab_size();
+  const bool harmony = std::string_view(s.arch) == "gpt-oss";
+  int64_t need = synth::builtin_vocab_size(harmony);
   if (!o.vocab.empty()) {
     auto v = gguf::File::open(o.vocab);
     if (!v) return fail("synth", v.status().with_context("--vocab"));
@@ -495,7 +575,7 @@ int run_synth(int argc, char** argv) {
 
   ModelBuilder b(s, *recipe, o.seed);
   Status st = b.build();
-  if (st.is_ok()) st = vocab ? synth::copy_vocab(b.writer(), *vocab, s.n_vocab) : synth::add_builtin_vocab(b.writer(), s.n_vocab);
+  if (st.is_ok()) st = vocab ? synth::copy_vocab(b.writer(), *vocab, s.n_vocab) : synth::add_builtin_vocab(b.writer(), s.n_vocab, harmony);
   if (!st) return fail("synth", st);
   vocab.reset();
 

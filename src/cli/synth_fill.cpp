@@ -5,6 +5,8 @@
 // f16 block scale d through the std of the random quant values:
 //   Q8_0  x = d*q,          q uniform in [-127, 127]       std(q) = sqrt((255^2-1)/12) = 73.6
 //   Q4_0  x = d*(q-8),      q uniform in [0, 15]           std    = sqrt((16^2-1)/12)  = 4.61
+//   Q5_0  x = d*(q-16),     q uniform in [0, 31]           std    = sqrt((32^2-1)/12)  = 9.23
+//   Q5_1  x = d*q + m,      q uniform in [0, 31], m = -15.5 d  (the same centred values as Q5_0)
 //   Q4_K  x = d*sc*q - dmin*m, sc = m in [8, 15], dmin = 7.5 d  ->  x = d*sc*(q-7.5), std ~ d * 11.5 * 4.61
 //   Q5_K  x = d*sc*q - dmin*m, q in [0, 31], sc = m in [8, 15], dmin = 15.5 d  ->  std ~ d * 11.5 * 9.23
 //   Q6_K  x = d*sc*(q-32),  q uniform in [0, 63], sc in [2, 5]  std ~ d * 3.5 * 18.5
@@ -113,6 +115,23 @@ Result<gguf::Writer::FillFn> random_weights(DType type, uint64_t key, float sigm
       return blocks<block_q4_0>(key, [d](block_q4_0& b, Rng& r) {
         r.bytes(b.qs, sizeof(b.qs));
         b.d = f16(d * r.jitter());
+      });
+    }
+    case DType::Q5_0: {
+      const float d = sigma / 9.23f;
+      return blocks<block_q5_0>(key, [d](block_q5_0& b, Rng& r) {
+        r.bytes(b.qs, sizeof(b.qs));
+        r.bytes(b.qh, sizeof(b.qh));
+        b.d = f16(d * r.jitter());
+      });
+    }
+    case DType::Q5_1: {
+      const float d = sigma / 9.23f;
+      return blocks<block_q5_1>(key, [d](block_q5_1& b, Rng& r) {
+        r.bytes(b.qs, sizeof(b.qs));
+        r.bytes(b.qh, sizeof(b.qh));
+        b.d = f16(d * r.jitter());
+        b.m = f16(-15.5f * fp16_to_f32(b.d));
       });
     }
     case DType::Q4_K: {

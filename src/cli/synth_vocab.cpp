@@ -2,8 +2,10 @@
 // the model's vocabulary size.
 #include <algorithm>
 #include <cctype>
+#include <iterator>
 #include <map>
 #include <set>
+#include <string>
 #include <string_view>
 #include <unordered_set>
 #include <vector>
@@ -152,14 +154,25 @@ std::string pad_token(int64_t id, const std::unordered_set<std::string>& taken) 
   return s;
 }
 
+// o200k_harmony's special tokens from id 199998 on ("": "<|reserved_ID|>"); its ids 200021..201087 are reserved too.
+constexpr int64_t kHarmonyFirstId = 199998, kHarmonySpecials = 201088 - kHarmonyFirstId;
+constexpr const char* kHarmonyNamed[] = {
+    "<|startoftext|>", "<|endoftext|>", "", "", "<|return|>", "<|constrain|>", "", "<|channel|>", "<|start|>",
+    "<|end|>", "<|message|>", "", "", "", "<|call|>", "", "", "", "", "", "<|endofprompt|>"};
+constexpr int64_t kHarmonyBos = 0, kHarmonyPad = 1, kHarmonyEos = 4;  // <|startoftext|>, <|endoftext|>, <|return|>
+
+int64_t bpe_size() { return 256 + static_cast<int64_t>(learned().new_tokens.size()); }
+
 }  // namespace
 
-int64_t builtin_vocab_size() { return 256 + static_cast<int64_t>(learned().new_tokens.size()) + 1; }
+int64_t builtin_vocab_size(bool harmony) {
+  return bpe_size() + (harmony ? static_cast<int64_t>(std::size(kHarmonyNamed)) : 1);
+}
 
-Status add_builtin_vocab(gguf::Writer& w, int64_t n_vocab) {
-  if (n_vocab < builtin_vocab_size())
+Status add_builtin_vocab(gguf::Writer& w, int64_t n_vocab, bool harmony) {
+  if (n_vocab < builtin_vocab_size(harmony))
     return make_error(ErrorCode::kInvalidArgument, "--n-vocab %lld is smaller than the built-in vocabulary (%lld tokens)",
-                      static_cast<long long>(n_vocab), static_cast<long long>(builtin_vocab_size()));
+                      static_cast<long long>(n_vocab), static_cast<long long>(builtin_vocab_size(harmony)));
   const ByteMap& bm = byte_map();
   const LearnedBpe& bpe = learned();
   gguf::Array tokens, types, merges;
@@ -174,18 +187,34 @@ Status add_builtin_vocab(gguf::Writer& w, int64_t n_vocab) {
   };
   for (int b : bm.order) add(bm.of[b], kTokenNormal);
   for (const std::string& t : bpe.new_tokens) add(t, kTokenNormal);
-  const auto eot = static_cast<uint32_t>(tokens.items.size());
-  add("<|endoftext|>", kTokenControl);
-  while (static_cast<int64_t>(tokens.items.size()) < n_vocab)
-    add(pad_token(static_cast<int64_t>(tokens.items.size()), taken), kTokenControl);
+  auto size = [&] { return static_cast<int64_t>(tokens.items.size()); };
   for (const std::string& m : bpe.merges) merges.items.emplace_back(m);
   w.set("tokenizer.ggml.model", "gpt2");
-  w.set("tokenizer.ggml.pre", "gpt-2");
+  if (!harmony) {
+    const auto eot = static_cast<uint32_t>(size());
+    add("<|endoftext|>", kTokenControl);
+    while (size() < n_vocab) add(pad_token(size(), taken), kTokenControl);
+    w.set("tokenizer.ggml.pre", "gpt-2");
+    w.set("tokenizer.ggml.bos_token_id", eot);
+    w.set("tokenizer.ggml.eos_token_id", eot);
+  } else {
+    // The special block ends the vocabulary as in o200k_harmony (at its ids when n_vocab is 201088), shortened to
+    // what fits above the BPE tokens; pads fill the gap below it.
+    const int64_t n_special = std::min(kHarmonySpecials, n_vocab - bpe_size());
+    const int64_t first = n_vocab - n_special;
+    while (size() < first) add(pad_token(size(), taken), kTokenControl);
+    for (int64_t k = 0; k < n_special; ++k) {
+      const bool named = k < static_cast<int64_t>(std::size(kHarmonyNamed)) && *kHarmonyNamed[k];
+      add(named ? kHarmonyNamed[k] : "<|reserved_" + std::to_string(kHarmonyFirstId + k) + "|>", kTokenControl);
+    }
+    w.set("tokenizer.ggml.pre", "gpt-4o");
+    w.set("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(first + kHarmonyBos));
+    w.set("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(first + kHarmonyEos));
+    w.set("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(first + kHarmonyPad));
+  }
   w.set("tokenizer.ggml.tokens", std::move(tokens));
   w.set("tokenizer.ggml.token_type", std::move(types));
   w.set("tokenizer.ggml.merges", std::move(merges));
-  w.set("tokenizer.ggml.bos_token_id", eot);
-  w.set("tokenizer.ggml.eos_token_id", eot);
   w.set("tokenizer.ggml.add_bos_token", false);
   return Status::ok();
 }

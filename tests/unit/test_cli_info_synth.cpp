@@ -5,13 +5,18 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "common/test_util.h"
 #include "gguf/gguf.h"
+#include "model/arch.h"
+#include "model/model.h"
 
 namespace kiln {
 namespace {
@@ -335,6 +340,191 @@ TEST(CliSynth, QwenMoeShapesLoadAndRun) {
   r = run_kiln("synth --shape tiny-qwen3moe --experts-used 9 -o '" + temp_path("x.gguf") + "'");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("--experts-used 9 is more than the 8 experts"), std::string::npos) << r.out;
+}
+
+// The type llama.cpp's quantizer gives a tiny-gptoss tensor (4 layers, rows of 288 that are not K-quant blocks, so
+// Q4_K falls back to Q5_0 and Q6_K to Q8_0; attn_output's rows are 8 x 64 = 512). F32: norms, biases, sinks and the
+// router.
+DType gptoss_expected_type(const std::string& t, const std::string& name, int layer) {
+  const bool f32 = name.find("norm") != std::string::npos || name.find("bias") != std::string::npos ||
+                   name.find("sinks") != std::string::npos || name.find("ffn_gate_inp") != std::string::npos;
+  if (f32) return DType::F32;
+  if (t == "f16") return DType::F16;
+  if (t == "q8_0") return DType::Q8_0;
+  const bool experts = name.find("_exps.") != std::string::npos;
+  if (t == "mxfp4") return experts ? DType::MXFP4 : DType::Q8_0;
+  // q4_k_m: use_more_bits(layer, 4) holds for layers 2 and 3
+  if (name == "output.weight") return DType::Q8_0;
+  if (name.find("attn_output") != std::string::npos) return DType::Q4_K;
+  const bool more = layer >= 2;
+  if ((name.find("attn_v") != std::string::npos || name.find("ffn_down") != std::string::npos) && more)
+    return DType::Q8_0;
+  return DType::Q5_0;
+}
+
+// tiny-gptoss with every type: llama.cpp's gpt-oss keys and tensors (shapes, types), the tensor list is exactly
+// what kiln's gpt-oss manifest binds, `kiln info` shows the hyperparameters, kiln loads it with the derived
+// settings and its logits over a prompt past the sliding window are finite.
+TEST(CliSynth, GptOssTinyEveryTypeLoadsAndRuns) {
+  for (const std::string type : {"f16", "q8_0", "q4_k_m", "mxfp4"}) {
+    SCOPED_TRACE(type);
+    const std::string path = temp_path("gptoss-" + type + ".gguf");
+    auto r = run_kiln("synth --shape tiny-gptoss --type " + type + " -t 2 -o '" + path + "'");
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto f = gguf::File::open(path);
+    ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+    const std::string a = "gpt-oss.";
+    EXPECT_EQ(*f->get_str("general.architecture"), "gpt-oss");
+    EXPECT_EQ(*f->get_u32(a + "block_count"), 4u);
+    EXPECT_EQ(*f->get_u32(a + "embedding_length"), 288u);
+    EXPECT_EQ(*f->get_u32(a + "attention.head_count"), 8u);
+    EXPECT_EQ(*f->get_u32(a + "attention.head_count_kv"), 2u);
+    EXPECT_EQ(*f->get_u32(a + "attention.key_length"), 64u);
+    EXPECT_EQ(*f->get_u32(a + "attention.sliding_window"), 16u);
+    EXPECT_EQ(*f->get_u32(a + "expert_count"), 16u);
+    EXPECT_EQ(*f->get_u32(a + "expert_used_count"), 4u);
+    EXPECT_EQ(*f->get_u32(a + "expert_feed_forward_length"), 288u);
+    EXPECT_EQ(*f->get_str(a + "rope.scaling.type"), "yarn");
+    EXPECT_EQ(*f->get_f32(a + "rope.scaling.factor"), 32.0f);
+    EXPECT_EQ(*f->get_u32(a + "rope.scaling.original_context_length"), 4096u);
+    EXPECT_EQ(*f->get_f32(a + "rope.freq_base"), 150000.0f);
+    EXPECT_EQ(*f->get_str("tokenizer.ggml.pre"), "gpt-4o");
+
+    // Shapes and types against llama.cpp's LLM_ARCH_OPENAI_MOE tensors.
+    const int64_t e = 288, q = 512, kv = 128, x = 16, ff = 288, nv = 1024;
+    std::map<std::string, std::pair<std::vector<int64_t>, int>> want = {
+        {"token_embd.weight", {{e, nv}, 0}}, {"output_norm.weight", {{e}, 0}}, {"output.weight", {{e, nv}, 0}}};
+    for (int i = 0; i < 4; ++i) {
+      const std::string p = "blk." + std::to_string(i) + ".";
+      for (const auto& [n, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+               {"attn_norm.weight", {e}}, {"attn_q.weight", {e, q}}, {"attn_q.bias", {q}},
+               {"attn_k.weight", {e, kv}}, {"attn_k.bias", {kv}}, {"attn_v.weight", {e, kv}}, {"attn_v.bias", {kv}},
+               {"attn_output.weight", {q, e}}, {"attn_output.bias", {e}}, {"attn_sinks.weight", {8}},
+               {"post_attention_norm.weight", {e}}, {"ffn_gate_inp.weight", {e, x}}, {"ffn_gate_inp.bias", {x}},
+               {"ffn_gate_exps.weight", {e, ff, x}}, {"ffn_gate_exps.bias", {ff, x}},
+               {"ffn_up_exps.weight", {e, ff, x}}, {"ffn_up_exps.bias", {ff, x}},
+               {"ffn_down_exps.weight", {ff, e, x}}, {"ffn_down_exps.bias", {e, x}}})
+        want[p + n] = {shape, i};
+    }
+    EXPECT_EQ(f->tensors().size(), want.size());
+    for (const auto& [n, w] : want) {
+      const gguf::TensorInfo* t = f->find_tensor(n);
+      ASSERT_NE(t, nullptr) << n;
+      EXPECT_EQ(std::vector<int64_t>(t->ne, t->ne + t->n_dims), w.first) << n;
+      EXPECT_EQ(t->type, gptoss_expected_type(type, n, w.second)) << n << " is " << dtype_name(t->type);
+    }
+
+    // Exactly the tensors kiln's gpt-oss loader binds, every required one present with its shape.
+    HParams hp;
+    hp.arch = "gpt-oss";
+    const ArchDef* arch = find_arch(hp.arch);
+    ASSERT_NE(arch, nullptr);
+    ASSERT_TRUE(read_common_hparams(*f, hp).is_ok());
+    ASSERT_TRUE(arch->read_hparams(*f, hp).is_ok());
+    Weights w;
+    w.layers.resize(static_cast<size_t>(hp.n_layer));
+    std::set<std::string> bound;
+    for (const TensorSpec& spec : arch->manifest(hp, w)) {
+      const gguf::TensorInfo* t = f->find_tensor(spec.name);
+      if (!t) {
+        EXPECT_FALSE(spec.required) << spec.name;
+        continue;
+      }
+      bound.insert(spec.name);
+      EXPECT_EQ(std::vector<int64_t>(t->ne, t->ne + t->n_dims), spec.shape) << spec.name;
+    }
+    for (const gguf::TensorInfo& t : f->tensors()) EXPECT_TRUE(bound.count(t.name)) << t.name << " is not read";
+
+    auto info = run_kiln("info --json '" + path + "'", false);
+    ASSERT_EQ(info.code, 0);
+    auto j = nlohmann::json::parse(info.out);
+    EXPECT_EQ(j["architecture"], "gpt-oss");
+    EXPECT_EQ(j["hparams"]["expert_count"], 16);
+    EXPECT_EQ(j["hparams"]["attention.sliding_window"], 16);
+    EXPECT_EQ(j["hparams"]["rope.scaling.type"], "yarn");
+    EXPECT_EQ(j["vocab"]["pre"], "gpt-4o");
+
+    {  // the loaded model is released before the CLI runs load it again
+      auto m = Model::load(path, LoadOptions{});
+      ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+      const HParams& mh = m.value()->hparams();
+      EXPECT_EQ(mh.n_expert, 16);
+      EXPECT_EQ(mh.n_expert_used, 4);
+      EXPECT_EQ(mh.layer_swa, (std::vector<uint8_t>{1, 0, 1, 0}));  // even layers local
+      EXPECT_TRUE(mh.attn_sinks);
+      EXPECT_FLOAT_EQ(mh.rope_freq_scale, 1.0f / 32);
+      EXPECT_EQ(mh.n_ctx_orig_yarn, 4096);
+      EXPECT_FALSE(mh.tied_embeddings);
+    }
+
+    // 40 positions: the local layers' window of 16 matters from position 16 on.
+    std::string ids;
+    for (int i = 0; i < 40; ++i) ids += (i ? "," : "") + std::to_string(7 + 23 * i);
+    const std::string out = temp_path("gptoss-" + type + ".logits");
+    r = run_kiln("logits -m '" + path + "' --tokens " + ids + " --all -b 16 -t 2 -o '" + out + "'");
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::vector<uint8_t> bytes = test::read_file(out);
+    ASSERT_EQ(bytes.size(), 40u * nv * 4);
+    std::vector<float> logits(bytes.size() / 4);
+    std::memcpy(logits.data(), bytes.data(), bytes.size());
+    double sum_sq = 0;
+    for (float v : logits) {
+      ASSERT_TRUE(std::isfinite(v));
+      sum_sq += static_cast<double>(v) * v;
+    }
+    EXPECT_GT(sum_sq / static_cast<double>(logits.size()), 1e-4);  // not all zero
+    r = run_kiln("run -m '" + path + "' --tokens 1,2,3,4,5,6,7,8,9 -n 4 --temp 0 --ids --ignore-eos -t 2");
+    EXPECT_EQ(r.code, 0) << r.out;
+    fs::remove(out);
+    fs::remove(path);
+  }
+}
+
+// The harmony vocabulary of the gpt-oss shapes: the BPE tokens, pads, then o200k_harmony's special block at the end
+// (at its real ids with the full 201088 tokens), BOS <|startoftext|>, EOS <|return|>, padding <|endoftext|>.
+TEST(CliSynth, GptOssHarmonyVocabulary) {
+  struct Case {
+    std::string extra;
+    int64_t n_vocab, first;  // the special block starts at `first` (0: wherever it fits)
+  };
+  for (const Case& c : {Case{"", 1024, 0}, Case{"--n-vocab 201088", 201088, 199998}}) {
+    SCOPED_TRACE(c.extra);
+    const std::string path = temp_path("gptoss-vocab.gguf");
+    auto r = run_kiln("synth --shape tiny-gptoss --layers 1 -t 2 " + c.extra + " -o '" + path + "'");
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto f = gguf::File::open(path);
+    ASSERT_TRUE(f.is_ok());
+    const auto tokens = *f->get_str_array("tokenizer.ggml.tokens");
+    const auto types = *f->get_i32_array("tokenizer.ggml.token_type");
+    ASSERT_EQ(static_cast<int64_t>(tokens.size()), c.n_vocab);
+    const int64_t first = std::find(tokens.begin(), tokens.end(), "<|startoftext|>") - tokens.begin();
+    ASSERT_LT(first + 20, c.n_vocab);
+    if (c.first) {  // pads between the BPE tokens and the special block
+      EXPECT_EQ(first, c.first);
+      EXPECT_EQ(tokens[first - 1], "[PAD" + std::to_string(first - 1) + "]");
+    }
+    const std::map<int64_t, std::string> named = {{1, "<|endoftext|>"}, {2, "<|reserved_200000|>"},
+                                                  {4, "<|return|>"},    {5, "<|constrain|>"},
+                                                  {7, "<|channel|>"},   {8, "<|start|>"},
+                                                  {9, "<|end|>"},       {10, "<|message|>"},
+                                                  {14, "<|call|>"},     {20, "<|endofprompt|>"}};
+    for (const auto& [k, text] : named) {
+      EXPECT_EQ(tokens[first + k], text);
+      EXPECT_EQ(types[first + k], 3) << text;
+    }
+    EXPECT_EQ(*f->get_u32("tokenizer.ggml.bos_token_id"), first);
+    EXPECT_EQ(*f->get_u32("tokenizer.ggml.eos_token_id"), first + 4);
+    EXPECT_EQ(*f->get_u32("tokenizer.ggml.padding_token_id"), first + 1);
+    if (c.n_vocab == 201088) {
+      EXPECT_EQ(tokens.back(), "<|reserved_201087|>");
+    }
+    // kiln's tokenizer reads it: harmony markers are single tokens, <|return|> and <|call|> end generation.
+    r = run_kiln("tokenize -m '" + path + "' --ids -p '<|start|>assistant<|channel|>final<|message|>Hi<|return|>'");
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find(std::to_string(first + 8)), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(std::to_string(first + 4)), std::string::npos) << r.out;
+    fs::remove(path);
+  }
 }
 
 TEST(CliSynth, DeterministicForASeed) {

@@ -262,4 +262,19 @@ TEST(PreTokenizer, WhitespaceRewrite) {
   EXPECT_FALSE(kiln::tok::pretokenizer_spec("nope").is_ok());
 }
 
+// gpt-4o (o200k, gpt-oss): letter runs split at a lower-to-upper case change, contractions stay on an upper-case
+// run, digits in threes, a punctuation byte leads the letters after it.
+TEST(PreTokenizer, Gpt4oSplitsCaseRunsAndDigits) {
+  auto spec = kiln::tok::pretokenizer_spec("gpt-4o");
+  ASSERT_TRUE(spec.is_ok()) << spec.status().to_string();
+  auto pre = kiln::tok::PreTokenizer::get(*spec);
+  ASSERT_TRUE(pre.is_ok()) << pre.status().to_string();
+  std::vector<kiln::tok::Span> words;
+  const std::string text = "Hello WORLD's camelCase 12345 a/b\n\n";
+  (*pre)->split(text, &words);
+  std::vector<std::string> got;
+  for (auto w : words) got.push_back(text.substr(w.begin, w.end - w.begin));
+  EXPECT_EQ(got, (std::vector<std::string>{"Hello", " WORLD's", " camel", "Case", " ", "123", "45", " a", "/b", "\n\n"}));
+}
+
 }  // namespace

@@ -102,8 +102,10 @@ class CudaBackend final : public Backend {
   // The q8_1 activations rms_norm_for_matmul left for the matmuls on its dst: valid until the next op entry
   // (use() drops them), taken by the first matmul entry whose input is that tensor.
   bool take_pending(const Tensor& x, ActQ* a);
-  // moe_ffn's GEMV path (cuda_moe.cu): whether it applies to n tokens, and its steps after the routing.
+  // moe_ffn's GEMV path (cuda_moe.cu): whether it applies to n tokens, and its steps after the routing; the
+  // activation both paths run on nk rows of g and u.
   bool moe_gemv_ok(const MoeFfnArgs& a, int64_t n) const;
+  Status moe_activation(const MoeFfnArgs& a, float* g, float* u, int64_t nk);
   Status moe_ffn_gemv(const MoeFfnArgs& a, const int32_t* sel, const float* w, float* g, float* u, float* y,
                       const Tensor& acc);
   // Quantized products of x (already in `a`) into outs[0..n): runs of the bandwidth GEMV type share one launch.

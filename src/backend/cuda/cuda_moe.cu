@@ -133,12 +133,7 @@ Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
     KILN_TRY(matmul_run(plane(a.gate, e), xe, bias_of(a.gate_bias, e, n_ff), rows(g, this, n_ff, r0, cnt), false, nullptr));
     KILN_TRY(matmul_run(plane(a.up, e), xe, bias_of(a.up_bias, e, n_ff), rows(u, this, n_ff, r0, cnt), false, nullptr));
   }
-  if (a.act == MoeActivation::kSwigluOai) {
-    KILN_TRY(launch_swiglu_oai(g, u, nk * n_ff, a.oai_alpha, a.oai_limit, stream_));
-  } else {
-    const Tensor gt = rows(g, this, n_ff, 0, nk);
-    KILN_TRY(swiglu(gt, rows(u, this, n_ff, 0, nk), gt));
-  }
+  KILN_TRY(moe_activation(a, g, u, nk));
   for (int64_t e = 0; e < n_expert; ++e) {
     const int64_t r0 = first[e], cnt = first[e + 1] - r0;
     if (cnt == 0) continue;
@@ -149,6 +144,14 @@ Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
   // 4: the weighted sum into acc
   MoeCombineParams cp{y, row_d, w, static_cast<float*>(acc.data), fstride(acc), n, d, k};
   return launch_moe_combine(cp, stream_);
+}
+
+// Step 3's activation over nk rows of n_ff, in place on g: h = act(g, u) (MoeActivation).
+Status CudaBackend::moe_activation(const MoeFfnArgs& a, float* g, float* u, int64_t nk) {
+  const int64_t n_ff = a.gate.ne[1];
+  if (a.act == MoeActivation::kSwigluOai) return launch_swiglu_oai(g, u, nk * n_ff, a.oai_alpha, a.oai_limit, stream_);
+  const Tensor gt = rows(g, this, n_ff, 0, nk);
+  return swiglu(gt, rows(u, this, n_ff, 0, nk), gt);
 }
 
 // The GEMV path's condition: every expert's share of the step (1..n tokens) goes to the GEMV in matmul for each of
@@ -188,12 +191,8 @@ Status CudaBackend::moe_ffn_gemv(const MoeFfnArgs& a, const int32_t* sel, const 
     KILN_TRY(product(a.gate, a.gate_bias, d, n_ff, a.k, g, ax));
     KILN_TRY(product(a.up, a.up_bias, d, n_ff, a.k, u, ax));
   }
+  KILN_TRY(moe_activation(a, g, u, nk));
   const Tensor gt = rows(g, this, n_ff, 0, nk);
-  if (a.act == MoeActivation::kSwigluOai) {
-    KILN_TRY(launch_swiglu_oai(g, u, nk * n_ff, a.oai_alpha, a.oai_limit, stream_));
-  } else {
-    KILN_TRY(swiglu(gt, rows(u, this, n_ff, 0, nk), gt));
-  }
   KILN_ASSIGN_OR_RETURN(const ActQ ah, quantize_act(gt));
   KILN_TRY(product(a.down, a.down_bias, n_ff, d, 1, y, ah));
   MoeCombineParams cp{y, nullptr, w, static_cast<float*>(acc.data), fstride(acc), n, d, a.k};

@@ -102,12 +102,17 @@ class CudaBackend final : public Backend {
   // The q8_1 activations rms_norm_for_matmul left for the matmuls on its dst: valid until the next op entry
   // (use() drops them), taken by the first matmul entry whose input is that tensor.
   bool take_pending(const Tensor& x, ActQ* a);
-  // moe_ffn's GEMV path (cuda_moe.cu): whether it applies to n tokens, and its steps after the routing; the
-  // activation both paths run on nk rows of g and u.
+  // moe_ffn's paths (cuda_moe.cu): which applies to n tokens, and their steps after the routing; the activation
+  // every path runs on nk rows of g and u.
+  struct MoeScratch;
   bool moe_gemv_ok(const MoeFfnArgs& a, int64_t n) const;
+  bool moe_grouped_ok(const MoeFfnArgs& a, int64_t n) const;
   Status moe_activation(const MoeFfnArgs& a, float* g, float* u, int64_t nk);
-  Status moe_ffn_gemv(const MoeFfnArgs& a, const int32_t* sel, const float* w, float* g, float* u, float* y,
-                      const Tensor& acc);
+  Status moe_ffn_gemv(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc);
+  Status moe_ffn_grouped(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc);
+  Status moe_ffn_host(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc);
+  // The device-grouped path's product before its MatmulGroup: expert 0's plane of w (and bias), x, out.
+  static MatmulParams moe_grouped_params(const Tensor& w, const Tensor& bias, const Tensor& x, const Tensor& out);
   // Quantized products of x (already in `a`) into outs[0..n): runs of the bandwidth GEMV type share one launch.
   Status matmul_outs_q(const Tensor& x, const MatmulOut* outs, int n, const ActQ& a);
   // outs[0..n) (n <= 3, one weight type, each taking mmf) in one mmf launch over x converted to f16 once.

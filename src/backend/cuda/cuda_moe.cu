@@ -1,23 +1,30 @@
 // CudaBackend::moe_ffn: the mixture-of-experts FFN (contract and order of operations: backend/backend.h; the CPU's
-// ops_moe.cpp is the spec). Every product is the backend's own matmul on an expert's plane, so a slot's result is
-// what matmul gives for its expert's rows, in the order the CPU's fast path and the op test's decomposition use:
+// ops_moe.cpp is the spec). The order of operations:
 //   1. router logits: matmul (router, x) -> [n_tok][n_expert]
 //   2. moe_route (moe.cu): each token's k experts and weights, on the device
-//   3. the experts' products, one of two ways:
+//   3. the experts' products, one of three ways (the first that applies):
 //      GEMV path (moe_gemv_ok: matmul would take the GEMV for every expert's share of the step, i.e. for 1..n_tok
 //      tokens of each weight type): x quantized once, then per slot (t, j) gate and up by launch_mmvq_id reading
-//      expert sel[t][j] on the device, the activation, h quantized, the down GEMV per slot. Nothing waits on the
-//      host: the step can be a CUDA graph (decode).
-//      grouped path (otherwise): the experts back to the host (one device-to-host copy and a stream synchronize),
-//      the slots grouped by expert (expert 0's first, tokens increasing within an expert): row[s] of slot s, tok[r]
-//      of row r; moe_gather puts the x rows in that order; per active expert gate and up matmuls over its rows
-//      (their biases added by matmul), the activation over all rows, the down matmul (+ bias).
+//      expert sel[t][j] on the device, the activation, h quantized, the down GEMV per slot. A slot's result is
+//      its expert's matmul row.
+//      device-grouped path (moe_grouped_ok: prefill-sized steps, n_tok > kGemvMaxTok, every expert type on mmq):
+//      moe_group (moe.cu) groups the slots by expert on the device (expert 0's first, tokens increasing within an
+//      expert: row[s] of slot s, tok[r] of row r, first[e], mmq's tile sections), moe_gather puts the x rows in that
+//      order, then one grouped mmq launch per product (launch.h MatmulGroup: each block one expert's tile of rows),
+//      the activation over all rows, the grouped down product. Each expert's rows get mmq's 64 x 64 arithmetic
+//      (q8_1 activations for the quantized types), which is matmul's wherever matmul takes the int8 kernels (mmvq,
+//      mmq) and differs from it by the activations' rounding where matmul takes mmf (f16) or cuBLAS.
+//      host-grouped path (otherwise: types mmq lacks, such as MXFP4 and the i-quants, or 3..32 tokens): the
+//      experts back to the host (one device-to-host copy and a stream synchronize), the grouping above on the
+//      host, per active expert gate and up matmuls over its rows (their biases added by matmul), the activation
+//      over all rows, the down matmul (+ bias): every slot's result is its expert's matmul over those rows.
 //   4. moe_combine: acc_t += sum_j w_{t,j} y_{row(t,j)} in slot order.
-// The grouped path waits on the host, so a step shape that takes it is never captured: its eager run (a step is
-// captured on its second occurrence) marks its graph key (graph_seen_ -1). A decode step reads only the active
-// experts' weights; a prefill reads each active expert's weights once per matmul over its rows.
-// Scratch (moe_buf_, grown outside captures): logits n_tok x n_expert, w and sel, row and tok (nk = n_tok k each),
-// xg nk x d, g and u nk x n_ff, y nk x d floats, each region 256-byte aligned.
+// Nothing but the host-grouped path waits on the host. It is never captured: its eager run (a step is captured on
+// its second occurrence) marks its graph key (graph_seen_ -1). A decode step reads only the active experts'
+// weights; a prefill reads each active expert's weights once per token tile of its rows.
+// Scratch (moe_buf_, grown outside captures; MoeScratch): logits n_tok x n_expert, w and sel, row and tok (nk =
+// n_tok k each), first (n_expert + 1), tiles (MatmulGroup's sections), xg nk x d, g and u nk x n_ff, y nk x d
+// floats, each region 256-byte aligned.
 #include <algorithm>
 #include <vector>
 
@@ -53,15 +60,22 @@ Tensor bias_of(const Tensor& b, int64_t e, int64_t n) {
 
 }  // namespace
 
+struct CudaBackend::MoeScratch {
+  float* logits;
+  float* w;
+  int32_t *sel, *row, *tok, *first;
+  int2* tiles;
+  float *xg, *g, *u, *y;
+};
+
 Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
   KILN_TRY(op_checks::moe_ffn_operands(a, acc, gemm_supports, gemm_supports));
   KILN_TRY(use());
   const int64_t n = a.x.n_rows(), d = a.x.ne[0], n_expert = a.router.ne[1], n_ff = a.gate.ne[1];
-  const int k = a.k;
-  const int64_t nk = n * k;
+  const int64_t nk = n * a.k;
   if (n == 0) return Status::ok();
-  const bool gemv = moe_gemv_ok(a, n);
-  if (!gemv) {
+  const bool gemv = moe_gemv_ok(a, n), grouped = !gemv && moe_grouped_ok(a, n);
+  if (!gemv && !grouped) {
     if (capturing_) {
       capture_failed_ = true;
       return make_error(ErrorCode::kInternal, "%s: moe_ffn of %lld tokens waits for the routing on the host and "
@@ -71,41 +85,55 @@ Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
     if (step_key_set_) graph_seen_[step_key_] = -1;  // this step shape runs eagerly from now on
   }
 
-  const size_t o_logits = 0, o_w = o_logits + align256(static_cast<size_t>(n * n_expert) * 4);
-  const size_t o_sel = o_w + align256(static_cast<size_t>(nk) * 4), o_row = o_sel + align256(static_cast<size_t>(nk) * 4);
-  const size_t o_tok = o_row + align256(static_cast<size_t>(nk) * 4), o_xg = o_tok + align256(static_cast<size_t>(nk) * 4);
-  const size_t o_g = o_xg + align256(static_cast<size_t>(nk * d) * 4), o_u = o_g + align256(static_cast<size_t>(nk * n_ff) * 4);
-  const size_t o_y = o_u + align256(static_cast<size_t>(nk * n_ff) * 4), total = o_y + align256(static_cast<size_t>(nk * d) * 4);
+  size_t total = 0;
+  const auto region = [&](size_t bytes) {
+    const size_t at = total;
+    total += align256(bytes);
+    return at;
+  };
+  const size_t i4 = sizeof(int32_t), f4 = sizeof(float);
+  const size_t o_logits = region(static_cast<size_t>(n * n_expert) * f4), o_w = region(static_cast<size_t>(nk) * f4);
+  const size_t o_sel = region(static_cast<size_t>(nk) * i4), o_row = region(static_cast<size_t>(nk) * i4);
+  const size_t o_tok = region(static_cast<size_t>(nk) * i4), o_first = region(static_cast<size_t>(n_expert + 1) * i4);
+  const size_t o_tiles = region(static_cast<size_t>(mmq_group_entries(nk, static_cast<int>(n_expert))) * sizeof(int2));
+  const size_t o_xg = region(static_cast<size_t>(nk * d) * f4), o_g = region(static_cast<size_t>(nk * n_ff) * f4);
+  const size_t o_u = region(static_cast<size_t>(nk * n_ff) * f4), o_y = region(static_cast<size_t>(nk * d) * f4);
   KILN_TRY(ensure_scratch(&moe_buf_, &moe_bytes_, total, "moe_ffn"));
   char* base = static_cast<char*>(moe_buf_);
-  float* logits = reinterpret_cast<float*>(base + o_logits);
-  float* w = reinterpret_cast<float*>(base + o_w);
-  int32_t* sel_d = reinterpret_cast<int32_t*>(base + o_sel);
-  int32_t* row_d = reinterpret_cast<int32_t*>(base + o_row);
-  int32_t* tok_d = reinterpret_cast<int32_t*>(base + o_tok);
-  float* xg = reinterpret_cast<float*>(base + o_xg);
-  float* g = reinterpret_cast<float*>(base + o_g);
-  float* u = reinterpret_cast<float*>(base + o_u);
-  float* y = reinterpret_cast<float*>(base + o_y);
+  const auto at = [&](size_t off) { return static_cast<void*>(base + off); };
+  const MoeScratch m{static_cast<float*>(at(o_logits)), static_cast<float*>(at(o_w)),
+                     static_cast<int32_t*>(at(o_sel)),  static_cast<int32_t*>(at(o_row)),
+                     static_cast<int32_t*>(at(o_tok)),  static_cast<int32_t*>(at(o_first)),
+                     static_cast<int2*>(at(o_tiles)),   static_cast<float*>(at(o_xg)),
+                     static_cast<float*>(at(o_g)),      static_cast<float*>(at(o_u)),
+                     static_cast<float*>(at(o_y))};
 
   // 1, 2: logits and routing on the device
-  KILN_TRY(matmul_run(a.router, a.x, Tensor{}, Tensor::make(DType::F32, logits, this, n_expert, n), false, nullptr));
+  KILN_TRY(matmul_run(a.router, a.x, Tensor{}, Tensor::make(DType::F32, m.logits, this, n_expert, n), false, nullptr));
   MoeRouteParams rp{};
-  rp.logits = logits;
+  rp.logits = m.logits;
   rp.bias = a.router_bias.valid() ? static_cast<const float*>(a.router_bias.data) : nullptr;
-  rp.n_tok = n, rp.n_expert = static_cast<int>(n_expert), rp.k = k;
+  rp.n_tok = n, rp.n_expert = static_cast<int>(n_expert), rp.k = a.k;
   rp.softmax_all = a.gating == MoeGating::kSoftmax;
   rp.softmax_chosen = a.gating == MoeGating::kSoftmaxWeight;
   rp.norm = a.norm_topk;
-  rp.sel = sel_d, rp.w = w;
+  rp.sel = m.sel, rp.w = m.w;
   KILN_TRY(launch_moe_route(rp, stream_));
 
-  if (gemv) return moe_ffn_gemv(a, sel_d, w, g, u, y, acc);
+  // 3, 4
+  if (gemv) return moe_ffn_gemv(a, m, acc);
+  if (grouped) return moe_ffn_grouped(a, m, acc);
+  return moe_ffn_host(a, m, acc);
+}
 
-  // 3: the grouping on the host
+// Steps 3 and 4 on the host-grouped path (the header).
+Status CudaBackend::moe_ffn_host(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc) {
+  const int64_t n = a.x.n_rows(), d = a.x.ne[0], n_expert = a.router.ne[1], n_ff = a.gate.ne[1];
+  const int k = a.k;
+  const int64_t nk = n * k;
   std::vector<int32_t> sel(static_cast<size_t>(nk)), row(static_cast<size_t>(nk)), tok(static_cast<size_t>(nk));
   std::vector<int64_t> first(static_cast<size_t>(n_expert) + 1, 0);
-  KILN_CUDA_TRY(cudaMemcpyAsync(sel.data(), sel_d, static_cast<size_t>(nk) * 4, cudaMemcpyDeviceToHost, stream_));
+  KILN_CUDA_TRY(cudaMemcpyAsync(sel.data(), m.sel, static_cast<size_t>(nk) * 4, cudaMemcpyDeviceToHost, stream_));
   KILN_CUDA_TRY(cudaStreamSynchronize(stream_));
   for (int64_t s = 0; s < nk; ++s) {
     if (sel[s] < 0 || sel[s] >= n_expert)
@@ -122,27 +150,72 @@ Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
       tok[r] = static_cast<int32_t>(s / k);
     }
   }
-  KILN_CUDA_TRY(cudaMemcpyAsync(row_d, row.data(), static_cast<size_t>(nk) * 4, cudaMemcpyHostToDevice, stream_));
-  KILN_CUDA_TRY(cudaMemcpyAsync(tok_d, tok.data(), static_cast<size_t>(nk) * 4, cudaMemcpyHostToDevice, stream_));
+  KILN_CUDA_TRY(cudaMemcpyAsync(m.row, row.data(), static_cast<size_t>(nk) * 4, cudaMemcpyHostToDevice, stream_));
+  KILN_CUDA_TRY(cudaMemcpyAsync(m.tok, tok.data(), static_cast<size_t>(nk) * 4, cudaMemcpyHostToDevice, stream_));
 
-  KILN_TRY(launch_moe_gather(static_cast<const float*>(a.x.data), fstride(a.x), tok_d, nk, d, xg, stream_));
+  KILN_TRY(launch_moe_gather(static_cast<const float*>(a.x.data), fstride(a.x), m.tok, nk, d, m.xg, stream_));
   for (int64_t e = 0; e < n_expert; ++e) {
     const int64_t r0 = first[e], cnt = first[e + 1] - r0;
     if (cnt == 0) continue;
-    const Tensor xe = rows(xg, this, d, r0, cnt);
-    KILN_TRY(matmul_run(plane(a.gate, e), xe, bias_of(a.gate_bias, e, n_ff), rows(g, this, n_ff, r0, cnt), false, nullptr));
-    KILN_TRY(matmul_run(plane(a.up, e), xe, bias_of(a.up_bias, e, n_ff), rows(u, this, n_ff, r0, cnt), false, nullptr));
+    const Tensor xe = rows(m.xg, this, d, r0, cnt);
+    KILN_TRY(matmul_run(plane(a.gate, e), xe, bias_of(a.gate_bias, e, n_ff), rows(m.g, this, n_ff, r0, cnt), false, nullptr));
+    KILN_TRY(matmul_run(plane(a.up, e), xe, bias_of(a.up_bias, e, n_ff), rows(m.u, this, n_ff, r0, cnt), false, nullptr));
   }
-  KILN_TRY(moe_activation(a, g, u, nk));
+  KILN_TRY(moe_activation(a, m.g, m.u, nk));
   for (int64_t e = 0; e < n_expert; ++e) {
     const int64_t r0 = first[e], cnt = first[e + 1] - r0;
     if (cnt == 0) continue;
-    KILN_TRY(matmul_run(plane(a.down, e), rows(g, this, n_ff, r0, cnt), bias_of(a.down_bias, e, d),
-                        rows(y, this, d, r0, cnt), false, nullptr));
+    KILN_TRY(matmul_run(plane(a.down, e), rows(m.g, this, n_ff, r0, cnt), bias_of(a.down_bias, e, d),
+                        rows(m.y, this, d, r0, cnt), false, nullptr));
   }
+  MoeCombineParams cp{m.y, m.row, m.w, static_cast<float*>(acc.data), fstride(acc), n, d, k};
+  return launch_moe_combine(cp, stream_);
+}
 
-  // 4: the weighted sum into acc
-  MoeCombineParams cp{y, row_d, w, static_cast<float*>(acc.data), fstride(acc), n, d, k};
+MatmulParams CudaBackend::moe_grouped_params(const Tensor& w, const Tensor& bias, const Tensor& x, const Tensor& out) {
+  return matmul_params(plane(w, 0), x, bias_of(bias, 0, w.ne[1]), out, false);
+}
+
+// Whether the device-grouped path takes n tokens: prefill-sized steps (the 3..32-token steps keep the per-expert
+// matmuls of the host-grouped path, whose kernels the selector picks per row count), every expert type on mmq with
+// these shapes, and at most kMoeGroupMaxExperts experts.
+bool CudaBackend::moe_grouped_ok(const MoeFfnArgs& a, int64_t n) const {
+  if (n <= kGemvMaxTok || a.router.ne[1] > kMoeGroupMaxExperts) return false;
+  const int64_t d = a.x.ne[0], n_ff = a.gate.ne[1];
+  // shapes and alignment as the scratch gives them (256-byte aligned rows of whole floats)
+  const auto at = [](uintptr_t v) { return reinterpret_cast<float*>(v << 8); };
+  const Tensor xd = Tensor::make(DType::F32, at(1), nullptr, d, n), xf = Tensor::make(DType::F32, at(2), nullptr, n_ff, n);
+  const Tensor yf = Tensor::make(DType::F32, at(3), nullptr, n_ff, n), yd = Tensor::make(DType::F32, at(4), nullptr, d, n);
+  return mmq_usable(moe_grouped_params(a.gate, Tensor{}, xd, yf)) && mmq_usable(moe_grouped_params(a.up, Tensor{}, xd, yf)) &&
+         mmq_usable(moe_grouped_params(a.down, Tensor{}, xf, yd));
+}
+
+// Steps 3 and 4 on the device-grouped path (the header).
+Status CudaBackend::moe_ffn_grouped(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc) {
+  const int64_t n = a.x.n_rows(), d = a.x.ne[0], n_expert = a.router.ne[1], n_ff = a.gate.ne[1], nk = n * a.k;
+  MoeGroupParams gp{m.sel, nk, static_cast<int>(n_expert), a.k, m.first, m.row, m.tok, m.tiles};
+  KILN_TRY(launch_moe_group(gp, stream_));
+  KILN_TRY(launch_moe_gather(static_cast<const float*>(a.x.data), fstride(a.x), m.tok, nk, d, m.xg, stream_));
+  const auto product = [&](const Tensor& w, const Tensor& b, const Tensor& x, float* out, int64_t n_out,
+                           const ActQ& act) {
+    const MatmulGroup g{m.first, m.tiles, nk, static_cast<int>(n_expert), w.nb[2]};
+    return launch_mmq(moe_grouped_params(w, b, x, rows(out, this, n_out, 0, nk)), act, stream_, &g);
+  };
+  const auto act_of = [&](const Tensor& x, DType t1, DType t2) -> Result<ActQ> {
+    if (!mmvq_supports(t1) && !mmvq_supports(t2)) return ActQ{};  // F16 / BF16 read x as f32
+    return quantize_act(x);
+  };
+  {
+    const Tensor xg = rows(m.xg, this, d, 0, nk);
+    KILN_ASSIGN_OR_RETURN(const ActQ ax, act_of(xg, a.gate.dtype, a.up.dtype));
+    KILN_TRY(product(a.gate, a.gate_bias, xg, m.g, n_ff, ax));
+    KILN_TRY(product(a.up, a.up_bias, xg, m.u, n_ff, ax));
+  }
+  KILN_TRY(moe_activation(a, m.g, m.u, nk));
+  const Tensor h = rows(m.g, this, n_ff, 0, nk);
+  KILN_ASSIGN_OR_RETURN(const ActQ ah, act_of(h, a.down.dtype, a.down.dtype));
+  KILN_TRY(product(a.down, a.down_bias, h, m.y, d, ah));
+  MoeCombineParams cp{m.y, m.row, m.w, static_cast<float*>(acc.data), fstride(acc), n, d, a.k};
   return launch_moe_combine(cp, stream_);
 }
 
@@ -169,9 +242,10 @@ bool CudaBackend::moe_gemv_ok(const MoeFfnArgs& a, int64_t n) const {
 }
 
 // Steps 3 and 4 on the GEMV path (the header): sel / w from moe_route; g, u: nk x n_ff, y: nk x d of the scratch.
-Status CudaBackend::moe_ffn_gemv(const MoeFfnArgs& a, const int32_t* sel, const float* w, float* g, float* u,
-                                 float* y, const Tensor& acc) {
+Status CudaBackend::moe_ffn_gemv(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc) {
   const int64_t n = a.x.n_rows(), d = a.x.ne[0], n_ff = a.gate.ne[1], nk = n * a.k;
+  const int32_t* sel = m.sel;
+  float *g = m.g, *u = m.u, *y = m.y;
   const auto product = [&](const Tensor& wt, const Tensor& b, int64_t n_in, int64_t n_out, int x_div, float* out,
                            const ActQ& act) {
     MmvqIdParams p{};
@@ -195,7 +269,7 @@ Status CudaBackend::moe_ffn_gemv(const MoeFfnArgs& a, const int32_t* sel, const 
   const Tensor gt = rows(g, this, n_ff, 0, nk);
   KILN_ASSIGN_OR_RETURN(const ActQ ah, quantize_act(gt));
   KILN_TRY(product(a.down, a.down_bias, n_ff, d, 1, y, ah));
-  MoeCombineParams cp{y, nullptr, w, static_cast<float*>(acc.data), fstride(acc), n, d, a.k};
+  MoeCombineParams cp{y, nullptr, m.w, static_cast<float*>(acc.data), fstride(acc), n, d, a.k};
   return launch_moe_combine(cp, stream_);
 }
 

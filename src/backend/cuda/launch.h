@@ -198,6 +198,31 @@ struct MmqSplitWs {
   float* part = nullptr;
   size_t part_floats = 0;
 };
+// A grouped product (the experts of moe_ffn, cuda_moe.cu): x's and y's rows are grouped by expert, rows
+// [first[e], first[e + 1]) going through expert e's weights (w + e * expert_bytes, bias + e * n_out); n_rows rows in
+// all (MatmulParams::n_tok). tiles holds one section per token-tile width BN = 16, 32, 64, 128 (mmq_group_off): the
+// (expert, first row) of each BN-row tile of each expert in expert order, then (-1, 0) up to the section's
+// capacity mmq_group_cap (launch_moe_group writes them). mmq alone runs grouped products (launch_mmq with a group):
+// one block per section entry and weight-row tile, K never split. p.w / p.bias are expert 0's.
+struct MatmulGroup {
+  const int32_t* first = nullptr;  // [n_expert + 1] on the device; null: an ordinary product
+  const int2* tiles = nullptr;
+  int64_t n_rows = 0;
+  int n_expert = 0;
+  size_t expert_bytes = 0;
+};
+__host__ __device__ constexpr int64_t mmq_group_cap(int64_t n_rows, int n_expert, int bn) {
+  return (n_rows + bn - 1) / bn + n_expert;  // sum over experts of ceil(rows_e / bn) <= this
+}
+__host__ __device__ constexpr int64_t mmq_group_off(int64_t n_rows, int n_expert, int bn) {
+  int64_t off = 0;
+  for (int b = 16; b < bn; b *= 2) off += mmq_group_cap(n_rows, n_expert, b);
+  return off;
+}
+constexpr int kMmqGroupBnMax = 128;  // sections 16, 32, 64, 128
+__host__ __device__ constexpr int64_t mmq_group_entries(int64_t n_rows, int n_expert) {
+  return mmq_group_off(n_rows, n_expert, 2 * kMmqGroupBnMax);
+}
 struct MatmulParams {
   DType type;
   const uint8_t* w;
@@ -271,7 +296,7 @@ bool int8_mma_ok();
 // dp4a GEMV in passes of 16 tokens.
 bool mmvq_mma_on();
 bool mmq_usable(const MatmulParams& p);
-Status launch_mmq(const MatmulParams& p, const ActQ& a, cudaStream_t s);
+Status launch_mmq(const MatmulParams& p, const ActQ& a, cudaStream_t s, const MatmulGroup* group = nullptr);
 
 // Dequantize + cuBLAS for many tokens (gemm_blas.cu): quantized weights dequantized to f16 rows (in chunks of at
 // most kBlasChunkBytes), F16 / BF16 weights read as they are, activations rounded to f16 (bf16 for BF16 weights),
@@ -422,6 +447,19 @@ struct MoeCombineParams {
   int k;
 };
 Status launch_moe_combine(const MoeCombineParams& p, cudaStream_t s);
+// The slots grouped by expert on the device (one block): sel [n_slot] (slot s = token s / k) -> first [n_expert + 1],
+// row [n_slot] (slot s's row among the grouped rows: expert 0's first, slots in increasing order within an expert),
+// tok [n_slot] (grouped row r's token) and the tile sections of MatmulGroup (tiles: mmq_group_entries(n_slot,
+// n_expert) int2). Needs n_expert <= kMoeGroupMaxExperts.
+constexpr int kMoeGroupMaxExperts = 1024;
+struct MoeGroupParams {
+  const int32_t* sel;
+  int64_t n_slot;
+  int n_expert, k;
+  int32_t *first, *row, *tok;
+  int2* tiles;
+};
+Status launch_moe_group(const MoeGroupParams& p, cudaStream_t s);
 // The experts' GEMV (moe_gemv.cu), for steps whose expert products are all GEMVs: y row s = W_{ids[s]} x_{s / x_div}
 // (+ bias row ids[s]) for the n_slot slots, the experts read on the device (no host round trip, so the step can be a
 // CUDA graph). mmvq's kernel and numerics (mmvq.cuh: one warp per row, q8_1 activations), one slot per grid row;

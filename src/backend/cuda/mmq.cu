@@ -187,25 +187,25 @@ bool mmq_usable(const MatmulParams& p) {
   return p.n_in % 32 == 0;
 }
 
-Status launch_mmq(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
+Status launch_mmq(const MatmulParams& p, const ActQ& a, cudaStream_t s, const MatmulGroup* group) {
   if (p.n_tok == 0 || p.n_out == 0) return Status::ok();
   if (!mmq_usable(p))
     return make_error(ErrorCode::kInternal, "mmq: %s %lld x %lld x %lld not usable here", dtype_name(p.type),
                       static_cast<long long>(p.n_out), static_cast<long long>(p.n_in),
                       static_cast<long long>(p.n_tok));
   switch (p.type) {
-    case DType::Q4_0: return mmq_run<DType::Q4_0>(p, a, s);
-    case DType::Q4_1: return mmq_run<DType::Q4_1>(p, a, s);
-    case DType::Q5_0: return mmq_run<DType::Q5_0>(p, a, s);
-    case DType::Q5_1: return mmq_run<DType::Q5_1>(p, a, s);
-    case DType::Q8_0: return mmq_run<DType::Q8_0>(p, a, s);
-    case DType::Q2_K: return mmq_run<DType::Q2_K>(p, a, s);
-    case DType::Q3_K: return mmq_run<DType::Q3_K>(p, a, s);
-    case DType::Q4_K: return mmq_run<DType::Q4_K>(p, a, s);
-    case DType::Q5_K: return mmq_run<DType::Q5_K>(p, a, s);
-    case DType::Q6_K: return mmq_run<DType::Q6_K>(p, a, s);
-    case DType::F16: return mmq_run<DType::F16>(p, a, s);
-    case DType::BF16: return mmq_run<DType::BF16>(p, a, s);
+    case DType::Q4_0: return mmq_run<DType::Q4_0>(p, a, s, group);
+    case DType::Q4_1: return mmq_run<DType::Q4_1>(p, a, s, group);
+    case DType::Q5_0: return mmq_run<DType::Q5_0>(p, a, s, group);
+    case DType::Q5_1: return mmq_run<DType::Q5_1>(p, a, s, group);
+    case DType::Q8_0: return mmq_run<DType::Q8_0>(p, a, s, group);
+    case DType::Q2_K: return mmq_run<DType::Q2_K>(p, a, s, group);
+    case DType::Q3_K: return mmq_run<DType::Q3_K>(p, a, s, group);
+    case DType::Q4_K: return mmq_run<DType::Q4_K>(p, a, s, group);
+    case DType::Q5_K: return mmq_run<DType::Q5_K>(p, a, s, group);
+    case DType::Q6_K: return mmq_run<DType::Q6_K>(p, a, s, group);
+    case DType::F16: return mmq_run<DType::F16>(p, a, s, group);
+    case DType::BF16: return mmq_run<DType::BF16>(p, a, s, group);
     default: break;
   }
   return make_error(ErrorCode::kUnsupported, "mmq: weight type %s", dtype_name(p.type));

@@ -229,8 +229,28 @@ Status mmq_run_pipelined(int tile, const MatmulParams& p, const ActQ& a, cudaStr
   }
   return Status::ok();
 }
+// A grouped product (MatmulGroup, launch.h): the 64 x 64 tile of mmq_q_kernel / mmq_f_kernel in their grouped
+// kernels, grid (the BN-64 section's capacity, weight-row tiles), K unsplit. Per output the arithmetic of the
+// ungrouped 64 x 64 kernel over the expert's rows alone.
 template <DType T>
-Status mmq_run(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
+Status mmq_run_grouped(const MatmulParams& p, const ActQ& a, cudaStream_t s, const MatmulGroup& g) {
+  MatmulParams q = p;
+  q.k_split = 1;
+  q.split = MmqSplitWs{};
+  const int64_t tx = mmq_group_cap(g.n_rows, g.n_expert, kMmqBN);
+  const dim3 grid(static_cast<unsigned>(tx), static_cast<unsigned>((p.n_out + kMmqBM - 1) / kMmqBM), 1);
+  if constexpr (T == DType::F16 || T == DType::BF16) {
+    (void)a;
+    return launch_pdl(mmq_f_group_kernel<T>, grid, dim3(kMmqThreads), 0, s, q, g);
+  } else {
+    static_assert(sizeof(MmqQSmem<kMmqBM, kMmqBN>) <= 48 * 1024, "the 64 x 64 tile needs no shared-memory opt-in");
+    return launch_pdl(mmq_q_group_kernel<T>, grid, dim3(kMmqThreads), sizeof(MmqQSmem<kMmqBM, kMmqBN>), s, q, a, g);
+  }
+}
+
+template <DType T>
+Status mmq_run(const MatmulParams& p, const ActQ& a, cudaStream_t s, const MatmulGroup* group) {
+  if (group) return mmq_run_grouped<T>(p, a, s, *group);
   int tile = mmq_pick_tile(p);
   {
     bool done = false;
@@ -260,7 +280,8 @@ Status mmq_run(const MatmulParams& p, const ActQ& a, cudaStream_t s) {
   }
 }
 
-#define KILN_MMQ_DECLARE(T) extern template Status mmq_run<DType::T>(const MatmulParams&, const ActQ&, cudaStream_t);
+#define KILN_MMQ_DECLARE(T) \
+  extern template Status mmq_run<DType::T>(const MatmulParams&, const ActQ&, cudaStream_t, const MatmulGroup*);
 KILN_MMQ_DECLARE(Q4_0)
 KILN_MMQ_DECLARE(Q4_1)
 KILN_MMQ_DECLARE(Q5_0)

@@ -123,6 +123,32 @@ __device__ __forceinline__ void mmq_store(const MatmulParams& p, const float (&a
     }
 }
 
+// ---- grouped products (MatmulGroup, launch.h) ---------------------------------------------------------------------
+// Block x of a grouped launch takes entry x of its BN section: expert e's rows [r0, min(r0 + BN, first[e + 1])). It
+// then runs as an ordinary block over those rows alone (t0 = 0, n_tok = their count) with expert e's weights and
+// bias, so the arithmetic per output is the ungrouped kernel's. false: an entry past the section's last tile (the
+// grid covers the capacity). The grouped kernels (mmq_q_group_kernel, mmq_f_group_kernel) are wrappers of the
+// ordinary kernels' block functions, so the ordinary instances keep their code.
+template <int BN>
+__device__ __forceinline__ bool mmq_group_enter(const MatmulGroup& g, MatmulParams& p, int64_t& t0, ActQ* a) {
+  const int2 tl = g.tiles[mmq_group_off(g.n_rows, g.n_expert, BN) + blockIdx.x];
+  if (tl.x < 0) return false;
+  const int64_t r0 = tl.y, n = min(static_cast<int64_t>(BN), static_cast<int64_t>(g.first[tl.x + 1]) - r0);
+  p.w += static_cast<size_t>(tl.x) * g.expert_bytes;
+  if (p.bias) p.bias += static_cast<int64_t>(tl.x) * p.n_out;
+  if (p.x) p.x += r0 * static_cast<int64_t>(p.x_stride);
+  p.y += r0 * static_cast<int64_t>(p.y_stride);
+  p.n_tok = n;
+  p.k_split = 1;
+  if (a) {
+    a->qs += r0 * static_cast<int64_t>(a->qs_stride);
+    a->ds += r0 * static_cast<int64_t>(a->ds_stride);
+    a->n_tok = n;
+  }
+  t0 = 0;
+  return true;
+}
+
 // ---- split-K ------------------------------------------------------------------------------------------------------
 // Few output tiles (the decode-sized token counts: 33..256 tokens give 1-4 token tiles) leave most SMs idle, each
 // block running the whole K loop. With p.k_split = S > 1 the grid has S blocks per tile (blockIdx.z); block z

@@ -142,15 +142,15 @@ __device__ __forceinline__ void mmq_f_store_x(MmqFSmem& sm, int buf, const float
   }
 }
 
+// One block's tile: weight rows from blockIdx.y, tokens [t0, t0 + kMmqBN) of p.
 template <DType T>
-__global__ void __launch_bounds__(kMmqThreads, mmq_min_blocks<T>()) mmq_f_kernel(MatmulParams p) {
-  pdl_enter();
+__device__ __forceinline__ void mmq_f_block(const MatmulParams& p, const int64_t t0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr bool kBf16 = T == DType::BF16;
   __shared__ __align__(16) MmqFSmem sm;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int wm = warp & 1, wn = warp >> 1, g = lane >> 2, tig = lane & 3;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kMmqBN, r0 = static_cast<int64_t>(blockIdx.y) * kMmqBM;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kMmqBM;
   const MmqKRange kr = mmq_k_range(p, static_cast<int>((p.n_in + kMmqBKF - 1) / kMmqBKF));  // split-K
   const int n_stage = kr.end;
   float acc[2][4][4];
@@ -196,6 +196,20 @@ __global__ void __launch_bounds__(kMmqThreads, mmq_min_blocks<T>()) mmq_f_kernel
   }
   mmq_finish<kMmqThreads>(p, acc, r0, t0, wm, wn, g, tig);
 #endif
+}
+
+template <DType T>
+__global__ void __launch_bounds__(kMmqThreads, mmq_min_blocks<T>()) mmq_f_kernel(MatmulParams p) {
+  pdl_enter();
+  mmq_f_block<T>(p, static_cast<int64_t>(blockIdx.x) * kMmqBN);
+}
+// A grouped launch (mmq_group_enter).
+template <DType T>
+__global__ void __launch_bounds__(kMmqThreads, mmq_min_blocks<T>()) mmq_f_group_kernel(MatmulParams p, MatmulGroup grp) {
+  pdl_enter();
+  int64_t t0 = 0;
+  if (!mmq_group_enter<kMmqBN>(grp, p, t0, nullptr)) return;
+  mmq_f_block<T>(p, t0);
 }
 
 }  // namespace kiln::cuda

@@ -189,9 +189,9 @@ __device__ __forceinline__ void mmq_q_compute(const MmqQSmem<BM, BN>& sm, int bu
   }
 }
 
+// One block's tile: weight rows from blockIdx.y, tokens [t0, t0 + BN) of p / a.
 template <DType T, int MT, int NT, int WC>
-__global__ void __launch_bounds__(64 * WC, mmq_q_min_blocks<T, MT, NT, WC>()) mmq_q_kernel(MatmulParams p, ActQ a) {
-  pdl_enter();
+__device__ __forceinline__ void mmq_q_block(const MatmulParams& p, const ActQ& a, const int64_t t0) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int NTH = 64 * WC, BM = 32 * MT, BN = 8 * WC * NT;
   // decoded weights held in registers across the MMAs (mmq_q_fetch_w) on the big tiles; stored right away on 64 x 64
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(64 * WC, mmq_q_min_blocks<T, MT, NT, WC>()) mm
   MmqQSmem<BM, BN>& sm = *reinterpret_cast<MmqQSmem<BM, BN>*>(mmq_smem);
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int wm = warp & 1, wn = warp >> 1, g = lane >> 2, tig = lane & 3;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * BN, r0 = static_cast<int64_t>(blockIdx.y) * BM;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * BM;
   const int n_sub = static_cast<int>(p.n_in / 32);
   const MmqKRange kr = mmq_k_range(p, (n_sub + kMmqBKQ / 32 - 1) / (kMmqBKQ / 32));  // split-K
   const int n_stage = kr.end;
@@ -230,6 +230,21 @@ __global__ void __launch_bounds__(64 * WC, mmq_q_min_blocks<T, MT, NT, WC>()) mm
   }
   mmq_finish<NTH>(p, acc, r0, t0, wm, wn, g, tig);
 #endif
+}
+
+template <DType T, int MT, int NT, int WC>
+__global__ void __launch_bounds__(64 * WC, mmq_q_min_blocks<T, MT, NT, WC>()) mmq_q_kernel(MatmulParams p, ActQ a) {
+  pdl_enter();
+  mmq_q_block<T, MT, NT, WC>(p, a, static_cast<int64_t>(blockIdx.x) * (8 * WC * NT));
+}
+// A grouped launch (mmq_group_enter), 64 x 64 tiles.
+template <DType T>
+__global__ void __launch_bounds__(128, mmq_q_min_blocks<T, 2, 4, 2>()) mmq_q_group_kernel(MatmulParams p, ActQ a,
+                                                                                         MatmulGroup grp) {
+  pdl_enter();
+  int64_t t0 = 0;
+  if (!mmq_group_enter<64>(grp, p, t0, &a)) return;
+  mmq_q_block<T, 2, 4, 2>(p, a, t0);
 }
 
 }  // namespace kiln::cuda

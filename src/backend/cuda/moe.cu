@@ -4,6 +4,7 @@
 //               the lower index), their weights (kSoftmaxWeight: softmax over the k chosen), renormalisation. The
 //               CPU's arithmetic: max-subtracted exp in f32, the sum in double, one f32 reciprocal; the renormalising
 //               sum in double, clamped to 2^-14, one f32 division per weight.
+//   moe_group   the slots grouped by expert on the device: first / row / tok and mmq's tile sections (MatmulGroup)
 //   moe_gather  xg row r = x row tok[r] (the slots grouped by expert, tokens increasing within an expert)
 //   swiglu_oai  gpt-oss's clamped SwiGLU in ggml's f32 steps (in place on g)
 //   moe_combine acc_t += sum_j w_{t,j} y_{row(t,j)}: o = y_0 w_0, then o = o + y_j w_j in slot order, then acc + o
@@ -119,6 +120,58 @@ __global__ void moe_combine_kernel(MoeCombineParams p) {
   *a = *a + o;
 }
 
+// One block. cnt: slots per expert (shared atomics); fst: their prefix (thread 0, expert order); warp 0 places the
+// slots 32 at a time in slot order, so rows within an expert follow the slots (tokens increasing): a lane's rank
+// among the lanes of its expert (__match_any_sync) plus the expert's running offset, which the group's highest lane
+// advances. Warp 1's lanes 0..3 write the tile sections for BN = 16, 32, 64, 128 meanwhile (launch.h MatmulGroup).
+// A slot whose expert is out of range (moe_route never writes one) is counted nowhere and gets no row.
+constexpr int kGroupThreads = 128;
+__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(MoeGroupParams p) {
+  __shared__ int cnt[kMoeGroupMaxExperts], fst[kMoeGroupMaxExperts + 1];
+  const int tid = static_cast<int>(threadIdx.x), n = p.n_expert;
+  for (int e = tid; e < n; e += kGroupThreads) cnt[e] = 0;
+  __syncthreads();
+  for (int64_t s = tid; s < p.n_slot; s += kGroupThreads) {
+    const int e = p.sel[s];
+    if (static_cast<unsigned>(e) < static_cast<unsigned>(n)) atomicAdd(&cnt[e], 1);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int acc = 0;
+    for (int e = 0; e < n; ++e) fst[e] = acc, acc += cnt[e];
+    fst[n] = acc;
+  }
+  __syncthreads();
+  for (int e = tid; e <= n; e += kGroupThreads) p.first[e] = fst[e];
+  if (tid < kWarp) {
+    int* next = cnt;  // reused: the running offset of each expert
+    for (int e = tid; e < n; e += kWarp) next[e] = fst[e];
+    __syncwarp();
+    for (int64_t base = 0; base < p.n_slot; base += kWarp) {
+      const int64_t s = base + tid;
+      int e = s < p.n_slot ? p.sel[s] : -1;
+      if (static_cast<unsigned>(e) >= static_cast<unsigned>(n)) e = -1;
+      const unsigned same = __match_any_sync(0xffffffffu, e);
+      const int r = e >= 0 ? next[e] + __popc(same & ((1u << tid) - 1u)) : 0;
+      __syncwarp();
+      if (e >= 0) {
+        p.row[s] = r;
+        p.tok[r] = static_cast<int32_t>(s / p.k);
+        if ((same >> tid) == 1u) next[e] += __popc(same);  // the highest lane of its expert's group
+      }
+      __syncwarp();
+    }
+  } else if (tid < kWarp + 4) {
+    const int bn = 16 << (tid - kWarp);
+    int2* t = p.tiles + mmq_group_off(p.n_slot, n, bn);
+    const int64_t cap = mmq_group_cap(p.n_slot, n, bn);
+    int64_t i = 0;
+    for (int e = 0; e < n; ++e)
+      for (int r = fst[e]; r < fst[e + 1]; r += bn) t[i++] = make_int2(e, r);
+    for (; i < cap; ++i) t[i] = make_int2(-1, 0);
+  }
+}
+
 unsigned blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 }  // namespace
@@ -141,6 +194,16 @@ Status launch_moe_gather(const float* x, size_t x_stride, const int32_t* tok, in
 Status launch_swiglu_oai(float* g, const float* u, int64_t n, float alpha, float limit, cudaStream_t s) {
   if (n == 0) return Status::ok();
   swiglu_oai_kernel<<<blocks(n), kThreads, 0, s>>>(g, u, n, alpha, limit);
+  KILN_CUDA_LAUNCH_CHECK();
+  return Status::ok();
+}
+
+Status launch_moe_group(const MoeGroupParams& p, cudaStream_t s) {
+  if (p.n_expert < 1 || p.n_expert > kMoeGroupMaxExperts || p.k < 1)
+    return make_error(ErrorCode::kInvalidArgument, "moe_group: %d experts (1..%d), k %d", p.n_expert,
+                      kMoeGroupMaxExperts, p.k);
+  if (p.n_slot == 0) return Status::ok();
+  moe_group_kernel<<<1, kGroupThreads, 0, s>>>(p);
   KILN_CUDA_LAUNCH_CHECK();
   return Status::ok();
 }

@@ -2,5 +2,5 @@
 #include "backend/cuda/mmq.cuh"
 
 namespace kiln::cuda {
-template Status mmq_run<DType::Q4_0>(const MatmulParams&, const ActQ&, cudaStream_t);
+template Status mmq_run<DType::Q4_0>(const MatmulParams&, const ActQ&, cudaStream_t, const MatmulGroup*);
 }  // namespace kiln::cuda

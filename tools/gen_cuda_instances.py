@@ -10,7 +10,7 @@ MMQ_QUANT_TYPES = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K
 IQ_GRID_TYPES = ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"]  # decode32 in quant_iq.cuh
 MMVQ_TYPES = MMQ_QUANT_TYPES + ["IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0"] + IQ_GRID_TYPES
 FAST_TYPES = ["Q4_K", "Q6_K"]  # mmvq_fast.cuh: the bandwidth GEMV (+ grouped / SwiGLU launches)
-MMQ_TYPES = MMQ_QUANT_TYPES + ["F16", "BF16"]  # mmq.cuh: the tensor-core prefill GEMM
+MMQ_TYPES = MMQ_QUANT_TYPES + ["MXFP4", "F16", "BF16"]  # mmq.cuh: the tensor-core prefill GEMM
 
 os.makedirs(OUT, exist_ok=True)
 for t in MMVQ_TYPES:

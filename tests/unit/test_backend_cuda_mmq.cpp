@@ -177,8 +177,8 @@ std::vector<double> model_x(DType t, const float* x, int64_t n) {
   return a;
 }
 
-const DType kMmqTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K,
-                           DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16,  DType::BF16};
+const DType kMmqTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,  DType::Q2_K, DType::Q3_K,
+                           DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::MXFP4, DType::F16,  DType::BF16};
 // The types cuBLAS takes (dequantized to f16 rows): mmq's and the codebook types, which have no mmq kernel.
 const DType kBlasTypes[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0,   DType::Q5_1,   DType::Q8_0,
                             DType::Q2_K, DType::Q3_K, DType::Q4_K,   DType::Q5_K,   DType::Q6_K,

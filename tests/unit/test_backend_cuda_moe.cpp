@@ -122,7 +122,8 @@ std::string name(const Case& c, DType gt, DType dt) {
 TEST(CudaMoe, DeviceGroupedPathEqualsMmqPerExpert) {
   KILN_NEED_GPU();
   const struct { DType gate_up, down; } types[] = {{DType::Q4_K, DType::Q6_K}, {DType::Q8_0, DType::Q8_0},
-                                                   {DType::Q4_0, DType::Q5_K}, {DType::F16, DType::F16}};
+                                                   {DType::Q4_0, DType::Q5_K}, {DType::MXFP4, DType::MXFP4},
+                                                   {DType::F16, DType::F16}};
   const Case cases[] = {
       {256, 256, 8, 33, 2, true, false, 0.0f},     // the smallest grouped step; ~8 rows per expert
       {256, 512, 4, 150, 2, false, true, 0.0f},    // ~75 rows per expert: two tiles each; biases

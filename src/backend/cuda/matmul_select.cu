@@ -35,7 +35,7 @@ namespace {
 // Measured: Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, F16 (BF16 as F16: the same GEMV and cuBLAS path); Q4_1, Q5_0, Q5_1 take
 // Q4_0's (the same dp4a GEMV, their mmq no faster than Q4_0's); Q2_K, Q3_K the rule measured before split-K mmq
 // (GEMV to kGemvMaxTok, blas from 33). IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0 and the i-quant grid types: not measured yet; the GEMV to kGemvMaxTok, then blas
-// (they have no mmq kernel).
+// (no measured mmq rule: MXFP4's mmq serves the MoE experts' grouped products, cuda_moe.cu).
 //   mmf_to: Q4_K's weight-streaming GEMM (mmf_bench, one layer, best geometry per shape): 0.098 / 0.113 / 0.151 /
 //            0.237 ms at 8 / 16 / 32 / 64 tokens against mmq's 0.175 / 0.179 / 0.244 / 0.343 and the GEMV's 0.189 at 8.
 //            End to end (llama3-8b Q4_K_M, P sequences decoding, 112e990): a step of 4 sequences took 5.2 ms on mmf,

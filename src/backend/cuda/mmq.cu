@@ -45,7 +45,7 @@ bool mmq_supports(DType t) {
   switch (t) {
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
-    case DType::F16: case DType::BF16: return true;
+    case DType::MXFP4: case DType::F16: case DType::BF16: return true;
     default: return false;
   }
 }
@@ -204,6 +204,7 @@ Status launch_mmq(const MatmulParams& p, const ActQ& a, cudaStream_t s, const Ma
     case DType::Q4_K: return mmq_run<DType::Q4_K>(p, a, s, group);
     case DType::Q5_K: return mmq_run<DType::Q5_K>(p, a, s, group);
     case DType::Q6_K: return mmq_run<DType::Q6_K>(p, a, s, group);
+    case DType::MXFP4: return mmq_run<DType::MXFP4>(p, a, s, group);
     case DType::F16: return mmq_run<DType::F16>(p, a, s, group);
     case DType::BF16: return mmq_run<DType::BF16>(p, a, s, group);
     default: break;

@@ -266,7 +266,7 @@ Status mmq_run(const MatmulParams& p, const ActQ& a, cudaStream_t s, const Matmu
     // the per-16 types (Q2_K, Q3_K, Q6_K): 64 x 64 or 128 x 128 (on 64 x 128 / 128 x 64 ptxas spills 12-48 bytes at
     // 255 registers on every arch: two MMA results and two scales per output)
     // (Q2_K keeps 64 x 64 only: 4 bytes spilled on 128 x 128 on sm_80/86/89)
-    if constexpr (T == DType::Q2_K) {
+    if constexpr (T == DType::Q2_K || T == DType::MXFP4) {  // MXFP4: the MoE experts' grouped GEMM (64 x 64)
       return mmq_run_q<T, 2, 4, 2>(p, a, s);
     } else if constexpr (mmq_half16<T>()) {
       if (tile == kMmqTileL) return mmq_run_q<T, 4, 4, 4>(p, a, s);
@@ -292,6 +292,7 @@ KILN_MMQ_DECLARE(Q3_K)
 KILN_MMQ_DECLARE(Q4_K)
 KILN_MMQ_DECLARE(Q5_K)
 KILN_MMQ_DECLARE(Q6_K)
+KILN_MMQ_DECLARE(MXFP4)
 KILN_MMQ_DECLARE(F16)
 KILN_MMQ_DECLARE(BF16)
 #undef KILN_MMQ_DECLARE

@@ -15,13 +15,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "common/backend_test_util.h"
+#include "common/moe_test_util.h"
 
 #ifdef KILN_HAVE_CUDA
 namespace kiln::cuda {
@@ -59,57 +59,9 @@ struct Case {
   float skew;  // > 0: a router bias of skew on expert 0 (with k = 1 every slot goes to it)
 };
 
-struct Routing {
-  std::vector<int> sel;   // [n_tok * k]
-  std::vector<double> w;  // [n_tok * k]
-  double min_gap = 1e30;
-};
-
-// softmax over all experts, the k largest (decreasing), optionally renormalised: the contract in double.
-Routing route(const Case& c, const std::vector<float>& router, const std::vector<float>& bias, const std::vector<float>& x) {
-  Routing r;
-  r.sel.resize(static_cast<size_t>(c.n_tok * c.k));
-  r.w.resize(r.sel.size());
-  for (int64_t t = 0; t < c.n_tok; ++t) {
-    std::vector<double> p(static_cast<size_t>(c.n_expert));
-    double mx = -1e300;
-    for (int64_t e = 0; e < c.n_expert; ++e) {
-      double l = 0;
-      for (int64_t i = 0; i < c.d; ++i) l += static_cast<double>(router[e * c.d + i]) * x[t * c.d + i];
-      l = static_cast<double>(static_cast<float>(l) + bias[e]);  // the op adds the bias to the f32 logit
-      mx = std::max(mx, p[e] = l);
-    }
-    double sum = 0;
-    for (double& v : p) sum += (v = std::exp(v - mx));
-    for (double& v : p) v /= sum;
-    std::vector<int> order(static_cast<size_t>(c.n_expert));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
-    if (c.k < c.n_expert) r.min_gap = std::min(r.min_gap, (p[order[c.k - 1]] - p[order[c.k]]) / p[order[c.k - 1]]);
-    double s = 0;
-    for (int j = 0; j < c.k; ++j) s += p[order[j]];
-    for (int j = 0; j < c.k; ++j) {
-      r.sel[t * c.k + j] = order[j];
-      r.w[t * c.k + j] = c.norm ? p[order[j]] / std::max(s, 6.103515625e-5) : p[order[j]];
-    }
-  }
-  return r;
-}
-
-Tensor plane(const Tensor& w, int64_t e) {
-  Tensor p = w;
-  p.data = static_cast<char*>(w.data) + static_cast<size_t>(e) * w.nb[2];
-  p.ne[2] = 1;
-  p.nb[3] = p.nb[2];
-  return p;
-}
 Tensor bias_of(const DevTensor& b, int64_t e, int64_t n) {
   if (!b.buf) return Tensor{};
   return Tensor::make(DType::F32, static_cast<float*>(b.t.data) + e * n, b.t.backend, n);
-}
-
-DevTensor upload_experts(Backend& be, DType t, int64_t n_in, int64_t n_out, int64_t n_expert, std::mt19937& rng) {
-  return dev_upload(be, t, test::random_weights(t, n_in, n_out * n_expert, rng), n_in, n_out, n_expert);
 }
 
 std::string name(const Case& c, DType gt, DType dt) {
@@ -140,7 +92,7 @@ TEST(CudaMoe, DeviceGroupedPathEqualsMmqPerExpert) {
       const std::vector<float> x = randn(static_cast<size_t>(c.d * c.n_tok), ++seed);
       std::vector<float> rbias(static_cast<size_t>(c.n_expert), 0.0f);
       rbias[0] = c.skew;
-      const Routing r = route(c, router, rbias, x);
+      const test::MoeRouting r = test::moe_route(c.d, c.n_expert, c.n_tok, c.k, c.norm, router, x, &rbias);
       ASSERT_GT(r.min_gap, 1e-3) << what << ": the test data route too close to a tie";
       if (c.skew > 0) {
         int on0 = 0;
@@ -148,9 +100,9 @@ TEST(CudaMoe, DeviceGroupedPathEqualsMmqPerExpert) {
         ASSERT_EQ(on0, static_cast<int>(c.n_tok)) << what << ": the skewed router must send every slot to expert 0";
       }
       const std::vector<float> acc0 = randn(static_cast<size_t>(c.d * c.n_tok), ++seed, 0.5f);
-      const DevTensor G = upload_experts(gpu, ty.gate_up, c.d, c.n_ff, c.n_expert, rng);
-      const DevTensor U = upload_experts(gpu, ty.gate_up, c.d, c.n_ff, c.n_expert, rng);
-      const DevTensor D = upload_experts(gpu, ty.down, c.n_ff, c.d, c.n_expert, rng);
+      const DevTensor G = test::upload_experts(gpu, ty.gate_up, c.d, c.n_ff, c.n_expert, rng);
+      const DevTensor U = test::upload_experts(gpu, ty.gate_up, c.d, c.n_ff, c.n_expert, rng);
+      const DevTensor D = test::upload_experts(gpu, ty.down, c.n_ff, c.d, c.n_expert, rng);
       DevTensor GB, UB, DB;
       if (c.bias) {
         GB = dev_f32(gpu, randn(static_cast<size_t>(c.n_ff * c.n_expert), ++seed), c.n_ff, c.n_expert);
@@ -180,10 +132,10 @@ TEST(CudaMoe, DeviceGroupedPathEqualsMmqPerExpert) {
           for (int64_t s : slots) xe.insert(xe.end(), x.begin() + (s / c.k) * c.d, x.begin() + (s / c.k + 1) * c.d);
           const DevTensor XE = dev_f32(gpu, xe, c.d, m), GE = dev_alloc(gpu, DType::F32, c.n_ff, m),
                           UE = dev_alloc(gpu, DType::F32, c.n_ff, m), YE = dev_alloc(gpu, DType::F32, c.d, m);
-          KILN_ASSERT_OK(gpu.matmul(plane(G.t, e), XE.t, bias_of(GB, e, c.n_ff), GE.t));
-          KILN_ASSERT_OK(gpu.matmul(plane(U.t, e), XE.t, bias_of(UB, e, c.n_ff), UE.t));
+          KILN_ASSERT_OK(gpu.matmul(test::expert_plane(G.t, e), XE.t, bias_of(GB, e, c.n_ff), GE.t));
+          KILN_ASSERT_OK(gpu.matmul(test::expert_plane(U.t, e), XE.t, bias_of(UB, e, c.n_ff), UE.t));
           KILN_ASSERT_OK(gpu.swiglu(GE.t, UE.t, GE.t));
-          KILN_ASSERT_OK(gpu.matmul(plane(D.t, e), GE.t, bias_of(DB, e, c.d), YE.t));
+          KILN_ASSERT_OK(gpu.matmul(test::expert_plane(D.t, e), GE.t, bias_of(DB, e, c.d), YE.t));
           const std::vector<float> ye = dev_read<float>(gpu, YE);
           for (int64_t i = 0; i < m; ++i) std::copy_n(ye.begin() + i * c.d, c.d, y.begin() + slots[i] * c.d);
         }

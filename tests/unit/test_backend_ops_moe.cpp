@@ -27,11 +27,13 @@
 #include <numeric>
 
 #include "common/backend_test_util.h"
+#include "common/moe_test_util.h"
 
 namespace kiln {
 namespace {
 
 using test::DevTensor;
+using test::MoeRouting;
 using test::dev_alloc;
 using test::dev_f32;
 using test::dev_read;
@@ -53,41 +55,9 @@ std::string name(const MoeCase& c, DType gt, DType dt) {
          (c.norm ? " norm" : "") + " gate/up " + dtype_name(gt) + " down " + dtype_name(dt);
 }
 
-// The contract's routing in double for every token: experts (decreasing probability) and weights.
-struct Routing {
-  std::vector<int> sel;     // [n_tok * k]
-  std::vector<double> w;    // [n_tok * k]
-  double min_gap = 1e30;    // smallest relative gap (p_k - p_k+1) / p_k over the tokens (k < n_expert)
-};
-
-Routing route(const MoeCase& c, const std::vector<float>& router, const std::vector<float>& x) {
-  Routing r;
-  r.sel.resize(static_cast<size_t>(c.n_tok * c.k));
-  r.w.resize(r.sel.size());
-  for (int64_t t = 0; t < c.n_tok; ++t) {
-    std::vector<double> p(static_cast<size_t>(c.n_expert));
-    double mx = -1e300;
-    for (int64_t e = 0; e < c.n_expert; ++e) {
-      double l = 0;
-      for (int64_t i = 0; i < c.d; ++i) l += static_cast<double>(router[e * c.d + i]) * x[t * c.d + i];
-      p[e] = l;
-      mx = std::max(mx, l);
-    }
-    double sum = 0;
-    for (double& v : p) sum += (v = std::exp(v - mx));
-    for (double& v : p) v /= sum;
-    std::vector<int> order(static_cast<size_t>(c.n_expert));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
-    if (c.k < c.n_expert) r.min_gap = std::min(r.min_gap, (p[order[c.k - 1]] - p[order[c.k]]) / p[order[c.k - 1]]);
-    double s = 0;
-    for (int j = 0; j < c.k; ++j) s += p[order[j]];
-    for (int j = 0; j < c.k; ++j) {
-      r.sel[t * c.k + j] = order[j];
-      r.w[t * c.k + j] = c.norm ? p[order[j]] / std::max(s, 6.103515625e-5) : p[order[j]];
-    }
-  }
-  return r;
+// The contract's routing in double for every token (moe_test_util.h).
+MoeRouting route(const MoeCase& c, const std::vector<float>& router, const std::vector<float>& x) {
+  return test::moe_route(c.d, c.n_expert, c.n_tok, c.k, c.norm, router, x);
 }
 
 // Router rows with logits of standard deviation ~3 for x ~ N(0, 1): well separated experts.
@@ -109,7 +79,7 @@ TEST_P(BackendOpsMoe, F32ExpertsMatchTheContract) {
     const std::vector<float> wg = randn(static_cast<size_t>(c.d * c.n_ff * c.n_expert), ++seed, 0.2f);
     const std::vector<float> wu = randn(wg.size(), ++seed, 0.2f), wd = randn(wg.size(), ++seed, 0.2f);
     const std::vector<float> acc0 = randn(static_cast<size_t>(c.d * c.n_tok), ++seed, 0.5f);
-    const Routing r = route(c, router, x);
+    const MoeRouting r = route(c, router, x);
     ASSERT_GT(r.min_gap, 1e-3) << what << ": the test data route too close to a tie";
 
     const DevTensor R = dev_f32(be(), router, c.d, c.n_expert), X = dev_f32(be(), x, c.d, c.n_tok);
@@ -228,20 +198,6 @@ TEST_P(BackendOpsMoe, OaiVariantMatchesTheContract) {
   }
 }
 
-// Expert weights of type t (F32 values for the float types, the block format's bytes otherwise).
-DevTensor upload_experts(Backend& be, DType t, int64_t n_in, int64_t n_out, int64_t n_expert, std::mt19937& rng) {
-  return dev_upload(be, t, test::random_weights(t, n_in, n_out * n_expert, rng), n_in, n_out, n_expert);
-}
-
-// Plane e of an expert stack as a 2-D matmul weight.
-Tensor plane(const Tensor& w, int64_t e) {
-  Tensor p = w;
-  p.data = static_cast<char*>(w.data) + static_cast<size_t>(e) * w.nb[2];
-  p.ne[2] = 1;
-  p.nb[3] = p.nb[2];
-  return p;
-}
-
 TEST_P(BackendOpsMoe, QuantizedExpertsEqualTheirProducts) {
   const struct { DType gate_up, down; } types[] = {{DType::Q4_K, DType::Q6_K}, {DType::Q8_0, DType::Q8_0},
                                                    {DType::F16, DType::F16}};
@@ -255,14 +211,14 @@ TEST_P(BackendOpsMoe, QuantizedExpertsEqualTheirProducts) {
     if (!be().supports(Op::kMoeFfn, ty.gate_up) || !be().supports(Op::kMoeFfn, ty.down)) continue;
     ++ran;
     std::mt19937 rng(++seed);
-    const DevTensor G = upload_experts(be(), ty.gate_up, d, n_ff, n_expert, rng);
-    const DevTensor U = upload_experts(be(), ty.gate_up, d, n_ff, n_expert, rng);
-    const DevTensor D = upload_experts(be(), ty.down, n_ff, d, n_expert, rng);
+    const DevTensor G = test::upload_experts(be(), ty.gate_up, d, n_ff, n_expert, rng);
+    const DevTensor U = test::upload_experts(be(), ty.gate_up, d, n_ff, n_expert, rng);
+    const DevTensor D = test::upload_experts(be(), ty.down, n_ff, d, n_expert, rng);
     for (const MoeCase& c : cases) {
       const std::string what = name(c, ty.gate_up, ty.down);
       const std::vector<float> router = make_router(c, ++seed), x = randn(static_cast<size_t>(c.d * c.n_tok), ++seed);
       const std::vector<float> acc0 = randn(static_cast<size_t>(c.d * c.n_tok), ++seed, 0.5f);
-      const Routing r = route(c, router, x);
+      const MoeRouting r = route(c, router, x);
       ASSERT_GT(r.min_gap, 1e-3) << what << ": the test data route too close to a tie";
       const DevTensor R = dev_f32(be(), router, c.d, c.n_expert), X = dev_f32(be(), x, c.d, c.n_tok);
       const DevTensor A = dev_f32(be(), acc0, c.d, c.n_tok);
@@ -283,10 +239,10 @@ TEST_P(BackendOpsMoe, QuantizedExpertsEqualTheirProducts) {
         for (int64_t s : slots) xe.insert(xe.end(), x.begin() + (s / c.k) * c.d, x.begin() + (s / c.k + 1) * c.d);
         const DevTensor XE = dev_f32(be(), xe, c.d, m), GE = dev_alloc(be(), DType::F32, c.n_ff, m),
                         UE = dev_alloc(be(), DType::F32, c.n_ff, m), YE = dev_alloc(be(), DType::F32, c.d, m);
-        KILN_ASSERT_OK(be().matmul(plane(G.t, e), XE.t, Tensor{}, GE.t));
-        KILN_ASSERT_OK(be().matmul(plane(U.t, e), XE.t, Tensor{}, UE.t));
+        KILN_ASSERT_OK(be().matmul(test::expert_plane(G.t, e), XE.t, Tensor{}, GE.t));
+        KILN_ASSERT_OK(be().matmul(test::expert_plane(U.t, e), XE.t, Tensor{}, UE.t));
         KILN_ASSERT_OK(be().swiglu(GE.t, UE.t, GE.t));
-        KILN_ASSERT_OK(be().matmul(plane(D.t, e), GE.t, Tensor{}, YE.t));
+        KILN_ASSERT_OK(be().matmul(test::expert_plane(D.t, e), GE.t, Tensor{}, YE.t));
         const std::vector<float> ye = dev_read<float>(be(), YE);
         for (int64_t i = 0; i < m; ++i) std::copy_n(ye.begin() + i * c.d, c.d, y.begin() + slots[i] * c.d);
       }

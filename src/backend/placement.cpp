@@ -1,8 +1,10 @@
 #include "backend/placement.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <regex>
 
 #include "backend/registry.h"
 #include "util/thread_pool.h"
@@ -107,6 +109,9 @@ Status check_split_request(const DeviceRequest& req, size_t n_devices) {
   if (req.n_gpu_layers != -1)
     return make_error(ErrorCode::kInvalidArgument, "-ngl: --split-mode tensor runs every layer on the ranks (-ngl %d "
                       "is not -1)", req.n_gpu_layers);
+  if (!req.experts.empty())
+    return make_error(ErrorCode::kInvalidArgument, "--cpu-moe / --n-cpu-moe / -ot: not with --split-mode tensor "
+                      "(every rank holds a shard of every expert)");
   return Status::ok();
 }
 
@@ -142,6 +147,9 @@ Status Placement::check(int64_t n_layer) const {
                       layers.size(), static_cast<long long>(n_layer));
   for (size_t i = 0; i < layers.size(); ++i)
     if (!layers[i]) return make_error(ErrorCode::kInvalidArgument, "placement: layer %zu has no backend", i);
+  if (!experts.empty() && experts.size() != layers.size())
+    return make_error(ErrorCode::kInvalidArgument, "placement: experts of %zu layers assigned, the model has %zu",
+                      experts.size(), layers.size());
   if (!input || !output) return make_error(ErrorCode::kInvalidArgument, "placement: input or output has no backend");
   return Status::ok();
 }
@@ -152,7 +160,10 @@ std::vector<Backend*> Placement::backends() const {
     if (b && std::find(out.begin(), out.end(), b) == out.end()) out.push_back(b);
   };
   add(input.get());
-  for (const auto& l : layers) add(l.get());
+  for (int64_t i = 0; i < static_cast<int64_t>(layers.size()); ++i) {
+    add(layers[i].get());
+    add(experts_of(i));
+  }
   add(output.get());
   return out;
 }
@@ -163,6 +174,38 @@ int64_t Placement::n_offloaded() const {
   return n;
 }
 
+int64_t Placement::n_experts_apart() const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(experts.size()); ++i) n += experts_of(i) != layers[i].get();
+  return n;
+}
+
+namespace {
+
+// "0-9,12" for the indices i in [0, n) where in(i) holds.
+template <class In>
+std::string index_runs(int64_t n, In in) {
+  std::string part;
+  int64_t run_start = -1;
+  auto flush = [&](int64_t end) {
+    if (run_start < 0) return;
+    part += (part.empty() ? "" : ",") + std::to_string(run_start);
+    if (end - 1 > run_start) part += "-" + std::to_string(end - 1);
+    run_start = -1;
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    if (in(i)) {
+      if (run_start < 0) run_start = i;
+    } else {
+      flush(i);
+    }
+  }
+  flush(n);
+  return part;
+}
+
+}  // namespace
+
 std::string Placement::describe() const {
   if (tp_ranks.size() > 1) {
     std::string s = "tensor parallel over " + std::to_string(tp_ranks.size()) + " ranks (";
@@ -171,30 +214,130 @@ std::string Placement::describe() const {
   }
   const std::vector<Backend*> bs = backends();
   if (bs.size() == 1) return bs[0]->name();
+  const int64_t n = static_cast<int64_t>(layers.size());
   std::string s;
   for (size_t bi = 0; bi < bs.size(); ++bi) {
+    const Backend* b = bs[bi];
+    std::vector<std::string> what;
+    if (input.get() == b) what.push_back("input");
+    const std::string ex = index_runs(n, [&](int64_t i) { return experts_of(i) == b && layers[i].get() != b; });
+    if (!ex.empty()) what.push_back("experts of layers " + ex);
+    const std::string ls = index_runs(n, [&](int64_t i) { return layers[i].get() == b; });
+    if (!ls.empty()) what.push_back("layers " + ls);
+    if (output.get() == b) what.push_back("output");
     std::string part;
-    int64_t run_start = -1;
-    auto flush = [&](int64_t end) {
-      if (run_start < 0) return;
-      part += (part.empty() ? "" : ",") + std::to_string(run_start);
-      if (end - 1 > run_start) part += "-" + std::to_string(end - 1);
-      run_start = -1;
-    };
-    for (int64_t i = 0; i < static_cast<int64_t>(layers.size()); ++i) {
-      if (layers[i].get() == bs[bi]) {
-        if (run_start < 0) run_start = i;
-      } else {
-        flush(i);
-      }
-    }
-    flush(static_cast<int64_t>(layers.size()));
-    std::string what = part.empty() ? "" : "layers " + part;
-    if (input.get() == bs[bi]) what = "input" + std::string(what.empty() ? "" : " + ") + what;
-    if (output.get() == bs[bi]) what += std::string(what.empty() ? "" : " + ") + "output";
-    s += (s.empty() ? "" : "; ") + std::string(bs[bi]->name()) + " #" + std::to_string(bi) + ": " + what;
+    for (const std::string& w : what) part += (part.empty() ? "" : " + ") + w;
+    s += (s.empty() ? "" : "; ") + std::string(b->name()) + " #" + std::to_string(bi) + ": " + part;
   }
   return s;
+}
+
+namespace {
+
+// An -ot pattern as std::regex (ECMAScript, llama.cpp's grammar); a bad one is an error naming -ot.
+Result<std::regex> compile_pattern(const std::string& pattern) {
+  try {
+    return std::regex(pattern);
+  } catch (const std::regex_error& e) {
+    return make_error(ErrorCode::kInvalidArgument, "-ot: '%s' is not a regular expression (%s)", pattern.c_str(),
+                      e.what());
+  }
+}
+
+}  // namespace
+
+Result<std::vector<TensorOverride>> parse_tensor_overrides(const std::string& value) {
+  std::vector<TensorOverride> out;
+  size_t i = 0;
+  while (true) {
+    const size_t j = value.find(',', i);
+    const std::string item = value.substr(i, j == std::string::npos ? std::string::npos : j - i);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return make_error(ErrorCode::kInvalidArgument, "-ot: '%s' is not PATTERN=BUFTYPE (e.g. exps=CPU)",
+                        item.c_str());
+    TensorOverride o;
+    o.pattern = item.substr(0, eq);
+    o.buftype = item.substr(eq + 1);
+    for (char& c : o.buftype) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (o.buftype != "CPU")
+      return make_error(ErrorCode::kUnsupported, "-ot: buffer type '%s' in '%s': only CPU is supported for now",
+                        item.substr(eq + 1).c_str(), item.c_str());
+    KILN_TRY(compile_pattern(o.pattern).status());
+    out.push_back(std::move(o));
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  return out;
+}
+
+namespace {
+
+// The layer of a blk.N.* name, or -1.
+int64_t layer_of(const std::string& name) {
+  if (name.rfind("blk.", 0) != 0) return -1;
+  char* end = nullptr;
+  const long long il = std::strtoll(name.c_str() + 4, &end, 10);
+  return end != name.c_str() + 4 && *end == '.' && il >= 0 ? il : -1;
+}
+
+}  // namespace
+
+bool is_expert_tensor(const std::string& name) {
+  return layer_of(name) >= 0 && name.find("_exps") != std::string::npos;
+}
+
+bool goes_with_experts(const std::string& name) {
+  return is_expert_tensor(name) || (layer_of(name) >= 0 && name.find(".ffn_gate_inp.") != std::string::npos);
+}
+
+Result<std::vector<bool>> resolve_expert_layers(const ExpertRequest& req, const std::vector<std::string>& names,
+                                                int64_t n_layer) {
+  if (req.n_cpu_moe < 0)
+    return make_error(ErrorCode::kInvalidArgument, "--n-cpu-moe: must be >= 0 (got %lld)",
+                      static_cast<long long>(req.n_cpu_moe));
+  // Only layers that hold expert tensors are marked (a dense layer has nothing to move).
+  std::vector<bool> on_cpu(static_cast<size_t>(std::max<int64_t>(n_layer, 0)), false);
+  for (const std::string& name : names) {
+    const int64_t il = layer_of(name);
+    if (il >= 0 && il < n_layer && il < req.n_cpu_moe && is_expert_tensor(name))
+      on_cpu[static_cast<size_t>(il)] = true;
+  }
+  for (const TensorOverride& o : req.overrides) {
+    if (o.buftype != "CPU")
+      return make_error(ErrorCode::kUnsupported, "-ot: buffer type '%s': only CPU is supported for now",
+                        o.buftype.c_str());
+    KILN_ASSIGN_OR_RETURN(const std::regex re, compile_pattern(o.pattern));
+    for (const std::string& name : names) {
+      if (!std::regex_search(name, re)) continue;
+      if (!is_expert_tensor(name))
+        return make_error(ErrorCode::kUnsupported, "-ot: '%s' matches tensor '%s': only expert tensors "
+                          "(blk.N.ffn_*_exps) can be overridden for now", o.pattern.c_str(), name.c_str());
+      const int64_t il = layer_of(name);
+      if (il < n_layer) on_cpu[static_cast<size_t>(il)] = true;
+    }
+  }
+  return on_cpu;
+}
+
+Status place_experts(const std::vector<bool>& on_cpu, const BackendOptions& opts, Placement& p) {
+  std::shared_ptr<Backend> host;
+  auto consider = [&](const std::shared_ptr<Backend>& b) {
+    if (!host && b && b->host_memory()) host = b;
+  };
+  consider(p.input);
+  for (const auto& l : p.layers) consider(l);
+  consider(p.output);
+  for (size_t il = 0; il < on_cpu.size() && il < p.layers.size(); ++il) {
+    if (!on_cpu[il] || p.layers[il]->host_memory()) continue;
+    if (!host) {
+      KILN_ASSIGN_OR_RETURN(std::unique_ptr<Backend> c, create_backend("cpu", opts));
+      host = std::shared_ptr<Backend>(std::move(c));
+    }
+    if (p.experts.empty()) p.experts.resize(p.layers.size());
+    p.experts[il] = host;
+  }
+  return Status::ok();
 }
 
 namespace {

@@ -23,17 +23,65 @@ struct Placement {
   // Tensor parallel (set by the model when it runs split by tensors): every rank's backend, rank order. The
   // fields above then describe rank 0 (each rank holds every layer's shards); describe() names all ranks.
   std::vector<std::shared_ptr<Backend>> tp_ranks;
+  // Mixture-of-experts layers whose expert tensors live apart from the layer (--cpu-moe: in host memory while the
+  // layer runs on a GPU): experts[il] holds layer il's expert stacks, their biases and its router, and runs its
+  // moe_ffn (model/forward.h, pieces::moe_ffn). Empty, or nullptr at il: with the layer.
+  std::vector<std::shared_ptr<Backend>> experts;  // [n_layer] or empty
 
   bool empty() const { return layers.empty(); }
-  // Every layer, the input and the output are set, and there are n_layer layers.
+  // Every layer, the input and the output are set, there are n_layer layers, and experts is empty or n_layer long.
   Status check(int64_t n_layer) const;
-  // The distinct backend instances, in first-use order (input, layers, output).
+  // The backend holding layer il's expert tensors: experts[il] when set, else the layer's.
+  Backend* experts_of(int64_t il) const {
+    const size_t i = static_cast<size_t>(il);
+    return i < experts.size() && experts[i] ? experts[i].get() : layers[i].get();
+  }
+  // The distinct backend instances, in first-use order (input, then per layer its backend and its experts',
+  // output).
   std::vector<Backend*> backends() const;
   // Layers on a backend other than the CPU (what llama-bench reports as n_gpu_layers).
   int64_t n_offloaded() const;
-  // "cpu", "cuda:0", or "cpu: layers 0-9, cuda:0: layers 10-31 + output".
+  // Layers whose experts live apart from the layer.
+  int64_t n_experts_apart() const;
+  // "cpu", "cuda:0", or "cpu #0: input + layers 0-9; cuda:0 #1: layers 10-31 + output"; experts apart from their
+  // layer are named with the backend holding them: "cpu #0: experts of layers 0-31; cuda:0 #1: ...".
   std::string describe() const;
 };
+
+// --override-tensor / -ot PATTERN=BUFTYPE (llama.cpp's flag): tensors whose name the regular expression PATTERN
+// matches (std::regex_search, ECMAScript grammar, as llama.cpp) are placed on buffer type BUFTYPE. kiln supports
+// BUFTYPE CPU on expert tensors (is_expert_tensor) only.
+struct TensorOverride {
+  std::string pattern;  // as given
+  std::string buftype;  // "CPU"
+};
+// "PATTERN=BUFTYPE[,PATTERN=BUFTYPE...]" (split at commas, each at its first '=') -> the overrides. Errors name -ot:
+// no '=', an empty pattern, a pattern that is not a regular expression, a buffer type other than CPU (any case).
+Result<std::vector<TensorOverride>> parse_tensor_overrides(const std::string& value);
+
+// Where the expert tensors of mixture-of-experts layers go (--cpu-moe, --n-cpu-moe, -ot). Only layers that run on a
+// device are affected: a layer on the CPU keeps its experts.
+struct ExpertRequest {
+  int64_t n_cpu_moe = 0;  // the experts of layers [0, n_cpu_moe) on the CPU; --cpu-moe: kAllLayers
+  std::vector<TensorOverride> overrides;  // -ot, in command-line order
+  static constexpr int64_t kAllLayers = INT64_MAX;
+  bool empty() const { return n_cpu_moe == 0 && overrides.empty(); }
+};
+
+// An expert tensor (what --cpu-moe moves and -ot may override): blk.N.ffn_{gate,up,down}_exps.{weight,bias}, i.e. a
+// blk.N.* name holding "_exps". Its layer's router (blk.N.ffn_gate_inp.*) is not one, but goes with them
+// (goes_with_experts): Backend::moe_ffn is one op over the router and the expert stacks.
+bool is_expert_tensor(const std::string& name);
+bool goes_with_experts(const std::string& name);
+// Per layer, whether `req` puts its expert tensors on the CPU, given the model's tensor names: --n-cpu-moe N the
+// layers [0, min(N, n_layer)); -ot the layer of every tensor a pattern matches (a match on any of a layer's expert
+// tensors moves all of them and the router). Errors: a pattern that matches a tensor other than an expert tensor
+// (names -ot, the pattern and the tensor), a bad pattern or buffer type (as parse_tensor_overrides).
+Result<std::vector<bool>> resolve_expert_layers(const ExpertRequest& req, const std::vector<std::string>& names,
+                                                int64_t n_layer);
+// Sets p.experts for the layers of `on_cpu` whose backend is not host memory: a CPU backend of the placement (the
+// first one, e.g. the one -ngl keeps layers on), else a new one with `opts`. The others stay with their layer.
+Status place_experts(const std::vector<bool>& on_cpu, const BackendOptions& opts, Placement& p);
 
 // --split-mode (llama.cpp's names; its "row" is kiln's "tensor"):
 //   none    one device (the main GPU) holds every layer (-ngl: the rest on the CPU)
@@ -65,11 +113,12 @@ struct DeviceRequest {
   // --main-gpu: split mode none with --device auto|cuda: the GPU used (cuda:N); layer/tensor: must be a GPU
   // present (checked), otherwise no effect (the first device of the list holds the input and the logits).
   int main_gpu = 0;
+  ExpertRequest experts;  // --cpu-moe, --n-cpu-moe, -ot
 };
 
 // A request against the n_devices its --device resolves to (resolve_device_list): one --tensor-split proportion per
-// device; for split mode tensor at least 2 devices, equal shares and -ngl -1. The CLI runs it before anything loads,
-// make_tensor_parallel_group again. Errors name the flag.
+// device; for split mode tensor at least 2 devices, equal shares, -ngl -1 and no expert placement. The CLI runs it
+// before anything loads, make_tensor_parallel_group again. Errors name the flag.
 Status check_split_request(const DeviceRequest& req, size_t n_devices);
 
 // The ranks of a tensor-parallel group: one backend and one communicator per rank (rank order).

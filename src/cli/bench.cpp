@@ -381,7 +381,7 @@ int bench_main(int argc, char** argv) {
   CacheOptions cache;  // -ctk, -ctv, --kv-type (-c is derived from the tests below)
   int reps = 5, n_batch = defaults::kBatch;
   uint64_t seed = 1234;
-  ModelSource dev_src;  // --device, -ngl (-m and -t are lists of their own here)
+  ModelSource dev_src;  // --device, -ngl, the expert options (-m and -t are lists of their own here)
   args.option({"-m", "--model"}, &model_path, "FILE",
               have_embedded_model() ? "GGUF model file (default: the embedded model)" : "GGUF model file");
   args.option({"-p", "--n-prompt"}, &p_list, "N[,N..]", "prompt lengths (default 512; 0: none)");
@@ -400,6 +400,7 @@ int bench_main(int argc, char** argv) {
               "several devices: none (default), layer or tensor (as run; llama-bench's name)");
   args.option({"-ts", "--tensor-split"}, &dev_src.tensor_split, "A,B,...", "proportions per device (default equal)");
   args.option({"-mg", "--main-gpu"}, &dev_src.main_gpu, "N", "the GPU of --split-mode none (default 0)");
+  add_expert_options(args, &dev_src);
   args.option({"-o", "--output"}, &fmt, "FMT", "md (default), csv or json");
   add_cache_type_options(args, &cache.kv_type, &cache.type_k, &cache.type_v);
   args.option({"-fa", "--flash-attn"}, &fa_list, "0|1[,..]",

@@ -68,6 +68,19 @@ void add_model_options(ArgParser& args, ModelSource* src) {
               "share of each device of --device (layer mode: layers in these proportions; tensor mode: equal only)");
   args.option({"-mg", "--main-gpu"}, &src->main_gpu, "N",
               "split mode none: the GPU to run on (cuda:N) (default 0)");
+  add_expert_options(args, src);
+}
+
+void add_expert_options(ArgParser& args, ModelSource* src) {
+  args.flag({"-cmoe", "--cpu-moe"}, &src->cpu_moe,
+            "mixture-of-experts models: keep the expert tensors of every layer in host memory and run them on the "
+            "CPU (the rest of each layer stays on the GPU)");
+  args.option({"-ncmoe", "--n-cpu-moe"}, &src->n_cpu_moe, "N",
+              "as --cpu-moe for the first N layers only (more than the model has: all)");
+  args.multi({"-ot", "--override-tensor"}, &src->override_tensor, "PATTERN=BUFTYPE[,...]",
+             "tensors whose name matches the regular expression PATTERN go to buffer type BUFTYPE; for now BUFTYPE is "
+             "CPU and only expert tensors (blk.N.ffn_*_exps) can be overridden (a match moves all of that layer's "
+             "experts, with its router); repeatable");
 }
 
 Result<DeviceRequest> device_request(const ModelSource& src) {
@@ -82,6 +95,13 @@ Result<DeviceRequest> device_request(const ModelSource& src) {
   if (src.main_gpu < 0)
     return make_error(ErrorCode::kInvalidArgument, "--main-gpu: must be >= 0 (got %d)", src.main_gpu);
   r.main_gpu = src.main_gpu;
+  if (src.n_cpu_moe < 0)
+    return make_error(ErrorCode::kInvalidArgument, "--n-cpu-moe: must be >= 0 (got %d)", src.n_cpu_moe);
+  r.experts.n_cpu_moe = src.cpu_moe ? ExpertRequest::kAllLayers : src.n_cpu_moe;
+  for (const std::string& v : src.override_tensor) {
+    KILN_ASSIGN_OR_RETURN(std::vector<TensorOverride> o, parse_tensor_overrides(v));
+    r.experts.overrides.insert(r.experts.overrides.end(), o.begin(), o.end());
+  }
   KILN_ASSIGN_OR_RETURN(std::vector<std::string> ids, resolve_device_list(r.device, r.split_mode, r.main_gpu));
   KILN_TRY(check_split_request(r, ids.size()));  // before anything loads
   return r;
@@ -155,6 +175,14 @@ Result<LoadedModel> load_model(const ModelSource& src_in, bool show_progress) {
   out.load_seconds = t.seconds();
   if (src.n_gpu_layers > 0 && out.model->placement().n_offloaded() == 0)
     note_once("-ngl", "kiln: -ngl " + std::to_string(src.n_gpu_layers) + " has no effect: the model runs on the CPU");
+  if ((src.cpu_moe || src.n_cpu_moe > 0 || !src.override_tensor.empty()) &&
+      out.model->placement().n_experts_apart() == 0) {
+    const Model& m = *out.model;
+    const char* why = m.hparams().n_expert == 0           ? "the model has no expert tensors"
+                      : m.placement().n_offloaded() == 0 ? "every layer runs on the CPU already"
+                                                          : "no expert tensor of a layer on the GPU is selected";
+    note_once("cpu-moe", std::string("kiln: --cpu-moe / --n-cpu-moe / -ot move no expert tensor: ") + why);
+  }
   if (show_progress) {
     const Model& m = *out.model;
     const HParams& hp = m.hparams();

@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backend/registry.h"
 #include "cli/args.h"
@@ -46,15 +47,24 @@ struct ModelSource {
   std::string split_mode = "none";  // --split-mode none|layer|tensor (-sm)
   std::string tensor_split;         // --tensor-split A,B,... (-ts): proportions per device ("": equal)
   int main_gpu = 0;                 // --main-gpu N (-mg)
+  // Mixture-of-experts models on a GPU too small for them (llama.cpp's flags; backend/placement.h, ExpertRequest):
+  // the expert tensors of these layers stay in host memory and run on the CPU, the rest of each layer on the GPU.
+  bool cpu_moe = false;                      // --cpu-moe (-cmoe): every layer's
+  int n_cpu_moe = 0;                         // --n-cpu-moe N (-ncmoe): layers 0 .. N-1
+  std::vector<std::string> override_tensor;  // -ot/--override-tensor PATTERN=BUFTYPE[,...], each occurrence
 };
 
 // Registers -m/--model, -t/--threads, --device, -ngl/--n-gpu-layers, -fa/--flash-attn, -sm/--split-mode,
-// -ts/--tensor-split and -mg/--main-gpu.
+// -ts/--tensor-split, -mg/--main-gpu and the expert options (add_expert_options).
 void add_model_options(ArgParser& args, ModelSource* src);
-// The DeviceRequest the options name (--split-mode, --tensor-split and --device parsed; errors name the flag).
+// --cpu-moe/-cmoe, --n-cpu-moe/-ncmoe and -ot/--override-tensor (also registered alone by kiln bench).
+void add_expert_options(ArgParser& args, ModelSource* src);
+// The DeviceRequest the options name (--split-mode, --tensor-split, --device and the expert options parsed; errors
+// name the flag).
 Result<DeviceRequest> device_request(const ModelSource& src);
-// Checks -t, --device, -ngl, -fa, --split-mode, --tensor-split and --main-gpu before anything is loaded (-t above kMaxThreadsPerCore per core is capped with
-// a warning; -fa says once that it changes nothing).
+// Checks -t, --device, -ngl, -fa, --split-mode, --tensor-split, --main-gpu, --n-cpu-moe and -ot before anything is
+// loaded (-t above kMaxThreadsPerCore per core is capped with a warning; -fa says once that it changes nothing).
+// Whether an -ot pattern matches only expert tensors is known once the file is open (Model::load says so).
 Status check_model_options(ModelSource& src);
 
 // The line load_model prints (once) when this build has a CUDA backend but no GPU is present and --device is auto;

@@ -103,7 +103,19 @@ Status moe_ffn(ForwardCtx& c, int64_t il, MoeGating gating, bool norm_topk, MoeA
   a.gate_bias = L.ffn_gate_exps_b;
   a.up_bias = L.ffn_up_exps_b;
   a.down_bias = L.ffn_down_exps_b;
-  return be.moe_ffn(a, c.x);
+  if (!c.experts.be) return be.moe_ffn(a, c.x);
+  // Experts on backend E: the op needs its input there and its result here, so h goes over and the sum comes back
+  // (copying x over instead and back whole would add a third transfer). out starts at zero, so it holds 0 + o = o
+  // exactly, and x + o below is the add the op itself makes: the same result as the op on one backend when E runs
+  // the same kernels (ModelPlacement.ExpertsOnAnotherBackendMatchOne).
+  const ForwardCtx::ExpertsApart& e = c.experts;
+  const Tensor xe = e.x.rows(0, c.n), oe = e.out.rows(0, c.n);
+  KILN_TRY(copy_between(c.h, xe, e.bounce, e.bounce_bytes));
+  KILN_TRY(e.be->copy(e.zero.rows(0, c.n), oe));
+  a.x = xe;
+  KILN_TRY(e.be->moe_ffn(a, oe));
+  KILN_TRY(copy_between(oe, c.h, e.bounce, e.bounce_bytes));
+  return be.add(c.x, c.h, c.x);
 }
 
 Status keep_output_rows(ForwardCtx& c) {

@@ -44,6 +44,15 @@ struct ForwardCtx {
   // rank's shard (n_head, n_head_kv, n_ff its own; wo and w_down its input columns), so the output projections give
   // partial sums that the pieces all-reduce before the residual add.
   Communicator* comm = nullptr;
+  // The current layer's expert tensors when they live on another backend than `be` (Placement::experts: --cpu-moe
+  // keeps them in host memory while the layer runs on a GPU); pieces::moe_ffn runs the op there. be nullptr: the
+  // experts are on c.be like everything else.
+  struct ExpertsApart {
+    Backend* be = nullptr;
+    Tensor x, out, zero;     // F32 [n_embd, batch_tokens] on be: the normed input's copy, the experts' sum, zeros
+    void* bounce = nullptr;  // host staging for copy_between when neither side is host memory
+    size_t bounce_bytes = 0;
+  } experts;
 };
 
 // Consecutive [w, n] f32 tensors out of the scratch region c.s: each takes round_up(w, 16) * capacity floats, so
@@ -87,7 +96,9 @@ Status swiglu_ffn(ForwardCtx& c, int64_t il);
 
 // h = rms_norm(x) * ffn_norm; x += the routed experts' gated FFN of h (Backend::moe_ffn: the layer's router
 // ffn_gate_inp and expert stacks, with their biases when the layer has them, hp.n_expert_used experts per token,
-// `gating`, renormalised top-k weights when norm_topk, activation `act`).
+// `gating`, renormalised top-k weights when norm_topk, activation `act`). With the experts apart (c.experts.be):
+// h is copied to their backend, the op adds the experts' sum into zeros there, the sum is copied back into h and
+// added to x on the layer's backend (two transfers of [n_embd, n] f32; the router runs with the experts).
 Status moe_ffn(ForwardCtx& c, int64_t il, MoeGating gating, bool norm_topk,
                MoeActivation act = MoeActivation::kSwiglu);
 

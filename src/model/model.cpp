@@ -28,8 +28,10 @@ class LoadedModel final : public Model {
   Status init(gguf::File file, const LoadOptions& opts);
 
  private:
-  // Which backend holds tensor `name`: blk.N.* on layer N's, token_embd on the input's, the rest (output_norm,
-  // output, rope_freqs) on the output's. rope_freqs is used by every layer: see bind().
+  // Which backend holds tensor `name` (the one place that decides it): blk.N.* on layer N's, except layer N's expert
+  // tensors and router (goes_with_experts) on the backend of its experts (Placement::experts_of: the layer's unless
+  // --cpu-moe / --n-cpu-moe / -ot put them on the CPU); token_embd on the input's; the rest (output_norm, output,
+  // rope_freqs) on the output's. rope_freqs is used by every layer: see rehome_shared().
   Backend* home_of(const std::string& name) const;
   Status bind(const std::vector<TensorSpec>& manifest, const LoadOptions& opts);
   // Weights used outside their home backend are imported again where they are used (zero-copy on the CPU): a tied
@@ -48,7 +50,8 @@ class LoadedModel final : public Model {
 Backend* LoadedModel::home_of(const std::string& name) const {
   if (name.rfind("blk.", 0) == 0) {
     const long il = std::strtol(name.c_str() + 4, nullptr, 10);
-    if (il >= 0 && il < static_cast<long>(place_.layers.size())) return place_.layers[il].get();
+    if (il >= 0 && il < static_cast<long>(place_.layers.size()))
+      return goes_with_experts(name) ? place_.experts_of(il) : place_.layers[il].get();
   }
   if (name.rfind("token_embd", 0) == 0) return place_.input.get();
   return place_.output.get();
@@ -125,6 +128,12 @@ Status LoadedModel::init(gguf::File file, const LoadOptions& opts) {
     place_ = opts.placement;
   } else {
     KILN_ASSIGN_OR_RETURN(place_, place_layers(opts.devices, hp_.n_layer));
+    // The expert flags against the file's tensor names (a pattern matching a non-expert tensor fails here, before
+    // any weight is read), then the layers on a device whose experts stay in host memory.
+    std::vector<std::string> names;
+    for (const gguf::TensorInfo& t : file_.tensors()) names.push_back(t.name);
+    KILN_ASSIGN_OR_RETURN(std::vector<bool> on_cpu, resolve_expert_layers(opts.devices.experts, names, hp_.n_layer));
+    KILN_TRY(place_experts(on_cpu, opts.devices.backend, place_));
   }
   KILN_TRY(place_.check(hp_.n_layer));
 
@@ -149,6 +158,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
 Result<std::unique_ptr<Model>> Model::load(gguf::File file, const LoadOptions& opts) {
   const std::string path = file.path();
   if (!opts.tensor_parallel.empty() || (opts.placement.empty() && opts.devices.split_mode == SplitMode::kTensor)) {
+    if (!opts.devices.experts.empty())
+      return make_error(ErrorCode::kInvalidArgument, "--cpu-moe / --n-cpu-moe / -ot: not with --split-mode tensor "
+                        "(every rank holds a shard of every expert)");
     auto m = load_tensor_parallel(std::move(file), opts);
     if (!m) return m.status().with_context("loading " + path);
     return m;

@@ -23,8 +23,9 @@
 namespace kiln {
 
 struct LoadOptions {
-  // Where the model runs: an explicit placement wins; otherwise `devices` (--device, -ngl, threads) is resolved
-  // with the file's layer count (backend/placement.h).
+  // Where the model runs: an explicit placement wins (its `experts` say where expert tensors go); otherwise
+  // `devices` (--device, -ngl, threads, the expert flags) is resolved with the file's layer count and tensor names
+  // (backend/placement.h: place_layers, resolve_expert_layers, place_experts).
   Placement placement;
   DeviceRequest devices;
   // Tensor parallel (model/tensor_parallel.h): the ranks and their communicators; when empty and

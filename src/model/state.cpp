@@ -11,6 +11,9 @@
 //   output backend  logits f32 [n_vocab, max_outputs], argmax I32 [max_outputs]; where it runs argmax_masked, the
 //                   masks I64 [ceil(n_vocab / 64), max_outputs] (zeroed at creation) and their pinned host staging
 //                   (StepPlan::out_mask, from the output backend's alloc_host)
+//   per backend holding experts apart from their layer (Placement::experts)
+//                   zeros f32 [n_embd, batch_tokens] (the start of the experts' sum; its workspace's x and h hold the
+//                   normed input's copy and the sum: a backend's workspace is idle while another backend's layer runs)
 //   host (pinned)   with caps.hidden: the hidden rows of a hidden step, [batch_tokens][n_embd] f32 (model/step.h)
 //   host (pinned, from the input backend's alloc_host)
 //                   staging: index region + out_kind + table mirror; fetch: argmax [max_outputs] and logits
@@ -66,6 +69,8 @@ struct Work {
   Tensor ws[11];  // x h q k v attn g u x_keep attn_keep s, [width, batch_tokens]
   Tensor idx_t, tables_t;
   Tensor rope_freqs;
+  std::unique_ptr<Buffer> zeros;  // experts apart from their layer run here: f32 [n_embd, batch_tokens] of 0
+  Tensor zero;
 };
 
 class State final : public ModelState {
@@ -216,6 +221,19 @@ Status State::init() {
     w.tables_t = Tensor::make(DType::I32, w.tables->data(), be, MB, S);
     w.rope_freqs = w_.rope_freqs_for(be);
     work_.push_back(std::move(w));
+  }
+  // The zeros of each backend that runs experts apart from their layer.
+  for (Work& w : work_) {
+    bool hosts = false;
+    for (int64_t il = 0; il < hp_.n_layer; ++il)
+      hosts = hosts || (place_.experts_of(il) == w.be && place_.layers[il].get() != w.be);
+    if (!hosts) continue;
+    KILN_ASSIGN_OR_RETURN(w.zeros, w.be->alloc(static_cast<size_t>(hp_.n_embd * T) * sizeof(float)));
+    w.zero = Tensor::make(DType::F32, w.zeros->data(), w.be, hp_.n_embd, T);
+    const std::vector<float> row(static_cast<size_t>(hp_.n_embd), 0.0f);
+    for (int64_t r = 0; r < T; ++r)
+      KILN_TRY(w.be->write(w.zero, static_cast<size_t>(r * hp_.n_embd) * sizeof(float), row.data(),
+                           row.size() * sizeof(float)));
   }
   // Block tables start as all block 0 (a valid id): a row is only read for kv positions the planner set.
   std::vector<int32_t> zeros(static_cast<size_t>(MB), 0);
@@ -385,6 +403,11 @@ Status State::execute() {
     set_layer_ctx(c, w, n, m);
     if (P.hidden) c.n_out = n;  // every row goes on to the end
     set_layer_params(c, il);
+    c.experts = {};
+    if (Backend* eb = place_.experts_of(il); eb != w.be) {
+      const Work& ew = work_of(eb);
+      c.experts = {eb, ew.ws[0], ew.ws[1], ew.zero, bounce, bounce_bytes};
+    }
     if (&w != cur) KILN_TRY(copy_between(x, c.x, bounce, bounce_bytes));
     cur = &w;
     KILN_TRY(arch_.block(c, il));

@@ -1,7 +1,10 @@
 // --split-mode / --tensor-split / --main-gpu on the commands that load models (cli/model_source.h), as a user runs
 // them on a CPU-only machine: tensor parallel over CPU ranks (--device cpu,cpu) and the layer split over two CPU
 // backend instances give the one-device ids and logits; bad values fail with exit code 1 and a message naming the
-// flag (the model layer's numerics are tested in test_model_tensor_parallel.cpp).
+// flag (the model layer's numerics are tested in test_model_tensor_parallel.cpp). The expert flags (--cpu-moe,
+// --n-cpu-moe, -ot) likewise: their errors name the flag, before the model loads where the value alone is wrong, at
+// load naming the tensor where a pattern matches a non-expert one; on the CPU they change nothing and say so (the
+// experts-on-the-CPU numerics are in test_model_parity.cpp and test_model_moe.cpp).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -86,6 +89,90 @@ TEST(CliSplitMode, HelpListsTheFlags) {
   EXPECT_EQ(r.rc, 0);
   for (const char* f : {"--split-mode", "--tensor-split", "--main-gpu"})
     EXPECT_TRUE(r.out.find(f) != std::string::npos || r.err.find(f) != std::string::npos) << f;
+}
+
+const std::string kGptOss = " -m " + kiln::test::data_path("models-gptoss/fixture-gptoss-f16.gguf");
+
+TEST(CliCpuMoe, BadValuesNameTheFlagBeforeTheModelLoads) {
+  struct Case {
+    const char* args;
+    const char* want;
+  } cases[] = {
+      {"--n-cpu-moe -1", "--n-cpu-moe: must be >= 0 (got -1)"},
+      {"-ncmoe x", "-ncmoe: 'x' is not an integer"},
+      {"-ot exps=CUDA0", "-ot: buffer type 'CUDA0' in 'exps=CUDA0': only CPU is supported for now"},
+      {"-ot exps=CPU -ot up=gpu", "-ot: buffer type 'gpu' in 'up=gpu': only CPU is supported for now"},
+      {"-ot exps", "-ot: 'exps' is not PATTERN=BUFTYPE (e.g. exps=CPU)"},
+      {"--override-tensor 'ffn_(up=CPU'", "-ot: 'ffn_(up' is not a regular expression"},
+      {"-ot", "-ot"},
+      {"--cpu-moe --split-mode tensor --device cpu,cpu", "--cpu-moe / --n-cpu-moe / -ot: not with --split-mode tensor"},
+  };
+  const std::string missing = " -m /nonexistent/model.gguf ";
+  const std::string out = " --out '" + kiln::test::temp_dir() + "kiln_cpu_moe.bin'";
+  const std::string cmds[] = {"run -p hi", "chat", "perplexity -f " KILN_SOURCE_DIR "/README.md",
+                              "logits --tokens 1,2" + out, "bench", "serve"};
+  for (const std::string& cmd : cmds) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(cmd + " " + c.args);
+      const CmdResult r = kiln::test::run_kiln(cmd + missing + c.args, "hi\n");
+      EXPECT_EQ(r.rc, 1);
+      EXPECT_NE(r.err.find(c.want), std::string::npos) << r.err;
+      EXPECT_EQ(r.err.find("/nonexistent/model.gguf"), std::string::npos) << "checked after loading: " << r.err;
+    }
+  }
+}
+
+// Which tensors a pattern matches is known once the file is open: a non-expert one is refused by name, before any
+// weight is read. The router is not an expert tensor (it goes with its layer's experts, but -ot cannot name it).
+TEST(CliCpuMoe, APatternMatchingANonExpertTensorNamesIt) {
+  struct Case {
+    const char* args;
+    const char* want;
+  } cases[] = {
+      {"-ot attn_q=CPU", "-ot: 'attn_q' matches tensor 'blk.0.attn_q.weight': only expert tensors (blk.N.ffn_*_exps) "
+                         "can be overridden for now"},
+      {"-ot 'blk\\.1\\.ffn_.*=CPU'", "matches tensor 'blk.1.ffn_gate_inp.weight': only expert tensors"},
+      {"-ot exps=CPU,^token_embd=CPU", "-ot: '^token_embd' matches tensor 'token_embd.weight'"},
+  };
+  for (const Case& c : cases) {
+    const CmdResult r = kiln::test::run_kiln("run" + kGptOss + kRun + " --device cpu " + c.args);
+    EXPECT_EQ(r.rc, 1) << c.args << ": " << r.err;
+    EXPECT_NE(r.err.find(c.want), std::string::npos) << c.args << ": " << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.args << ": " << r.out;
+  }
+}
+
+// With every layer on the CPU the experts are already there: the ids are the plain run's, and a note says that the
+// flags moved nothing (and why: on a dense model, that it has no experts).
+TEST(CliCpuMoe, OnTheCpuTheFlagsChangeNothingAndSaySo) {
+  const CmdResult one = kiln::test::run_kiln("run" + kGptOss + kRun + " --device cpu");
+  ASSERT_EQ(one.rc, 0) << one.err;
+  EXPECT_EQ(one.err.find("move no expert tensor"), std::string::npos) << one.err;
+  for (const char* flags : {"--cpu-moe", "-cmoe", "--n-cpu-moe 1", "-ncmoe 99", "-ot exps=cpu",
+                            "-ot 'blk\\.0\\.ffn_up_exps=CPU' --override-tensor 'blk\\.1\\.ffn_down_exps\\.bias=CPU'"}) {
+    const CmdResult r = kiln::test::run_kiln("run" + kGptOss + kRun + " --device cpu " + flags);
+    ASSERT_EQ(r.rc, 0) << flags << ": " << r.err;
+    EXPECT_EQ(r.out, one.out) << flags;
+    EXPECT_NE(r.err.find("kiln: --cpu-moe / --n-cpu-moe / -ot move no expert tensor: every layer runs on the CPU "
+                         "already"),
+              std::string::npos)
+        << flags << ": " << r.err;
+  }
+  const CmdResult dense =
+      kiln::test::run_kiln("run -m " + model("fixture-llama-q8_0") + kRun + " --device cpu --cpu-moe");
+  ASSERT_EQ(dense.rc, 0) << dense.err;
+  EXPECT_NE(dense.err.find("move no expert tensor: the model has no expert tensors"), std::string::npos) << dense.err;
+}
+
+TEST(CliCpuMoe, HelpListsTheFlags) {
+  for (const char* cmd : {"run", "chat", "serve", "bench", "perplexity", "logits"}) {
+    const CmdResult r = kiln::test::run_kiln(std::string(cmd) + " -h");
+    EXPECT_EQ(r.rc, 0) << cmd;
+    const std::string text = r.out + r.err;
+    for (const char* f : {"--cpu-moe", "-cmoe", "--n-cpu-moe", "-ncmoe", "--override-tensor", "-ot",
+                          "only expert tensors"})
+      EXPECT_NE(text.find(f), std::string::npos) << cmd << ": " << f;
+  }
 }
 
 }  // namespace

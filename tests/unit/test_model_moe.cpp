@@ -22,6 +22,8 @@
 namespace kiln {
 namespace {
 
+const char* const kGptOssPath = "models-gptoss/fixture-gptoss-f16.gguf";
+
 using EditKv = std::function<void(gguf::Writer&)>;
 using EditTensor = std::function<bool(std::string&, std::vector<int64_t>&)>;
 
@@ -135,22 +137,30 @@ TEST(ModelMoe, BadFilesNameTheKeyOrTensor) {
 }
 
 // Forwards everything to a CPU backend except one op (default moe_ffn), which it does not run (and says so in
-// supports()).
+// supports()). host = false: it says its memory is not host memory, as a GPU's (activations then cross to and from
+// it through read()/write(), and steps are padded to buckets), while its data still lives on the host.
 class NoMoeBackend final : public Backend {
  public:
-  explicit NoMoeBackend(Op refused = Op::kMoeFfn)
-      : cpu_(make_cpu_backend({1, false})), refused_(refused),
+  explicit NoMoeBackend(Op refused = Op::kMoeFfn, bool host = true)
+      : cpu_(make_cpu_backend({1, false})), refused_(refused), host_(host),
         name_(refused == Op::kMoeFfn ? "no-moe" : std::string("no-") + op_name(refused)) {}
   const char* name() const override { return name_.c_str(); }
-  bool host_memory() const override { return true; }
+  bool host_memory() const override { return host_; }
   bool supports(Op op, DType a, DType b) const override { return op != refused_ && cpu_->supports(op, a, b); }
-  Status moe_ffn(const MoeFfnArgs& a, const Tensor& acc) override { return cpu_->moe_ffn(a, acc); }
+  Status moe_ffn(const MoeFfnArgs& a, const Tensor& acc) override {
+    ++moe_calls;
+    return cpu_->moe_ffn(a, acc);
+  }
   Result<std::unique_ptr<Buffer>> alloc(size_t n) override { return cpu_->alloc(n); }
   Status write(const Tensor& d, size_t o, const void* s, size_t n) override { return cpu_->write(d, o, s, n); }
   Status read(const Tensor& s, size_t o, void* d, size_t n) override { return cpu_->read(s, o, d, n); }
   Result<Tensor> import_weight(DType t, const int64_t ne[4], const void* host, size_t n) override {
     ++imports;
-    return cpu_->import_weight(t, ne, host, n);
+    if (ne[2] > 1) ++stack_imports;  // an expert stack [.., .., n_expert]
+    if (ne[0] == 64 && ne[1] == 4 && ne[2] == 1) ++router_imports;  // the small file's router [n_embd, n_expert]
+    auto w = cpu_->import_weight(t, ne, host, n);
+    if (w) w->backend = this;  // the weight is this backend's (the model compares backends, e.g. for a tied output)
+    return w;
   }
   Status get_rows(const Tensor& w, const Tensor& i, const Tensor& d) override { return cpu_->get_rows(w, i, d); }
   Status rms_norm(const Tensor& x, const Tensor& w, float e, const Tensor& d) override { return cpu_->rms_norm(x, w, e, d); }
@@ -174,11 +184,12 @@ class NoMoeBackend final : public Backend {
     return cpu_->argmax_masked(x, m, d);
   }
   Status copy(const Tensor& s, const Tensor& d) override { return cpu_->copy(s, d); }
-  int imports = 0;
+  int imports = 0, stack_imports = 0, router_imports = 0, moe_calls = 0;
 
  private:
   std::unique_ptr<Backend> cpu_;
   Op refused_;
+  bool host_;
   std::string name_;
 };
 
@@ -192,6 +203,145 @@ TEST(ModelMoe, ABackendWithoutMoeFfnRefusesTheFileBeforeImporting) {
                "tensor 'blk.0.ffn_gate_exps.weight' is a mixture-of-experts stack: backend no-moe does not run the "
                "moe_ffn op");
   EXPECT_EQ(be->imports, 0) << "weights were imported before the check";
+}
+
+// --cpu-moe as the model layer sees it: the layers on a device backend that does not run moe_ffn (NoMoeBackend
+// claiming device memory: the stand-in for a GPU), the experts of both layers on a CPU backend (Placement::experts).
+// The file loads (the device would refuse it holding the experts, test above), the device imports no expert stack
+// and no router and never runs moe_ffn, and the logits equal the CPU model's bit for bit: the same kernels on the
+// same rows, the experts' sum coming back into zeros and added once on the layer's backend (what moe_ffn itself
+// adds). Whole sequence in one step, 5 tokens a step and 1.
+TEST(ModelMoe, ExpertsOnTheCpuBesideADeviceWithoutMoeFfn) {
+  const std::string path = write_moe("apart");
+  auto dev = std::make_shared<NoMoeBackend>(Op::kMoeFfn, /*host=*/false);
+  std::shared_ptr<Backend> cpu(make_cpu_backend({2, false}));
+  LoadOptions apart, one;
+  apart.placement.layers = {dev, dev};
+  apart.placement.experts = {cpu, cpu};
+  apart.placement.input = apart.placement.output = dev;
+  one.devices.device = "cpu";
+  one.devices.backend.n_threads = 2;
+  auto a = Model::load(path, apart), b = Model::load(path, one);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+  EXPECT_EQ(dev->stack_imports, 0) << "an expert stack was imported on the device";
+  EXPECT_EQ(dev->router_imports, 0) << "a router was imported on the device";
+  EXPECT_GT(dev->imports, 0);
+  EXPECT_EQ(a.value()->placement().describe(), "no-moe #0: input + layers 0-1 + output; cpu #1: experts of layers 0-1");
+  const std::vector<int32_t> ids = {997, 331, 970, 154, 404, 666, 49, 74, 840, 548, 96, 374, 596};
+  const int64_t nv = b.value()->hparams().n_vocab;
+  for (int nb : {13, 5, 1}) {
+    std::vector<float> la, lb;
+    for (auto* m : {&a, &b}) {
+      KvCacheConfig kc;
+      kc.n_ctx = 64;
+      kc.batch_tokens = 16;
+      kc.max_outputs = 16;
+      auto e = Engine::create(*m->value(), kc);
+      ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+      const Status st = test::run_all(*e.value(), ids, nb, m == &a ? &la : &lb);
+      ASSERT_TRUE(st.is_ok()) << st.to_string();
+    }
+    ASSERT_EQ(la.size(), ids.size() * nv);
+    ASSERT_EQ(lb.size(), la.size());
+    double mx = 0;
+    for (size_t r = 0; r < ids.size(); ++r) mx = std::max(mx, test::nmse(la.data() + r * nv, lb.data() + r * nv, nv));
+    EXPECT_EQ(mx, 0.0) << "b=" << nb;
+  }
+  EXPECT_EQ(dev->moe_calls, 0) << "moe_ffn ran on the device";
+}
+
+// The expert flags resolved against a file's tensor names (backend/placement.h): which layers' experts go to the
+// CPU, and the errors that name the flag.
+TEST(ExpertPlacement, FlagsSelectTheLayersOfExpertTensors) {
+  auto f = gguf::File::open(test::data_path(kGptOssPath));
+  ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+  std::vector<std::string> names;
+  for (const gguf::TensorInfo& t : f.value().tensors()) names.push_back(t.name);
+  auto layers = [&](int64_t n_cpu_moe, const std::vector<std::string>& ot) -> Result<std::vector<bool>> {
+    ExpertRequest r;
+    r.n_cpu_moe = n_cpu_moe;
+    for (const std::string& v : ot) {
+      KILN_ASSIGN_OR_RETURN(std::vector<TensorOverride> o, parse_tensor_overrides(v));
+      r.overrides.insert(r.overrides.end(), o.begin(), o.end());
+    }
+    return resolve_expert_layers(r, names, 2);
+  };
+  using V = std::vector<bool>;
+  EXPECT_EQ(layers(0, {}).value(), (V{false, false}));
+  EXPECT_EQ(layers(1, {}).value(), (V{true, false}));                       // --n-cpu-moe 1
+  EXPECT_EQ(layers(99, {}).value(), (V{true, true}));                       // more than the model has: all
+  EXPECT_EQ(layers(ExpertRequest::kAllLayers, {}).value(), (V{true, true}));  // --cpu-moe
+  EXPECT_EQ(layers(0, {"exps=CPU"}).value(), (V{true, true}));
+  EXPECT_EQ(layers(0, {"blk\\.1\\.ffn_up_exps=cpu"}).value(), (V{false, true}));  // one stack moves the layer's
+  EXPECT_EQ(layers(0, {"blk\\.1\\.ffn_down_exps\\.bias=Cpu"}).value(), (V{false, true}));
+  EXPECT_EQ(layers(0, {"blk\\.0\\.ffn_gate_exps=CPU,blk\\.1\\.ffn_gate_exps=CPU"}).value(), (V{true, true}));
+  EXPECT_EQ(layers(0, {"blk\\.0\\.ffn_gate_exps=CPU", "blk\\.1\\.ffn_up_exps=CPU"}).value(), (V{true, true}));
+  EXPECT_EQ(layers(0, {"blk\\.7\\.ffn_up_exps=CPU"}).value(), (V{false, false}));  // matches nothing
+  // A dense file: no layer has experts to move.
+  const std::vector<std::string> dense = {"token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_up.weight"};
+  ExpertRequest all;
+  all.n_cpu_moe = ExpertRequest::kAllLayers;
+  EXPECT_EQ(resolve_expert_layers(all, dense, 1).value(), (V{false}));
+
+  expect_error(layers(0, {"attn_q=CPU"}).status(), ErrorCode::kUnsupported,
+               "-ot: 'attn_q' matches tensor 'blk.0.attn_q.weight': only expert tensors (blk.N.ffn_*_exps) can be "
+               "overridden for now");
+  expect_error(layers(0, {"blk\\.1\\.ffn_gate=CPU"}).status(), ErrorCode::kUnsupported,
+               "matches tensor 'blk.1.ffn_gate_inp.weight': only expert tensors");  // the router is not one
+  expect_error(layers(0, {".*=CPU"}).status(), ErrorCode::kUnsupported, "matches tensor 'token_embd.weight'");
+  expect_error(layers(-1, {}).status(), ErrorCode::kInvalidArgument, "--n-cpu-moe: must be >= 0 (got -1)");
+  expect_error(parse_tensor_overrides("exps=CUDA0").status(), ErrorCode::kUnsupported,
+               "-ot: buffer type 'CUDA0' in 'exps=CUDA0': only CPU is supported for now");
+  expect_error(parse_tensor_overrides("exps").status(), ErrorCode::kInvalidArgument,
+               "-ot: 'exps' is not PATTERN=BUFTYPE");
+  expect_error(parse_tensor_overrides("=CPU").status(), ErrorCode::kInvalidArgument, "-ot: '=CPU' is not PATTERN");
+  expect_error(parse_tensor_overrides("exps=CPU,").status(), ErrorCode::kInvalidArgument, "-ot: '' is not PATTERN");
+  expect_error(parse_tensor_overrides("ffn_(up=CPU").status(), ErrorCode::kInvalidArgument,
+               "-ot: 'ffn_(up' is not a regular expression");
+  const auto two = parse_tensor_overrides("a=CPU,b=cpu");
+  ASSERT_TRUE(two.is_ok());
+  ASSERT_EQ(two.value().size(), 2u);
+  EXPECT_EQ(two.value()[1].pattern, "b");
+  EXPECT_EQ(two.value()[1].buftype, "CPU");
+}
+
+// place_experts: only layers on a device get their experts moved, onto the placement's CPU backend when it has one
+// (the one -ngl keeps layers on), else a new one; describe() names them.
+TEST(ExpertPlacement, ExpertsGoToTheCpuBackendOfThePlacement) {
+  auto dev = std::make_shared<NoMoeBackend>(Op::kMoeFfn, /*host=*/false);
+  std::shared_ptr<Backend> cpu(make_cpu_backend({1, false}));
+  Placement p;
+  p.layers = {cpu, dev, dev};
+  p.input = cpu;
+  p.output = dev;
+  ASSERT_TRUE(place_experts({true, true, false}, BackendOptions{}, p).is_ok());
+  ASSERT_EQ(p.experts.size(), 3u);
+  EXPECT_EQ(p.experts[0], nullptr);  // layer 0 runs on the CPU: its experts stay with it
+  EXPECT_EQ(p.experts[1], cpu);      // the placement's CPU backend
+  EXPECT_EQ(p.experts[2], nullptr);
+  EXPECT_EQ(p.experts_of(2), dev.get());
+  EXPECT_EQ(p.n_experts_apart(), 1);
+  EXPECT_TRUE(p.check(3).is_ok());
+  EXPECT_EQ(p.describe(), "cpu #0: input + experts of layers 1 + layers 0; no-moe #1: layers 1-2 + output");
+
+  Placement q;  // everything on the device: a CPU backend is made for the experts
+  q.layers = {dev, dev};
+  q.input = q.output = dev;
+  ASSERT_TRUE(place_experts({true, true}, BackendOptions{}, q).is_ok());
+  ASSERT_EQ(q.experts.size(), 2u);
+  ASSERT_NE(q.experts[0], nullptr);
+  EXPECT_TRUE(q.experts[0]->host_memory());
+  EXPECT_EQ(q.experts[1], q.experts[0]);
+  EXPECT_EQ(q.describe(), "no-moe #0: input + layers 0-1 + output; cpu #1: experts of layers 0-1");
+
+  Placement r;  // nothing selected: no experts vector
+  r.layers = {dev};
+  r.input = r.output = dev;
+  ASSERT_TRUE(place_experts({false}, BackendOptions{}, r).is_ok());
+  EXPECT_TRUE(r.experts.empty());
+  r.experts = {cpu, cpu};
+  expect_error(r.check(1), ErrorCode::kInvalidArgument, "placement: experts of 2 layers assigned, the model has 1");
 }
 
 TEST(ModelMoe, FastCpuMatchesTheReference) {
@@ -227,7 +377,7 @@ TEST(ModelMoe, FastCpuMatchesTheReference) {
 
 // gpt-oss (model/arch/gptoss.cpp) on the committed fixture (tests/data/models-gptoss; parity with llama.cpp is in
 // test_model_parity.cpp): the hyperparameters it derives, bad files, and backends without YaRN or sinks.
-const std::string kGptOss = "models-gptoss/fixture-gptoss-f16.gguf";
+const std::string kGptOss = kGptOssPath;
 
 // The fixture rewritten with edit_kv applied to its metadata and without the tensors drop() names.
 std::string write_gptoss(const std::string& name, const EditKv& edit_kv,

@@ -602,6 +602,29 @@ TEST(ModelDeltaNet, RecurrentStateFollowsTheSequence) {
   EXPECT_LE(mx, 1e-4) << "forked sequence";
 }
 
+// The logits of `other` (the same file as fx's model, placed otherwise) against fx's model: prompt + greedy ids with
+// the whole sequence in one step and at batch sizes 7 and 1, every row; exact equality (max NMSE 0).
+void expect_same_logits(Fixture* fx, Model& other, const std::string& stem, const std::string& label) {
+  const int64_t nv = fx->model->hparams().n_vocab;
+  std::vector<int32_t> ids = fx->prompt;
+  ids.insert(ids.end(), fx->greedy.begin(), fx->greedy.end());
+  const int n = n_rows(stem);
+  for (int nb : {n, 7, 1}) {
+    std::vector<float> one, two;
+    auto e1 = make_engine(*fx->model, n, 1, DType::F16, n), e2 = make_engine(other, n, 1, DType::F16, n);
+    EXPECT_TRUE(run_all(*e1, ids, nb, &one).is_ok());
+    Status st = run_all(*e2, ids, nb, &two);
+    EXPECT_TRUE(st.is_ok()) << label << ": " << st.to_string();
+    if (!st.is_ok() || one.size() != two.size() || one.size() != ids.size() * nv) {
+      ADD_FAILURE() << stem << " " << label << " b=" << nb << ": " << one.size() << " vs " << two.size() << " logits";
+      continue;
+    }
+    double mx = 0;
+    for (size_t r = 0; r < ids.size(); ++r) mx = std::max(mx, test::nmse(two.data() + r * nv, one.data() + r * nv, nv));
+    EXPECT_EQ(mx, 0.0) << stem << " " << label << " b=" << nb;
+  }
+}
+
 // Loads each fixture model present with its layers split across two backend instances of `device` (first half
 // on the first, the rest and the output on the second) and checks that its logits equal the one-backend model's
 // (`ref(stem)`) bit for bit with the whole sequence in one step and at batch sizes 7 and 1. Returns the number of
@@ -632,24 +655,7 @@ int check_split_matches_one(const std::string& device, Ref ref) {
     EXPECT_TRUE(split.is_ok()) << split.status().to_string();
     if (!split) continue;
     EXPECT_EQ(split.value()->placement().backends().size(), 2u);
-    const int64_t nv = fx->model->hparams().n_vocab;
-    std::vector<int32_t> ids = fx->prompt;
-    ids.insert(ids.end(), fx->greedy.begin(), fx->greedy.end());
-    const int n = n_rows(stem);
-    for (int nb : {n, 7, 1}) {
-      std::vector<float> one, two;
-      auto e1 = make_engine(*fx->model, n, 1, DType::F16, n), e2 = make_engine(*split.value(), n, 1, DType::F16, n);
-      EXPECT_TRUE(run_all(*e1, ids, nb, &one).is_ok());
-      Status st = run_all(*e2, ids, nb, &two);
-      EXPECT_TRUE(st.is_ok()) << st.to_string();
-      if (!st.is_ok() || one.size() != two.size()) {
-        ADD_FAILURE() << stem << " b=" << nb << ": " << one.size() << " vs " << two.size() << " logits";
-        continue;
-      }
-      double mx = 0;
-      for (size_t r = 0; r < ids.size(); ++r) mx = std::max(mx, test::nmse(two.data() + r * nv, one.data() + r * nv, nv));
-      EXPECT_EQ(mx, 0.0) << stem << " b=" << nb;
-    }
+    expect_same_logits(fx, *split.value(), stem, "layers split");
     ++n_models;
   }
   std::printf("[placement] %d fixture models split across two %s backends\n", n_models, device.c_str());
@@ -664,6 +670,68 @@ int check_split_matches_one(const std::string& device, Ref ref) {
 TEST(ModelPlacement, LayersSplitAcrossTwoBackendsMatchOne) {
   const int n = check_split_matches_one("cpu", [](const std::string& stem) { return load_fixture(stem); });
   EXPECT_GE(n, 5);  // the tests/data subset alone has five
+}
+
+// --cpu-moe / --n-cpu-moe / -ot as a CPU-only machine can run them: two CPU backend instances, the second standing
+// in for the GPU that runs the layers, the first for the host CPU that holds the expert tensors (and routers) of
+// some layers and runs their moe_ffn (Placement::experts; the normed input crosses over, the experts' sum comes back
+// and is added on the layer's backend). Each mixture-of-experts fixture present (qwen3moe F16 / Q8_0 / Q4_K_M from
+// the fixtures, gpt-oss F16 / MXFP4 from tests/data; two layers each) in three placements:
+//   all    every layer on the second, the experts of every layer on the first (--cpu-moe with -ngl all)
+//   some   every layer on the second, the experts of layer 0 on the first (--n-cpu-moe 1), layer 1's with it
+//   mixed  layer 0 on the first with its experts, layer 1 on the second with its experts on the first (-ngl 1
+//          --cpu-moe: the experts join the CPU backend that already holds a layer)
+// The experts' op runs the same kernels on the same rows as on one backend, and the sum comes back into zeros
+// (0 + o = o) before the one add x + o the op itself makes, so the logits are equal bit for bit (bound 0: an
+// expert on the wrong backend, a stale input copy or a missing add moves rows by NMSE > 1e-3). Whole sequence in
+// one step and at batch sizes 7 and 1.
+TEST(ModelPlacement, ExpertsOnAnotherBackendMatchOne) {
+  int n_models = 0;
+  for (const std::string& stem : all_stems()) {
+    const bool moe = std::find(std::begin(kModelsMoe), std::end(kModelsMoe), stem) != std::end(kModelsMoe) ||
+                     std::find(std::begin(kModelsGptOss), std::end(kModelsGptOss), stem) != std::end(kModelsGptOss);
+    if (!moe || model_dir(stem).empty()) continue;
+    Fixture* fx = load_fixture(stem);
+    ASSERT_NE(fx, nullptr) << stem;
+    ASSERT_EQ(fx->model->hparams().n_layer, 2) << stem;
+    BackendOptions bo;
+    bo.n_threads = 2;
+    auto a = create_backend("cpu", bo);
+    bo.n_threads = 1;
+    auto b = create_backend("cpu", bo);
+    ASSERT_TRUE(a.is_ok() && b.is_ok());
+    std::shared_ptr<Backend> host(std::move(a).value()), dev(std::move(b).value());
+    struct Layout {
+      const char* name;
+      std::vector<std::shared_ptr<Backend>> layers, experts;
+      std::shared_ptr<Backend> input;
+      int apart;
+      const char* described;
+    } layouts[] = {
+        {"all", {dev, dev}, {host, host}, dev, 2, "cpu #0: input + layers 0-1 + output; cpu #1: experts of layers 0-1"},
+        {"some", {dev, dev}, {host, nullptr}, host, 1,
+         "cpu #0: input + experts of layers 0; cpu #1: layers 0-1 + output"},
+        {"mixed", {host, dev}, {nullptr, host}, host, 1,
+         "cpu #0: input + experts of layers 1 + layers 0; cpu #1: layers 1 + output"},
+    };
+    for (const Layout& l : layouts) {
+      LoadOptions lo;
+      lo.placement.layers = l.layers;
+      lo.placement.experts = l.experts;
+      lo.placement.input = l.input;
+      lo.placement.output = dev;
+      auto m = Model::load(model_dir(stem) + "/" + stem + ".gguf", lo);
+      ASSERT_TRUE(m.is_ok()) << stem << " " << l.name << ": " << m.status().to_string();
+      const Placement& p = m.value()->placement();
+      EXPECT_EQ(p.backends().size(), 2u) << l.name;
+      EXPECT_EQ(p.n_experts_apart(), l.apart) << l.name;
+      EXPECT_EQ(p.describe(), l.described) << l.name;
+      expect_same_logits(fx, *m.value(), stem, std::string("experts ") + l.name);
+    }
+    ++n_models;
+  }
+  std::printf("[placement] %d mixture-of-experts fixture models with their experts on another backend\n", n_models);
+  EXPECT_GE(n_models, 2);  // the gpt-oss pair in tests/data
 }
 
 // The layer split of several GPUs (issue 17, --split-mode layer) as one GPU can run it: two CUDA backend instances

@@ -69,4 +69,18 @@ inline DevTensor upload_experts(Backend& be, DType t, int64_t n_in, int64_t n_ou
   return dev_upload(be, t, random_weights(t, n_in, n_out * n_expert, rng), n_in, n_out, n_expert);
 }
 
+// The contract's weighted sum: acc_t + (y_{t,0} w_0 + y_{t,1} w_1 + ...) in f32, slot order, with the routing's
+// weights rounded to f32 (the op's); y: [n_tok * k][d] each slot's down product.
+inline std::vector<double> moe_combine(const std::vector<float>& acc0, const std::vector<float>& y, const MoeRouting& r,
+                                       int64_t n_tok, int k, int64_t d) {
+  std::vector<double> want(acc0.size());
+  for (int64_t t = 0; t < n_tok; ++t)
+    for (int64_t o = 0; o < d; ++o) {
+      float v = y[(t * k) * d + o] * static_cast<float>(r.w[t * k]);
+      for (int j = 1; j < k; ++j) v = v + y[(t * k + j) * d + o] * static_cast<float>(r.w[t * k + j]);
+      want[t * d + o] = acc0[t * d + o] + v;
+    }
+  return want;
+}
+
 }  // namespace kiln::test

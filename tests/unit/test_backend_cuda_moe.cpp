@@ -146,13 +146,7 @@ TEST(CudaMoe, DeviceGroupedPathEqualsMmqPerExpert) {
           for (int64_t i = 0; i < m; ++i) std::copy_n(ye.begin() + i * c.d, c.d, y.begin() + slots[i] * c.d);
         }
       }
-      std::vector<double> want(acc0.size());
-      for (int64_t t = 0; t < c.n_tok; ++t)
-        for (int64_t o = 0; o < c.d; ++o) {
-          float v = y[(t * c.k) * c.d + o] * static_cast<float>(r.w[t * c.k]);
-          for (int j = 1; j < c.k; ++j) v = v + y[(t * c.k + j) * c.d + o] * static_cast<float>(r.w[t * c.k + j]);
-          want[t * c.d + o] = acc0[t * c.d + o] + v;
-        }
+      const std::vector<double> want = test::moe_combine(acc0, y, r, c.n_tok, c.k, c.d);
       EXPECT_LE(nmse_d(got, want), 1e-10) << what << " vs mmq per expert";
     }
   }

@@ -94,6 +94,30 @@ void expect_error(const Status& st, ErrorCode code, const std::string& needle) {
   EXPECT_NE(st.message().find(needle), std::string::npos) << "wanted '" << needle << "' in: " << st.to_string();
 }
 
+// The largest per-row NMSE between two models' logits over ids, fed nb tokens per step (a 64-token context).
+double max_row_nmse(Model& a, Model& b, const std::vector<int32_t>& ids, int nb) {
+  std::vector<float> la, lb;
+  for (Model* m : {&a, &b}) {
+    KvCacheConfig kc;
+    kc.n_ctx = 64;
+    kc.batch_tokens = 16;
+    kc.max_outputs = 16;
+    auto e = Engine::create(*m, kc);
+    EXPECT_TRUE(e.is_ok()) << e.status().to_string();
+    if (!e.is_ok()) return 1e30;
+    const Status st = test::run_all(*e.value(), ids, nb, m == &a ? &la : &lb);
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    if (!st.is_ok()) return 1e30;
+  }
+  const int64_t nv = a.hparams().n_vocab;
+  EXPECT_EQ(la.size(), ids.size() * nv);
+  EXPECT_EQ(lb.size(), la.size());
+  if (la.size() != ids.size() * nv || lb.size() != la.size()) return 1e30;
+  double mx = 0;
+  for (size_t r = 0; r < ids.size(); ++r) mx = std::max(mx, test::nmse(la.data() + r * nv, lb.data() + r * nv, nv));
+  return mx;
+}
+
 TEST(ModelMoe, HParamsAndTheExpertWidthDefault) {
   auto m = Model::load(write_moe("ok"), LoadOptions{});
   ASSERT_TRUE(m.is_ok()) << m.status().to_string();
@@ -229,23 +253,8 @@ TEST(ModelMoe, ExpertsOnTheCpuBesideADeviceWithoutMoeFfn) {
   EXPECT_GT(dev->imports, 0);
   EXPECT_EQ(a.value()->placement().describe(), "no-moe #0: input + layers 0-1 + output; cpu #1: experts of layers 0-1");
   const std::vector<int32_t> ids = {997, 331, 970, 154, 404, 666, 49, 74, 840, 548, 96, 374, 596};
-  const int64_t nv = b.value()->hparams().n_vocab;
   for (int nb : {13, 5, 1}) {
-    std::vector<float> la, lb;
-    for (auto* m : {&a, &b}) {
-      KvCacheConfig kc;
-      kc.n_ctx = 64;
-      kc.batch_tokens = 16;
-      kc.max_outputs = 16;
-      auto e = Engine::create(*m->value(), kc);
-      ASSERT_TRUE(e.is_ok()) << e.status().to_string();
-      const Status st = test::run_all(*e.value(), ids, nb, m == &a ? &la : &lb);
-      ASSERT_TRUE(st.is_ok()) << st.to_string();
-    }
-    ASSERT_EQ(la.size(), ids.size() * nv);
-    ASSERT_EQ(lb.size(), la.size());
-    double mx = 0;
-    for (size_t r = 0; r < ids.size(); ++r) mx = std::max(mx, test::nmse(la.data() + r * nv, lb.data() + r * nv, nv));
+    const double mx = max_row_nmse(*a.value(), *b.value(), ids, nb);
     EXPECT_EQ(mx, 0.0) << "b=" << nb;
   }
   EXPECT_EQ(dev->moe_calls, 0) << "moe_ffn ran on the device";
@@ -353,23 +362,8 @@ TEST(ModelMoe, FastCpuMatchesTheReference) {
   auto a = Model::load(path, fast), b = Model::load(path, ref);
   ASSERT_TRUE(a.is_ok() && b.is_ok()) << a.status().to_string() << " / " << b.status().to_string();
   const std::vector<int32_t> ids = {997, 331, 970, 154, 404, 666, 49, 74, 840, 548, 96, 374, 596};
-  const int64_t nv = a.value()->hparams().n_vocab;
   for (int nb : {13, 1}) {
-    std::vector<float> la, lb;
-    for (auto* m : {&a, &b}) {
-      KvCacheConfig kc;
-      kc.n_ctx = 64;
-      kc.batch_tokens = 16;
-      kc.max_outputs = 16;
-      auto e = Engine::create(*m->value(), kc);
-      ASSERT_TRUE(e.is_ok()) << e.status().to_string();
-      const Status st = test::run_all(*e.value(), ids, nb, m == &a ? &la : &lb);
-      ASSERT_TRUE(st.is_ok()) << st.to_string();
-    }
-    ASSERT_EQ(la.size(), ids.size() * nv);
-    ASSERT_EQ(lb.size(), la.size());
-    double mx = 0;
-    for (size_t r = 0; r < ids.size(); ++r) mx = std::max(mx, test::nmse(la.data() + r * nv, lb.data() + r * nv, nv));
+    const double mx = max_row_nmse(*a.value(), *b.value(), ids, nb);
     std::printf("[moe fast-vs-ref] b=%d max NMSE %.3e\n", nb, mx);
     EXPECT_LE(mx, 1e-10) << "b=" << nb;
   }

@@ -14,7 +14,7 @@
 //      the activation over all rows, the grouped down product. Each expert's rows get mmq's 64 x 64 arithmetic
 //      (q8_1 activations for the quantized types), which is matmul's wherever matmul takes the int8 kernels (mmvq,
 //      mmq) and differs from it by the activations' rounding where matmul takes mmf (f16) or cuBLAS.
-//      host-grouped path (otherwise: types mmq lacks, such as MXFP4 and the i-quants, or 3..32 tokens): the
+//      host-grouped path (otherwise: types mmq lacks, such as IQ4_XS and the other i-quants, or 3..32 tokens): the
 //      experts back to the host (one device-to-host copy and a stream synchronize), the grouping above on the
 //      host, per active expert gate and up matmuls over its rows (their biases added by matmul), the activation
 //      over all rows, the down matmul (+ bias): every slot's result is its expert's matmul over those rows.

@@ -69,6 +69,39 @@ inline DevTensor upload_experts(Backend& be, DType t, int64_t n_in, int64_t n_ou
   return dev_upload(be, t, random_weights(t, n_in, n_out * n_expert, rng), n_in, n_out, n_expert);
 }
 
+// Expert e's F32 bias vector of n values (a [n, n_expert] stack), or an empty tensor for an unset stack.
+inline Tensor expert_bias(const Tensor& b, int64_t e, int64_t n) {
+  if (!b.valid()) return Tensor{};
+  return Tensor::make(DType::F32, static_cast<float*>(b.data) + e * n, b.backend, n);
+}
+
+// The op's products decomposed on backend `be`: per expert, its slots' rows of x (host, [n_tok][d]) in slot order
+// through matmul on the expert's planes of a's gate / up (+ their biases), swiglu, matmul down (+ bias); y gets
+// [n_tok * k][d], each slot's down product.
+inline Status moe_decompose(Backend& be, const Backend::MoeFfnArgs& a, const std::vector<float>& x,
+                            const MoeRouting& r, std::vector<float>* y) {
+  const int64_t d = a.gate.ne[0], n_ff = a.gate.ne[1], n_expert = a.gate.ne[2], nk = static_cast<int64_t>(r.sel.size());
+  y->assign(static_cast<size_t>(nk * d), 0.0f);
+  for (int64_t e = 0; e < n_expert; ++e) {
+    std::vector<int64_t> slots;
+    for (int64_t s = 0; s < nk; ++s)
+      if (r.sel[s] == e) slots.push_back(s);
+    if (slots.empty()) continue;
+    const int64_t m = static_cast<int64_t>(slots.size());
+    std::vector<float> xe;
+    for (int64_t s : slots) xe.insert(xe.end(), x.begin() + (s / a.k) * d, x.begin() + (s / a.k + 1) * d);
+    const DevTensor XE = dev_f32(be, xe, d, m), GE = dev_alloc(be, DType::F32, n_ff, m),
+                    UE = dev_alloc(be, DType::F32, n_ff, m), YE = dev_alloc(be, DType::F32, d, m);
+    KILN_TRY(be.matmul(expert_plane(a.gate, e), XE.t, expert_bias(a.gate_bias, e, n_ff), GE.t));
+    KILN_TRY(be.matmul(expert_plane(a.up, e), XE.t, expert_bias(a.up_bias, e, n_ff), UE.t));
+    KILN_TRY(be.swiglu(GE.t, UE.t, GE.t));
+    KILN_TRY(be.matmul(expert_plane(a.down, e), GE.t, expert_bias(a.down_bias, e, d), YE.t));
+    const std::vector<float> ye = dev_read<float>(be, YE);
+    for (int64_t i = 0; i < m; ++i) std::copy_n(ye.begin() + i * d, d, y->begin() + slots[i] * d);
+  }
+  return Status::ok();
+}
+
 // The contract's weighted sum: acc_t + (y_{t,0} w_0 + y_{t,1} w_1 + ...) in f32, slot order, with the routing's
 // weights rounded to f32 (the op's); y: [n_tok * k][d] each slot's down product.
 inline std::vector<double> moe_combine(const std::vector<float>& acc0, const std::vector<float>& y, const MoeRouting& r,

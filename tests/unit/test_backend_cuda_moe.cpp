@@ -45,10 +45,8 @@ namespace kiln {
 namespace {
 
 using test::DevTensor;
-using test::dev_alloc;
 using test::dev_f32;
 using test::dev_read;
-using test::dev_upload;
 using test::nmse_d;
 using test::randn;
 
@@ -58,11 +56,6 @@ struct Case {
   bool norm, bias;
   float skew;  // > 0: a router bias of skew on expert 0 (with k = 1 every slot goes to it)
 };
-
-Tensor bias_of(const DevTensor& b, int64_t e, int64_t n) {
-  if (!b.buf) return Tensor{};
-  return Tensor::make(DType::F32, static_cast<float*>(b.t.data) + e * n, b.t.backend, n);
-}
 
 std::string name(const Case& c, DType gt, DType dt) {
   return "moe_ffn (device-grouped) d=" + std::to_string(c.d) + " ff=" + std::to_string(c.n_ff) + " experts=" +
@@ -125,26 +118,10 @@ TEST(CudaMoe, DeviceGroupedPathEqualsMmqPerExpert) {
       KILN_ASSERT_OK(gpu.moe_ffn(a, A.t));
       const std::vector<float> got = dev_read<float>(gpu, A);
 
-      std::vector<float> y(static_cast<size_t>(c.n_tok * c.k * c.d));
+      std::vector<float> y;
       {
         ForceMatmul mmq("mmq");
-        for (int64_t e = 0; e < c.n_expert; ++e) {
-          std::vector<int64_t> slots;
-          for (int64_t s = 0; s < c.n_tok * c.k; ++s)
-            if (r.sel[s] == e) slots.push_back(s);
-          if (slots.empty()) continue;
-          const int64_t m = static_cast<int64_t>(slots.size());
-          std::vector<float> xe;
-          for (int64_t s : slots) xe.insert(xe.end(), x.begin() + (s / c.k) * c.d, x.begin() + (s / c.k + 1) * c.d);
-          const DevTensor XE = dev_f32(gpu, xe, c.d, m), GE = dev_alloc(gpu, DType::F32, c.n_ff, m),
-                          UE = dev_alloc(gpu, DType::F32, c.n_ff, m), YE = dev_alloc(gpu, DType::F32, c.d, m);
-          KILN_ASSERT_OK(gpu.matmul(test::expert_plane(G.t, e), XE.t, bias_of(GB, e, c.n_ff), GE.t));
-          KILN_ASSERT_OK(gpu.matmul(test::expert_plane(U.t, e), XE.t, bias_of(UB, e, c.n_ff), UE.t));
-          KILN_ASSERT_OK(gpu.swiglu(GE.t, UE.t, GE.t));
-          KILN_ASSERT_OK(gpu.matmul(test::expert_plane(D.t, e), GE.t, bias_of(DB, e, c.d), YE.t));
-          const std::vector<float> ye = dev_read<float>(gpu, YE);
-          for (int64_t i = 0; i < m; ++i) std::copy_n(ye.begin() + i * c.d, c.d, y.begin() + slots[i] * c.d);
-        }
+        KILN_ASSERT_OK(test::moe_decompose(gpu, a, x, r, &y));
       }
       const std::vector<double> want = test::moe_combine(acc0, y, r, c.n_tok, c.k, c.d);
       EXPECT_LE(nmse_d(got, want), 1e-10) << what << " vs mmq per expert";

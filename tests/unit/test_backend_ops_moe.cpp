@@ -34,10 +34,8 @@ namespace {
 
 using test::DevTensor;
 using test::MoeRouting;
-using test::dev_alloc;
 using test::dev_f32;
 using test::dev_read;
-using test::dev_upload;
 using test::nmse_d;
 using test::randn;
 
@@ -228,24 +226,8 @@ TEST_P(BackendOpsMoe, QuantizedExpertsEqualTheirProducts) {
       const std::vector<float> got = dev_read<float>(be(), A);
 
       // The decomposition: expert by expert, its slots in token order.
-      std::vector<float> y(static_cast<size_t>(c.n_tok * c.k * c.d));
-      for (int64_t e = 0; e < c.n_expert; ++e) {
-        std::vector<int64_t> slots;
-        for (int64_t s = 0; s < c.n_tok * c.k; ++s)
-          if (r.sel[s] == e) slots.push_back(s);
-        if (slots.empty()) continue;
-        const int64_t m = static_cast<int64_t>(slots.size());
-        std::vector<float> xe;
-        for (int64_t s : slots) xe.insert(xe.end(), x.begin() + (s / c.k) * c.d, x.begin() + (s / c.k + 1) * c.d);
-        const DevTensor XE = dev_f32(be(), xe, c.d, m), GE = dev_alloc(be(), DType::F32, c.n_ff, m),
-                        UE = dev_alloc(be(), DType::F32, c.n_ff, m), YE = dev_alloc(be(), DType::F32, c.d, m);
-        KILN_ASSERT_OK(be().matmul(test::expert_plane(G.t, e), XE.t, Tensor{}, GE.t));
-        KILN_ASSERT_OK(be().matmul(test::expert_plane(U.t, e), XE.t, Tensor{}, UE.t));
-        KILN_ASSERT_OK(be().swiglu(GE.t, UE.t, GE.t));
-        KILN_ASSERT_OK(be().matmul(test::expert_plane(D.t, e), GE.t, Tensor{}, YE.t));
-        const std::vector<float> ye = dev_read<float>(be(), YE);
-        for (int64_t i = 0; i < m; ++i) std::copy_n(ye.begin() + i * c.d, c.d, y.begin() + slots[i] * c.d);
-      }
+      std::vector<float> y;
+      KILN_ASSERT_OK(test::moe_decompose(be(), a, x, r, &y));
       const std::vector<double> want = test::moe_combine(acc0, y, r, c.n_tok, c.k, c.d);
       EXPECT_LE(nmse_d(got, want), 1e-10) << what << " vs matmul, swiglu, matmul per expert";
     }

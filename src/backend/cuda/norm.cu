@@ -17,6 +17,18 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// The sum of every thread's s over a block of kThreads (part: kThreads / kWarp doubles of shared memory).
+__device__ __forceinline__ double block_sum(double s, double* part) {
+  s = warp_sum(s);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / kWarp] = s;
+  __syncthreads();
+  double tot = 0;
+#pragma unroll
+  for (int w = 0; w < kThreads / kWarp; ++w) tot += part[w];
+  __syncthreads();  // part is written again by the next reduction
+  return tot;
+}
+
 __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
   pdl_enter();  // launched with launch_pdl (common.cuh)
   const int64_t r = blockIdx.x;
@@ -25,13 +37,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_kernel(RmsNormParams p) {
   double s = 0;
   for (int64_t i = threadIdx.x; i < p.d; i += kThreads) s += static_cast<double>(x[i] * x[i]);
   __shared__ double part[kThreads / kWarp];
-  s = warp_sum(s);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x / kWarp] = s;
-  __syncthreads();
-  double tot = 0;
-#pragma unroll
-  for (int w = 0; w < kThreads / kWarp; ++w) tot += part[w];
-  const float mean = static_cast<float>(tot / static_cast<double>(p.d));
+  const float mean = static_cast<float>(block_sum(s, part) / static_cast<double>(p.d));
   const float sc = 1.0f / sqrtf(mean + p.eps);
   if (p.w)
     for (int64_t i = threadIdx.x; i < p.d; i += kThreads) y[i] = x[i] * sc * p.w[i];
@@ -150,17 +156,6 @@ bool fast_ok(const RmsNormParams& p) {
 // dst may alias x: every read of x in the first two passes precedes the barrier of the second reduction. Encoder rows
 // (bert: 384..1024 wide) are read three times from L1/L2; -Xptxas -v (nvcc 13.0, sm_90): 32 registers, 64 bytes
 // smem, no stack, no spills.
-__device__ __forceinline__ double block_sum(double s, double* part) {
-  s = warp_sum(s);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x / kWarp] = s;
-  __syncthreads();
-  double tot = 0;
-#pragma unroll
-  for (int w = 0; w < kThreads / kWarp; ++w) tot += part[w];
-  __syncthreads();  // part is written again by the next reduction
-  return tot;
-}
-
 __global__ void __launch_bounds__(kThreads) layer_norm_kernel(LayerNormParams p) {
   pdl_enter();  // launched with launch_pdl (common.cuh)
   __shared__ double part[kThreads / kWarp];

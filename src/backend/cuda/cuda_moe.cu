@@ -4,9 +4,9 @@
 //   2. moe_route (moe.cu): each token's k experts and weights, on the device
 //   3. the experts' products, one of three ways (the first that applies):
 //      GEMV path (moe_gemv_ok: matmul would take the GEMV for every expert's share of the step, i.e. for 1..n_tok
-//      tokens of each weight type): x quantized once, then per slot (t, j) gate and up by launch_mmvq_id reading
-//      expert sel[t][j] on the device, the activation, h quantized, the down GEMV per slot. A slot's result is
-//      its expert's matmul row.
+//      tokens of each weight type): x quantized once, then per slot (t, j) gate and up reading expert sel[t][j] on
+//      the device, the activation (one launch: launch_mmvq_id_glu), h quantized, the down GEMV per slot summed into
+//      acc (one launch: launch_mmvq_id_sum, which is step 4 too). A slot's result is its expert's matmul row.
 //      device-grouped path (moe_grouped_ok: prefill-sized steps, n_tok > kGemvMaxTok, every expert type on mmq):
 //      moe_group (moe.cu) groups the slots by expert on the device (expert 0's first, tokens increasing within an
 //      expert: row[s] of slot s, tok[r] of row r, first[e], mmq's tile sections), moe_gather puts the x rows in that
@@ -242,35 +242,38 @@ bool CudaBackend::moe_gemv_ok(const MoeFfnArgs& a, int64_t n) const {
 }
 
 // Steps 3 and 4 on the GEMV path (the header): sel / w from moe_route; g, u: nk x n_ff, y: nk x d of the scratch.
+// Gate, up and the activation are one launch when gate and up share a type (launch_mmvq_id_glu), the down products
+// and the slot sum one launch (launch_mmvq_id_sum), in the separate launches' arithmetic.
 Status CudaBackend::moe_ffn_gemv(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc) {
   const int64_t n = a.x.n_rows(), d = a.x.ne[0], n_ff = a.gate.ne[1], nk = n * a.k;
-  const int32_t* sel = m.sel;
-  float *g = m.g, *u = m.u, *y = m.y;
-  const auto product = [&](const Tensor& wt, const Tensor& b, int64_t n_in, int64_t n_out, int x_div, float* out,
-                           const ActQ& act) {
+  const auto params = [&](const Tensor& wt, const Tensor& b, int64_t n_in, int64_t n_out, int x_div, float* out) {
     MmvqIdParams p{};
     p.type = wt.dtype;
     p.w = static_cast<const uint8_t*>(wt.data);
     p.expert_bytes = wt.nb[2];
     p.w_row_bytes = wt.nb[1];
     p.n_in = n_in, p.n_out = n_out, p.n_slot = nk;
-    p.ids = sel;
+    p.ids = m.sel;
     p.x_div = x_div;
     p.bias = b.valid() ? static_cast<const float*>(b.data) : nullptr;
     p.y = out, p.y_stride = static_cast<size_t>(n_out);
-    return launch_mmvq_id(p, act, stream_);
+    return p;
   };
   {
     KILN_ASSIGN_OR_RETURN(const ActQ ax, quantize_act(a.x));
-    KILN_TRY(product(a.gate, a.gate_bias, d, n_ff, a.k, g, ax));
-    KILN_TRY(product(a.up, a.up_bias, d, n_ff, a.k, u, ax));
+    const MmvqIdParams pg = params(a.gate, a.gate_bias, d, n_ff, a.k, m.g), pu = params(a.up, a.up_bias, d, n_ff, a.k, m.u);
+    if (a.gate.dtype == a.up.dtype) {
+      const MoeGlu act = a.act == MoeActivation::kSwigluOai ? MoeGlu::kSwigluOai : MoeGlu::kSwiglu;
+      KILN_TRY(launch_mmvq_id_glu(MmvqIdGluParams{pg, pu, act, a.oai_alpha, a.oai_limit}, ax, stream_));
+    } else {
+      KILN_TRY(launch_mmvq_id(pg, ax, stream_));
+      KILN_TRY(launch_mmvq_id(pu, ax, stream_));
+      KILN_TRY(moe_activation(a, m.g, m.u, nk));
+    }
   }
-  KILN_TRY(moe_activation(a, g, u, nk));
-  const Tensor gt = rows(g, this, n_ff, 0, nk);
-  KILN_ASSIGN_OR_RETURN(const ActQ ah, quantize_act(gt));
-  KILN_TRY(product(a.down, a.down_bias, n_ff, d, 1, y, ah));
-  MoeCombineParams cp{y, nullptr, m.w, static_cast<float*>(acc.data), fstride(acc), n, d, a.k};
-  return launch_moe_combine(cp, stream_);
+  KILN_ASSIGN_OR_RETURN(const ActQ ah, quantize_act(rows(m.g, this, n_ff, 0, nk)));
+  const MmvqIdParams pd = params(a.down, a.down_bias, n_ff, d, 1, m.y);
+  return launch_mmvq_id_sum(MmvqIdSumParams{pd, m.w, a.k, static_cast<float*>(acc.data), fstride(acc)}, ah, stream_);
 }
 
 }  // namespace kiln::cuda

@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kThreads) ew_kernel(EwParams p, int64_t r0) {
     const float b = p.b[r * p.b_stride + i];
     if constexpr (OP == EwOp::kAdd) y = a + b;
     else if constexpr (OP == EwOp::kMul) y = a * b;
-    else if constexpr (OP == EwOp::kSwiglu) y = a / (1.0f + expf(-a)) * b;
+    else if constexpr (OP == EwOp::kSwiglu) y = swiglu_f(a, b);
     else if constexpr (OP == EwOp::kGeglu) {  // as CpuBackend::geglu: 0.5 x (1 + tanh(c x (1 + k x^2))) up
       y = 0.5f * a * (1.0f + tanhf(kSqrt2OverPi * a * (1.0f + kCoef * a * a))) * b;
     } else {  // kSigmoidMul: x / (1 + e^-gate), as CpuBackend::sigmoid_mul

@@ -476,5 +476,26 @@ struct MmvqIdParams {
   size_t y_stride;
 };
 Status launch_mmvq_id(const MmvqIdParams& p, const ActQ& a, cudaStream_t s);
+// The decode step's fused forms of the same products, in launch_mmvq_id's arithmetic and the separate kernels' steps:
+//   launch_mmvq_id_glu: gate and up of every slot in one launch, the activation applied (h row s = act(gate row s,
+//     up row s), written to gate.y; up.y unused), as launch_mmvq_id twice and then the activation's kernel do.
+//   launch_mmvq_id_sum: the down products summed into the accumulator in slot order, acc_t += o with o = y_0 w_0,
+//     o = o + y_j w_j (j < k), y_j = down row of slot t k + j: launch_mmvq_id then launch_moe_combine; needs
+//     down.x_div 1.
+enum class MoeGlu { kSwiglu, kSwigluOai };
+struct MmvqIdGluParams {
+  MmvqIdParams gate, up;  // the same type, n_in, n_out, n_slot, ids and x_div
+  MoeGlu act;
+  float alpha, limit;     // kSwigluOai's
+};
+Status launch_mmvq_id_glu(const MmvqIdGluParams& p, const ActQ& a, cudaStream_t s);
+struct MmvqIdSumParams {
+  MmvqIdParams down;  // n_slot = n_tok k; its y unused
+  const float* w;     // [n_tok][k]
+  int k;
+  float* acc;         // [n_tok] rows of acc_stride floats
+  size_t acc_stride;
+};
+Status launch_mmvq_id_sum(const MmvqIdSumParams& p, const ActQ& a, cudaStream_t s);
 
 }  // namespace kiln::cuda

@@ -100,9 +100,7 @@ __global__ void swiglu_oai_kernel(float* __restrict__ g, const float* __restrict
                                   float limit) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= n) return;
-  const float x = fminf(g[i], limit);
-  const float y = fminf(fmaxf(u[i], -limit), limit);
-  g[i] = x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
+  g[i] = swiglu_oai_f(g[i], u[i], alpha, limit);
 }
 
 __global__ void moe_combine_kernel(MoeCombineParams p) {

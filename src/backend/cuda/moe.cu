@@ -38,6 +38,7 @@ __device__ void softmax_inplace(float* v, int n) {
 // CPU's serial loops.
 constexpr int kRouteWarps = kThreads / kWarp;
 __global__ void moe_route_kernel(MoeRouteParams p) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / kWarp;
   const int lane = static_cast<int>(threadIdx.x % kWarp);
   if (t >= p.n_tok) return;
@@ -90,6 +91,7 @@ __global__ void moe_route_kernel(MoeRouteParams p) {
 
 __global__ void moe_gather_kernel(const float* __restrict__ x, size_t x_stride, const int32_t* __restrict__ tok,
                                   int64_t n_rows, int64_t d, float* __restrict__ xg) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= n_rows * d) return;
   const int64_t r = i / d, c = i % d;
@@ -98,12 +100,14 @@ __global__ void moe_gather_kernel(const float* __restrict__ x, size_t x_stride, 
 
 __global__ void swiglu_oai_kernel(float* __restrict__ g, const float* __restrict__ u, int64_t n, float alpha,
                                   float limit) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= n) return;
   g[i] = swiglu_oai_f(g[i], u[i], alpha, limit);
 }
 
 __global__ void moe_combine_kernel(MoeCombineParams p) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= p.n_tok * p.d) return;
   const int64_t t = i / p.d, c = i % p.d;
@@ -125,6 +129,7 @@ __global__ void moe_combine_kernel(MoeCombineParams p) {
 // A slot whose expert is out of range (moe_route never writes one) is counted nowhere and gets no row.
 constexpr int kGroupThreads = 128;
 __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(MoeGroupParams p) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
   __shared__ int cnt[kMoeGroupMaxExperts], fst[kMoeGroupMaxExperts + 1];
   const int tid = static_cast<int>(threadIdx.x), n = p.n_expert;
   for (int e = tid; e < n; e += kGroupThreads) cnt[e] = 0;
@@ -176,24 +181,19 @@ unsigned blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / k
 
 Status launch_moe_route(const MoeRouteParams& p, cudaStream_t s) {
   if (p.n_tok == 0) return Status::ok();
-  moe_route_kernel<<<static_cast<unsigned>((p.n_tok + kRouteWarps - 1) / kRouteWarps), kThreads, 0, s>>>(p);
-  KILN_CUDA_LAUNCH_CHECK();
-  return Status::ok();
+  return launch_pdl(moe_route_kernel, dim3(static_cast<unsigned>((p.n_tok + kRouteWarps - 1) / kRouteWarps)),
+                    dim3(kThreads), 0, s, p);
 }
 
 Status launch_moe_gather(const float* x, size_t x_stride, const int32_t* tok, int64_t n_rows, int64_t d, float* xg,
                          cudaStream_t s) {
   if (n_rows == 0) return Status::ok();
-  moe_gather_kernel<<<blocks(n_rows * d), kThreads, 0, s>>>(x, x_stride, tok, n_rows, d, xg);
-  KILN_CUDA_LAUNCH_CHECK();
-  return Status::ok();
+  return launch_pdl(moe_gather_kernel, dim3(blocks(n_rows * d)), dim3(kThreads), 0, s, x, x_stride, tok, n_rows, d, xg);
 }
 
 Status launch_swiglu_oai(float* g, const float* u, int64_t n, float alpha, float limit, cudaStream_t s) {
   if (n == 0) return Status::ok();
-  swiglu_oai_kernel<<<blocks(n), kThreads, 0, s>>>(g, u, n, alpha, limit);
-  KILN_CUDA_LAUNCH_CHECK();
-  return Status::ok();
+  return launch_pdl(swiglu_oai_kernel, dim3(blocks(n)), dim3(kThreads), 0, s, g, u, n, alpha, limit);
 }
 
 Status launch_moe_group(const MoeGroupParams& p, cudaStream_t s) {
@@ -201,16 +201,12 @@ Status launch_moe_group(const MoeGroupParams& p, cudaStream_t s) {
     return make_error(ErrorCode::kInvalidArgument, "moe_group: %d experts (1..%d), k %d", p.n_expert,
                       kMoeGroupMaxExperts, p.k);
   if (p.n_slot == 0) return Status::ok();
-  moe_group_kernel<<<1, kGroupThreads, 0, s>>>(p);
-  KILN_CUDA_LAUNCH_CHECK();
-  return Status::ok();
+  return launch_pdl(moe_group_kernel, dim3(1), dim3(kGroupThreads), 0, s, p);
 }
 
 Status launch_moe_combine(const MoeCombineParams& p, cudaStream_t s) {
   if (p.n_tok == 0) return Status::ok();
-  moe_combine_kernel<<<blocks(p.n_tok * p.d), kThreads, 0, s>>>(p);
-  KILN_CUDA_LAUNCH_CHECK();
-  return Status::ok();
+  return launch_pdl(moe_combine_kernel, dim3(blocks(p.n_tok * p.d)), dim3(kThreads), 0, s, p);
 }
 
 }  // namespace kiln::cuda

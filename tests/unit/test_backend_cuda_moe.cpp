@@ -6,7 +6,7 @@
 // matmul on the expert's plane (+ the expert's bias), swiglu, matmul down (+ bias), then the weighted sum on the host
 // in slot order with the double-precision routing weights. mmq's arithmetic per output does not depend on the
 // tile, the token count or the K split beyond f32 summation order (mmq.cuh), and the weights differ from the op's
-// f32 ones by ~1e-7 relative: NMSE <= 1e-10, while a row given to the wrong expert, a tile's rows shifted or a
+// f32 ones by ~1e-7 relative: NMSE <= 1e-10 (F16 / BF16 experts 1e-8: at the check), while a row given to the wrong expert, a tile's rows shifted or a
 // missing tile moves the output by NMSE > 1e-3. The cases cover experts with no rows, experts with more rows than
 // one 64-row tile (several tiles), 8..128 experts, k 1..8, biases, and the tile sections' capacity (every slot of
 // a step on one expert). Routing: the test data keep a relative probability gap of 1e-3 between every token's
@@ -124,7 +124,12 @@ TEST(CudaMoe, DeviceGroupedPathEqualsMmqPerExpert) {
         KILN_ASSERT_OK(test::moe_decompose(gpu, a, x, r, &y));
       }
       const std::vector<double> want = test::moe_combine(acc0, y, r, c.n_tok, c.k, c.d);
-      EXPECT_LE(nmse_d(got, want), 1e-10) << what << " vs mmq per expert";
+      // F16 / BF16 experts: h enters the down product rounded to the weight type, and gate / up's f32 sums may be
+      // ordered differently in the grouped tile and in the per-expert launch (its K split follows the row count),
+      // so an element of h may round one f16 ulp (2^-11 relative) apart: measured 1.4e-10 .. 7.3e-10 on the H100;
+      // 1e-8 keeps five orders of magnitude below a misrouted row.
+      const bool float_experts = !dtype_traits(ty.gate_up).is_quantized || !dtype_traits(ty.down).is_quantized;
+      EXPECT_LE(nmse_d(got, want), float_experts ? 1e-8 : 1e-10) << what << " vs mmq per expert";
     }
   }
 }

@@ -132,6 +132,9 @@ struct Fixture {
   double margin = 0.25;
   // Rows whose reference argmax the exact model contradicts (tests/data/parity_exact_rows.json): not decisive.
   std::vector<int> exact_rows;
+  // Rows where llama.cpp's own other paths land above the limit (tests/data/parity_peer_spread.json): row -> the
+  // peer's spread on that row.
+  std::map<int, double> peer_rows;
 };
 
 // tests/data/parity_exact_rows.json (written by dev/parity_exact.sh): per fixture, the rows where the model's exact
@@ -145,6 +148,20 @@ std::vector<int> exact_rows(const std::string& stem) {
   const nlohmann::json j = nlohmann::json::parse(f);
   if (!j.at("rows").contains(stem)) return {};
   return j.at("rows").at(stem).get<std::vector<int>>();
+}
+
+// tests/data/parity_peer_spread.json (measured by dev/peer/parity_spread.sh): per fixture, the rows where llama.cpp's
+// one-token paths (CPU and GPU) differ from its own batched reference by more than the parity limit: routing near-ties
+// of the MoE fixtures, where the manifest's spread (measured on another machine) understates the peer's. The
+// fixtures README's rule, limit = 4 x the peer's spread, is applied to such a row with the spread measured there.
+std::map<int, double> peer_rows(const std::string& stem) {
+  std::ifstream f(test::data_path("parity_peer_spread.json"));
+  std::map<int, double> out;
+  if (!f) return out;
+  const nlohmann::json j = nlohmann::json::parse(f);
+  if (!j.at("rows").contains(stem)) return out;
+  for (const auto& [row, spread] : j.at("rows").at(stem).items()) out[std::stoi(row)] = spread.get<double>();
+  return out;
 }
 
 // The devices of this build present on this machine ("cpu", "cuda:0", ...).
@@ -184,6 +201,7 @@ Fixture* load_fixture(const std::string& stem, const std::string& device = "cpu"
   fx->free_run_steps = e.at("free_run_checked_steps").get<int>();
   fx->margin = j.at("decisive_margin").get<double>();
   fx->exact_rows = exact_rows(stem);
+  fx->peer_rows = peer_rows(stem);
   return (cache[key] = std::move(fx)).get();
 }
 
@@ -246,7 +264,12 @@ TEST_P(Parity, LogitsMatchLlamaCpp) {
     const double e = test::nmse(mine, ref, nv);
     mx = std::max(mx, e);
     sum += e;
-    EXPECT_LE(e, L) << c.stem << " b=" << c.n_batch << " row " << r;
+    const auto peer = fx->peer_rows.find(r);
+    const double Lr = peer == fx->peer_rows.end() ? L : std::max(L, 4 * peer->second);
+    if (e > L && Lr > L)
+      std::printf("[parity] %s b=%d row %d: NMSE %.2e, within 4 x the peer's own spread on this row (%.1e; "
+                  "parity_peer_spread.json)\n", c.stem.c_str(), c.n_batch, r, e, peer->second);
+    EXPECT_LE(e, Lr) << c.stem << " b=" << c.n_batch << " row " << r;
     std::vector<float> srt(ref, ref + nv);
     std::partial_sort(srt.begin(), srt.begin() + 2, srt.end(), std::greater<float>());
     const bool exact_differs =

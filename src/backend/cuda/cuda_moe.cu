@@ -241,7 +241,7 @@ bool CudaBackend::moe_gemv_ok(const MoeFfnArgs& a, int64_t n) const {
   return true;
 }
 
-// Steps 3 and 4 on the GEMV path (the header): sel / w from moe_route; g, u: nk x n_ff, y: nk x d of the scratch.
+// Steps 3 and 4 on the GEMV path (the header): sel / w from moe_route; g, u: nk x n_ff of the scratch.
 // Gate, up and the activation are one launch when gate and up share a type (launch_mmvq_id_glu), the down products
 // and the slot sum one launch (launch_mmvq_id_sum), in the separate launches' arithmetic.
 Status CudaBackend::moe_ffn_gemv(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc) {
@@ -261,7 +261,8 @@ Status CudaBackend::moe_ffn_gemv(const MoeFfnArgs& a, const MoeScratch& m, const
   };
   {
     KILN_ASSIGN_OR_RETURN(const ActQ ax, quantize_act(a.x));
-    const MmvqIdParams pg = params(a.gate, a.gate_bias, d, n_ff, a.k, m.g), pu = params(a.up, a.up_bias, d, n_ff, a.k, m.u);
+    const MmvqIdParams pg = params(a.gate, a.gate_bias, d, n_ff, a.k, m.g);
+    const MmvqIdParams pu = params(a.up, a.up_bias, d, n_ff, a.k, m.u);
     if (a.gate.dtype == a.up.dtype) {
       const MoeGlu act = a.act == MoeActivation::kSwigluOai ? MoeGlu::kSwigluOai : MoeGlu::kSwiglu;
       KILN_TRY(launch_mmvq_id_glu(MmvqIdGluParams{pg, pu, act, a.oai_alpha, a.oai_limit}, ax, stream_));

@@ -6,10 +6,10 @@
 // matmul on the expert's plane (+ the expert's bias), swiglu, matmul down (+ bias), then the weighted sum on the host
 // in slot order with the double-precision routing weights. mmq's arithmetic per output does not depend on the
 // tile, the token count or the K split beyond f32 summation order (mmq.cuh), and the weights differ from the op's
-// f32 ones by ~1e-7 relative: NMSE <= 1e-10 (F16 / BF16 experts 1e-8: at the check), while a row given to the wrong expert, a tile's rows shifted or a
-// missing tile moves the output by NMSE > 1e-3. The cases cover experts with no rows, experts with more rows than
-// one 64-row tile (several tiles), 8..128 experts, k 1..8, biases, and the tile sections' capacity (every slot of
-// a step on one expert). Routing: the test data keep a relative probability gap of 1e-3 between every token's
+// f32 ones by ~1e-7 relative: NMSE <= 1e-10 (F16 / BF16 experts 1e-8: at the check), while a row given to the wrong
+// expert, a tile's rows shifted or a missing tile moves the output by NMSE > 1e-3. The cases cover experts with no
+// rows, experts with more rows than one 64-row tile (several tiles), 8..128 experts, k 1..8, biases, and the tile
+// sections' capacity (every slot of a step on one expert). Routing: the test data keep a relative probability gap of 1e-3 between every token's
 // k-th and (k+1)-th expert, so the device picks the experts the double-precision routing picks.
 #include <gtest/gtest.h>
 

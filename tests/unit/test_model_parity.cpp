@@ -137,17 +137,22 @@ struct Fixture {
   std::map<int, double> peer_rows;
 };
 
+// The entry of fixture `stem` under "rows" of tests/data/FILE (the per-row parity data below), or null.
+nlohmann::json rows_of(const char* file, const std::string& stem) {
+  std::ifstream f(test::data_path(file));
+  if (!f) return nullptr;
+  const nlohmann::json j = nlohmann::json::parse(f);
+  return j.at("rows").contains(stem) ? j.at("rows").at(stem) : nlohmann::json();
+}
+
 // tests/data/parity_exact_rows.json (written by dev/parity_exact.sh): per fixture, the rows where the model's exact
 // function (f64 dot products of the dequantized weights and f32 activations, every other op in f32) gives another
 // argmax than llama.cpp's reference although the reference margin is above the decisive margin. There llama.cpp's
 // own activation quantization (q8_0 / q8_K blocks) decided the reference; an engine with more exact activations
 // may legitimately differ, so these rows are not decisive. Their NMSE is still checked.
 std::vector<int> exact_rows(const std::string& stem) {
-  std::ifstream f(test::data_path("parity_exact_rows.json"));
-  if (!f) return {};
-  const nlohmann::json j = nlohmann::json::parse(f);
-  if (!j.at("rows").contains(stem)) return {};
-  return j.at("rows").at(stem).get<std::vector<int>>();
+  const nlohmann::json j = rows_of("parity_exact_rows.json", stem);
+  return j.is_null() ? std::vector<int>{} : j.get<std::vector<int>>();
 }
 
 // tests/data/parity_peer_spread.json (measured by dev/peer/parity_spread.sh): per fixture, the rows where llama.cpp's
@@ -155,12 +160,10 @@ std::vector<int> exact_rows(const std::string& stem) {
 // of the MoE fixtures, where the manifest's spread (measured on another machine) understates the peer's. The
 // fixtures README's rule, limit = 4 x the peer's spread, is applied to such a row with the spread measured there.
 std::map<int, double> peer_rows(const std::string& stem) {
-  std::ifstream f(test::data_path("parity_peer_spread.json"));
   std::map<int, double> out;
-  if (!f) return out;
-  const nlohmann::json j = nlohmann::json::parse(f);
-  if (!j.at("rows").contains(stem)) return out;
-  for (const auto& [row, spread] : j.at("rows").at(stem).items()) out[std::stoi(row)] = spread.get<double>();
+  const nlohmann::json j = rows_of("parity_peer_spread.json", stem);
+  if (j.is_null()) return out;
+  for (const auto& [row, spread] : j.items()) out[std::stoi(row)] = spread.get<double>();
   return out;
 }
 

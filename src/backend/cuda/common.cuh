@@ -55,7 +55,6 @@ __device__ __forceinline__ uint16_t ld_u16(const uint8_t* p) { return *reinterpr
 
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// ---- programmatic dependent launch (sm_90) ----------------------------------------------------------------------
 // The gated activations' f32 steps, one home for every kernel that applies them (elementwise.cu, moe.cu, the fused
 // expert GEMV of moe_gemv.cu), so that fused and separate launches give the same bits: silu(g) * u, and gpt-oss's
 // clamped SwiGLU (x = min(g, limit), y = clamp(u, -limit, limit), x / (1 + exp(alpha * -x)) * (y + 1), ggml's steps).
@@ -66,6 +65,7 @@ __device__ __forceinline__ float swiglu_oai_f(float g, float u, float alpha, flo
   return x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
 }
 
+// ---- programmatic dependent launch (sm_90) ----------------------------------------------------------------------
 // A kernel launched with launch_pdl() may start while the previous kernel of the stream is still running (its
 // blocks are scheduled as soon as every block of the previous kernel has called pdl_trigger() or exited), so the
 // launch latency and block ramp of kernel N+1 overlap the tail of kernel N: on a decode step of ~400 small kernels

@@ -88,7 +88,12 @@ Status moe_ffn(ForwardCtx& c, int64_t il, MoeGating gating, bool norm_topk, MoeA
   if (c.n == 0) return Status::ok();
   Backend& be = *c.be;
   const LayerWeights& L = c.w->layers[il];
-  KILN_TRY(be.rms_norm(c.x, L.ffn_norm, c.hp->rms_eps, c.h));
+  // On the layer's own backend the op's expert products read h next (a device backend may keep their activations
+  // from the norm's pass); experts elsewhere get a copy of h.
+  if (c.experts.be)
+    KILN_TRY(be.rms_norm(c.x, L.ffn_norm, c.hp->rms_eps, c.h));
+  else
+    KILN_TRY(be.rms_norm_for_matmul(c.x, L.ffn_norm, c.hp->rms_eps, c.h, L.ffn_gate_exps.dtype));
   Backend::MoeFfnArgs a;
   a.x = c.h;
   a.router = L.ffn_gate_inp;

@@ -70,6 +70,8 @@ struct CudaBackend::MoeScratch {
 
 Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
   KILN_TRY(op_checks::moe_ffn_operands(a, acc, gemm_supports, gemm_supports));
+  ActQ px{};  // x's q8_1 rows when rms_norm_for_matmul wrote x (taken before use() drops them)
+  const bool pend = take_pending(a.x, &px);
   KILN_TRY(use());
   const int64_t n = a.x.n_rows(), d = a.x.ne[0], n_expert = a.router.ne[1], n_ff = a.gate.ne[1];
   const int64_t nk = n * a.k;
@@ -109,7 +111,9 @@ Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
                      static_cast<float*>(at(o_y))};
 
   // 1, 2: logits and routing on the device
-  KILN_TRY(matmul_run(a.router, a.x, Tensor{}, Tensor::make(DType::F32, m.logits, this, n_expert, n), false, nullptr));
+  const ActQ* ax = pend ? &px : nullptr;
+  KILN_TRY(matmul_run(a.router, a.x, Tensor{}, Tensor::make(DType::F32, m.logits, this, n_expert, n), false,
+                      mmvq_supports(a.router.dtype) ? ax : nullptr));
   MoeRouteParams rp{};
   rp.logits = m.logits;
   rp.bias = a.router_bias.valid() ? static_cast<const float*>(a.router_bias.data) : nullptr;
@@ -121,7 +125,7 @@ Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
   KILN_TRY(launch_moe_route(rp, stream_));
 
   // 3, 4
-  if (gemv) return moe_ffn_gemv(a, m, acc);
+  if (gemv) return moe_ffn_gemv(a, m, acc, ax);
   if (grouped) return moe_ffn_grouped(a, m, acc);
   return moe_ffn_host(a, m, acc);
 }
@@ -241,10 +245,11 @@ bool CudaBackend::moe_gemv_ok(const MoeFfnArgs& a, int64_t n) const {
   return true;
 }
 
-// Steps 3 and 4 on the GEMV path (the header): sel / w from moe_route; g, u: nk x n_ff of the scratch.
+// Steps 3 and 4 on the GEMV path (the header): sel / w from moe_route; g, u: nk x n_ff of the scratch; x_q: x's
+// q8_1 rows when the norm before the op wrote them (rms_norm_for_matmul), else x is quantized here.
 // Gate, up and the activation are one launch when gate and up share a type (launch_mmvq_id_glu), the down products
 // and the slot sum one launch (launch_mmvq_id_sum), in the separate launches' arithmetic.
-Status CudaBackend::moe_ffn_gemv(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc) {
+Status CudaBackend::moe_ffn_gemv(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc, const ActQ* x_q) {
   const int64_t n = a.x.n_rows(), d = a.x.ne[0], n_ff = a.gate.ne[1], nk = n * a.k;
   const auto params = [&](const Tensor& wt, const Tensor& b, int64_t n_in, int64_t n_out, int x_div, float* out) {
     MmvqIdParams p{};
@@ -260,7 +265,12 @@ Status CudaBackend::moe_ffn_gemv(const MoeFfnArgs& a, const MoeScratch& m, const
     return p;
   };
   {
-    KILN_ASSIGN_OR_RETURN(const ActQ ax, quantize_act(a.x));
+    ActQ ax{};
+    if (x_q) {
+      ax = *x_q;
+    } else {
+      KILN_ASSIGN_OR_RETURN(ax, quantize_act(a.x));
+    }
     const MmvqIdParams pg = params(a.gate, a.gate_bias, d, n_ff, a.k, m.g);
     const MmvqIdParams pu = params(a.up, a.up_bias, d, n_ff, a.k, m.u);
     if (a.gate.dtype == a.up.dtype) {

@@ -89,9 +89,16 @@ constexpr TypeRecipe kTypes[] = {
     {"f16", 1, DType::F16},           {"q8_0", 7, DType::Q8_0},         {"q4_0", 2, DType::Q4_0},
     {"q4_k_m", 15, DType::Q4_K},      {"q6_k", 18, DType::Q6_K},        {"iq4_nl", 25, DType::IQ4_NL},
     {"iq4_xs", 30, DType::IQ4_XS},    {"mxfp4", 38, DType::MXFP4},      {"tq1_0", 36, DType::TQ1_0},
-    {"tq2_0", 37, DType::TQ2_0},
+    {"tq2_0", 37, DType::TQ2_0},      {"iq2_xxs", 19, DType::IQ2_XXS},  {"iq2_xs", 20, DType::IQ2_XS},
+    {"iq1_s", 24, DType::IQ1_S},      {"iq1_m", 31, DType::IQ1_M},
 };
-constexpr const char* kTypeList = "f16, q8_0, q4_0, q4_k_m, q6_k, iq4_nl, iq4_xs, mxfp4, tq1_0, tq2_0";
+constexpr const char* kTypeList =
+    "f16, q8_0, q4_0, q4_k_m, q6_k, iq4_nl, iq4_xs, mxfp4, tq1_0, tq2_0, iq2_xxs, iq2_xs, iq1_s, iq1_m";
+
+// The 2-bit and 1-bit i-quant file types (llama.cpp's IQ2_XXS, IQ2_XS, IQ1_S, IQ1_M), which share one mix.
+bool low_bit_iquant(DType t) {
+  return t == DType::IQ2_XXS || t == DType::IQ2_XS || t == DType::IQ1_S || t == DType::IQ1_M;
+}
 
 // llama.cpp's "more bits" layers of the _M mixes (llama-quant.cpp, use_more_bits).
 bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
@@ -104,10 +111,25 @@ enum class Role { kEmbed, kOutput, kAttnK, kAttnV, kAttnOut, kFfnDown, kExperts,
 // for ffn_down of the first n_layer/8 layers. Files of exactly 8 experts: attn_k and attn_v Q8_0, attn_output Q5_K
 // in the 4-bit mixes. mxfp4 (llama.cpp's MXFP4_MOE): a MoE shape gets MXFP4 experts and Q8_0 dense matrices as that
 // file type writes them; a dense shape gets every matrix MXFP4 so that it exercises the type; the output Q8_0.
-// TQ1_0 / TQ2_0: every matrix ternary but the output (Q6_K) and an untied token_embd (Q4_K).
+// TQ1_0 / TQ2_0: every matrix ternary but the output (Q6_K) and an untied token_embd (Q4_K). The 2- and 1-bit
+// i-quants (low_bit_iquant): output Q5_K, untied token_embd Q2_K, attn_v Q4_K with 4+ query heads per KV head or 4+
+// experts (else Q2_K), attn_k Q4_K with 8 experts, ffn_down of the first n_layer/8 layers Q2_K, attn_output Q5_K
+// with 8 experts and IQ2_XXS in the IQ1 types.
 DType matrix_type(const TypeRecipe& t, Role role, int64_t layer, int64_t n_layer, int64_t n_gqa, int64_t n_expert) {
   const bool expert = role == Role::kExperts || (role == Role::kFfnDown && n_expert > 0);
   if (t.base == DType::F16 || t.base == DType::Q8_0) return t.base;
+  if (low_bit_iquant(t.base)) {
+    const bool iq1 = t.base == DType::IQ1_S || t.base == DType::IQ1_M;
+    switch (role) {
+      case Role::kOutput: return DType::Q5_K;
+      case Role::kEmbed: return DType::Q2_K;
+      case Role::kAttnV: return n_gqa >= 4 || n_expert >= 4 ? DType::Q4_K : DType::Q2_K;
+      case Role::kAttnK: return n_expert == 8 ? DType::Q4_K : t.base;
+      case Role::kFfnDown: return layer < n_layer / 8 ? DType::Q2_K : t.base;
+      case Role::kAttnOut: return n_expert == 8 ? DType::Q5_K : iq1 ? DType::IQ2_XXS : t.base;
+      default: return t.base;
+    }
+  }
   if (t.base == DType::TQ1_0 || t.base == DType::TQ2_0)
     return role == Role::kOutput ? DType::Q6_K : role == Role::kEmbed ? DType::Q4_K : t.base;
   if (t.base == DType::MXFP4)
@@ -137,7 +159,12 @@ DType fallback_type(DType t, int64_t n_in) {
     case DType::Q6_K: return DType::Q8_0;
     case DType::IQ4_XS: return DType::IQ4_NL;
     case DType::TQ1_0:
-    case DType::TQ2_0: return DType::Q4_0;
+    case DType::TQ2_0:
+    case DType::Q2_K: return DType::Q4_0;
+    case DType::IQ2_XXS:
+    case DType::IQ2_XS:
+    case DType::IQ1_S:
+    case DType::IQ1_M: return DType::IQ4_NL;
     default: return t;  // a 32-element type: add_matrix reports the row length
   }
 }
@@ -536,12 +563,13 @@ int run_synth(int argc, char** argv) {
   for (const TypeRecipe& t : kTypes)
     if (o.type == t.name) recipe = &t;
   if (!recipe) {
-    // The i-quant grid types are decoded but never written (their quantizers need an importance matrix).
+    // The other i-quant grid types (IQ2_S, IQ3_XXS, IQ3_S) are decoded but not written: their file types' mixes
+    // are not kiln's to guess.
     const std::optional<DType> named = dtype_from_name(o.type);
     if (named && is_iquant_grid(*named))
       return fail("synth", make_error(ErrorCode::kInvalidArgument,
-                                      "--type '%s': kiln reads %s files but does not write them (the type needs an "
-                                      "importance matrix; make it with llama-quantize --imatrix); --type is one of %s",
+                                      "--type '%s': kiln reads %s files but does not write them (make them with "
+                                      "llama-quantize); --type is one of %s",
                                       o.type.c_str(), dtype_name(*named), kTypeList));
     return fail("synth", make_error(ErrorCode::kInvalidArgument,
                                     "--type '%s' is not one of %s", o.type.c_str(), kTypeList));

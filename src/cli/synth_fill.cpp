@@ -15,6 +15,13 @@
 //   MXFP4 x = 2^(e-128)*v,   v a uniform pick of the doubled FP4 values  rms(v) = sqrt(34.25) = 5.85; the scale is
 //         a power of two: e = 128 + round(log2(sigma / 5.85)), minus 1 on a random half of the blocks
 //   TQ1_0 / TQ2_0 x = d*(t-1), t uniform in {0, 1, 2}          std = sqrt(2/3) = 0.816
+//   Q2_K  x = d*sc*q - dmin*m, q uniform in [0, 3], sc = m in [8, 15], dmin = 1.5 d  ->  std ~ d * 11.5 * 1.118
+//   IQ2_XXS / IQ2_XS  x = d/8*(2 ls + 1)*g*sign, g a uniform pick of the grid's magnitudes (rms from the table,
+//         ~27), ls in [8, 15], sign patterns uniform  ->  std ~ d * 3 * rms(g)
+//   IQ1_S / IQ1_M  x = d*(2 ls + 1)*(g +- 1/8), g a uniform pick of the grid's {-1, 0, 1} values, ls in [4, 7]
+//         ->  std ~ d * 12 * sqrt(E g^2 + 1/64)
+// The i-quant blocks are random codes (uniform grid indices, sign patterns and delta signs), as the other types'
+// blocks are random quants: every index a file can hold is a valid one.
 // so even sigma = 1/sqrt(14336) (Llama 3 8B ffn_down) keeps every d above f16's smallest normal (6.1e-5).
 // Each block's scale is jittered by +-25% so blocks differ.
 #include <cmath>
@@ -22,6 +29,7 @@
 
 #include "cli/synth.h"
 #include "quant/blocks.h"
+#include "quant/iq_grids.h"
 #include "util/fp16.h"
 
 namespace kiln::cli::synth {
@@ -54,6 +62,25 @@ struct Rng {
 };
 
 uint16_t f16(float x) { return f32_to_fp16(x); }
+
+// The rms of a grid's element values over all its entries (8 elements a u64: int8 when `signed_bytes`, else u8).
+template <size_t N>
+float grid_rms(const uint64_t (&grid)[N], bool signed_bytes) {
+  double s = 0;
+  for (const uint64_t e : grid)
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t b = static_cast<uint8_t>(e >> (8 * j));
+      const double v = signed_bytes ? static_cast<int8_t>(b) : b;
+      s += v * v;
+    }
+  return static_cast<float>(std::sqrt(s / (8.0 * N)));
+}
+
+// IQ1 values: rms of g +- 1/8 over the grid (the delta's sign uniform).
+float iq1_rms() {
+  const float g = grid_rms(kIq1sGrid, true);
+  return std::sqrt(g * g + kIq1Delta * kIq1Delta);
+}
 
 template <class Block, class Make>
 gguf::Writer::FillFn blocks(uint64_t key, Make make) {
@@ -227,6 +254,67 @@ Result<gguf::Writer::FillFn> random_weights(DType type, uint64_t key, float sigm
           q = static_cast<uint8_t>(v % 3 | (v / 3 % 3) << 2 | (v / 9 % 3) << 4 | (v / 27 % 3) << 6);
         }
         b.d = f16(d * r.jitter());
+      });
+    }
+    case DType::Q2_K: {
+      const float d = sigma / (11.5f * 1.118f);
+      return blocks<block_q2_K>(key, [d](block_q2_K& b, Rng& r) {
+        r.bytes(b.qs, sizeof(b.qs));
+        const uint64_t bits = r.next();
+        for (int j = 0; j < 16; ++j) {
+          const uint8_t sc = static_cast<uint8_t>(8 + ((bits >> (3 * j)) & 7));
+          b.scales[j] = static_cast<uint8_t>(sc | (sc << 4));
+        }
+        b.d = f16(d * r.jitter());
+        b.dmin = f16(1.5f * fp16_to_f32(b.d));
+      });
+    }
+    case DType::IQ2_XXS: {
+      const float d = sigma / (3.0f * grid_rms(kIq2xxsGrid, false));
+      return blocks<block_iq2_xxs>(key, [d](block_iq2_xxs& b, Rng& r) {
+        for (int s = 0; s < 8; ++s) {  // 4 index bytes, then 4 x 7 sign-index bits and ls in [8, 15]
+          const uint64_t v = r.next();
+          const uint32_t aux = static_cast<uint32_t>(v >> 32) & 0x0FFFFFFFu;
+          const uint32_t ls = 8 + (static_cast<uint32_t>(v >> 60) & 7);
+          const uint32_t w[2] = {static_cast<uint32_t>(v), aux | ls << 28};
+          std::memcpy(&b.qs[4 * s], w, 8);
+        }
+        b.d = f16(d * r.jitter());
+      });
+    }
+    case DType::IQ2_XS: {
+      const float d = sigma / (3.0f * grid_rms(kIq2xsGrid, false));
+      return blocks<block_iq2_xs>(key, [d](block_iq2_xs& b, Rng& r) {
+        r.bytes(reinterpret_cast<uint8_t*>(b.qs), sizeof(b.qs));  // 9-bit index | 7-bit sign index: any 16 bits
+        const uint64_t bits = r.next();
+        for (int s = 0; s < 8; ++s)
+          b.scales[s] = static_cast<uint8_t>((8 + ((bits >> (6 * s)) & 7)) | (8 + ((bits >> (6 * s + 3)) & 7)) << 4);
+        b.d = f16(d * r.jitter());
+      });
+    }
+    case DType::IQ1_S: {
+      const float d = sigma / (12.0f * iq1_rms());
+      return blocks<block_iq1_s>(key, [d](block_iq1_s& b, Rng& r) {
+        r.bytes(b.qs, sizeof(b.qs));
+        for (uint16_t& h : b.qh) {  // 12 index bits, ls in [4, 7] at bits 12-14, the delta's sign at bit 15
+          const uint64_t v = r.next();
+          h = static_cast<uint16_t>((v & 0x0FFF) | (4 + ((v >> 12) & 3)) << 12 | ((v >> 14) & 1) << 15);
+        }
+        b.d = f16(d * r.jitter());
+      });
+    }
+    case DType::IQ1_M: {
+      const float d = sigma / (12.0f * iq1_rms());
+      return blocks<block_iq1_m>(key, [d](block_iq1_m& b, Rng& r) {
+        r.bytes(b.qs, sizeof(b.qs));
+        r.bytes(b.qh, sizeof(b.qh));  // per group: 3 index bits and the delta's sign
+        const uint16_t dh = f16(d * r.jitter());
+        const uint64_t bits = r.next();
+        for (int k = 0; k < 4; ++k) {  // 4 scales of 3 bits in [4, 7], then 4 bits of d
+          uint16_t u = static_cast<uint16_t>(((dh >> (4 * k)) & 0xF) << 12);
+          for (int j = 0; j < 4; ++j) u |= static_cast<uint16_t>((4 + ((bits >> (8 * k + 2 * j)) & 3)) << (3 * j));
+          std::memcpy(&b.scales[2 * k], &u, 2);
+        }
       });
     }
     default:

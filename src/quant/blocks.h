@@ -172,8 +172,9 @@ inline int tq1_trit(uint8_t b, int n) {
 // A super-block of 256 holds 8 sub-blocks of 32; each sub-block is 4 groups of 8 elements (IQ3: 8 groups of 4).
 // A group stores a grid index (its magnitudes) and 8 sign bits (bit j set: element j negative). The 7-bit packed
 // signs (IQ2_XXS, IQ2_XS, IQ3_XXS) are an index into kIqSigns (the 8th bit is the parity of the 7). f16 d.
-// Value = d * scale * grid * sign with the scale per type below. kiln only decodes these (no quantizer: making them
-// needs an importance matrix and a grid search; llama-quantize writes them).
+// Value = d * scale * grid * sign with the scale per type below. kiln decodes these and has no quantizer for them
+// (making them needs an importance matrix and a grid search; llama-quantize writes them); `kiln synth` writes random
+// codes of four of them (cli/synth_fill.cpp).
 
 // IQ2_XXS (2.06 bpw): qs[4s..4s+3] (as 8 bytes) of sub-block s: bytes 0-3 are the grid indices (kIq2xxsGrid) of
 // groups 0-3, the u32 of bytes 4-7 holds the 7-bit sign indices of group l at bits 7l..7l+6 and the scale nibble

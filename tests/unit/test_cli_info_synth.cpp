@@ -17,6 +17,7 @@
 #include "gguf/gguf.h"
 #include "model/arch.h"
 #include "model/model.h"
+#include "quant/reference.h"
 
 namespace kiln {
 namespace {
@@ -135,6 +136,16 @@ DType expected_type(const std::string& t, const std::string& name, int layer, in
   if (t == "mxfp4") return output ? DType::Q8_0 : DType::MXFP4;
   if (t == "tq1_0" || t == "tq2_0")
     return output ? DType::Q6_K : name == "token_embd.weight" ? DType::Q4_K : t == "tq1_0" ? DType::TQ1_0 : DType::TQ2_0;
+  if (t == "iq2_xxs" || t == "iq2_xs" || t == "iq1_s" || t == "iq1_m") {  // dense files: no expert rules
+    const DType base = t == "iq2_xxs" ? DType::IQ2_XXS : t == "iq2_xs" ? DType::IQ2_XS : t == "iq1_s" ? DType::IQ1_S
+                                                                                                      : DType::IQ1_M;
+    if (output) return DType::Q5_K;
+    if (name == "token_embd.weight") return DType::Q2_K;
+    if (name.find("attn_v") != std::string::npos) return n_gqa >= 4 ? DType::Q4_K : DType::Q2_K;
+    if (name.find("ffn_down") != std::string::npos && layer < n_layer / 8) return DType::Q2_K;
+    if (name.find("attn_output") != std::string::npos && (t == "iq1_s" || t == "iq1_m")) return DType::IQ2_XXS;
+    return base;
+  }
   if (output) return DType::Q6_K;
   if (t == "q4_0") return DType::Q4_0;
   if (t == "iq4_nl" || t == "iq4_xs") {
@@ -222,6 +233,43 @@ TEST(CliSynth, TinyEveryType) {
   // IQ4 mixes: Q5_K attn_v with 4 query heads per KV head, Q5_K ffn_down in the first n_layer / 8 layers
   check_synth("llama3-8b", "iq4_xs", "--layers 8 --embd 256 --ff 768 --heads 4 --kv-heads 1 --n-vocab 700", 8, false,
               "llama");
+  // The 2- and 1-bit i-quant mixes: Q2_K token_embd and early ffn_down, Q4_K attn_v with 4 query heads per KV head,
+  // Q5_K output (tiny's 256-wide rows: whole super-blocks)
+  for (const char* t : {"iq2_xxs", "iq2_xs", "iq1_s", "iq1_m"}) {
+    check_synth("tiny", t, "", 2, false, "llama");
+    check_synth("llama3-8b", t, "--layers 8 --embd 256 --ff 768 --heads 4 --kv-heads 1 --n-vocab 700", 8, false,
+                "llama");
+  }
+}
+
+// The i-quant blocks synth writes decode to finite weights of about the requested scale (random codes: grid
+// indices, signs, scales), and kiln runs the files.
+TEST(CliSynth, LowBitIquantTypesLoadAndRun) {
+  for (const char* t : {"iq2_xxs", "iq2_xs", "iq1_s", "iq1_m"}) {
+    SCOPED_TRACE(t);
+    const std::string path = temp_path(std::string("tiny-") + t + "-run.gguf");
+    auto r = run_kiln(std::string("synth --shape tiny --type ") + t + " -t 2 -o '" + path + "'");
+    ASSERT_EQ(r.code, 0) << r.out;
+    auto f = gguf::File::open(path);
+    ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+    const gguf::TensorInfo* w = f->find_tensor("blk.1.ffn_gate.weight");  // n_in 256: sigma 1/16
+    ASSERT_NE(w, nullptr);
+    ASSERT_TRUE(is_iquant_grid(w->type)) << dtype_name(w->type);
+    const int64_t n = w->ne[0] * w->ne[1];
+    std::vector<float> x(static_cast<size_t>(n));
+    ASSERT_TRUE(dequantize_row(w->type, w->data, x.data(), n).is_ok());
+    double ss = 0;
+    for (float v : x) {
+      ASSERT_TRUE(std::isfinite(v));
+      ss += static_cast<double>(v) * v;
+    }
+    const double rms = std::sqrt(ss / static_cast<double>(n));
+    EXPECT_GT(rms, 0.5 / 16) << rms;
+    EXPECT_LT(rms, 2.0 / 16) << rms;
+    r = run_kiln("run -m '" + path + "' --tokens 1,2,3,4,5,6,7,8,9 -n 4 --temp 0 --ids --ignore-eos -t 2");
+    EXPECT_EQ(r.code, 0) << r.out;
+    fs::remove(path);
+  }
 }
 
 TEST(CliSynth, QwenShapesAndOverrides) {
@@ -608,7 +656,7 @@ TEST(CliSynth, BadArgumentsNameTheOption) {
   } cases[] = {
       {"synth --shape nope " + out, "--shape"},
       {"synth --shape tiny --type q5_k " + out, "--type"},
-      {"synth --shape tiny --type iq2_xxs " + out, "does not write them"},  // decoded, never written
+      {"synth --shape tiny --type iq3_s " + out, "does not write them"},  // decoded, never written
       {"synth --shape tiny --type IQ1_M " + out, "iq1_m"},
       {"synth --shape tiny --type q4_k_m --embd 100 " + out, "--embd"},
       {"synth --shape tiny --layers 0 " + out, "--layers"},

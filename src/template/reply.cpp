@@ -107,7 +107,15 @@ void split_messages(const std::string& text, const ReplyOptions& o, ParsedReply*
         bare.resize(bare.size() - e.size());
         break;
       }
-    std::string call = o.tool_format ? canonical_call_header(bare) : std::string();
+    std::string call = canonical_call_header(bare);
+    // A message to one of harmony's builtin tools (browser.*, python, ...: a recipient outside functions.*) is no
+    // client function's call and not the answer: dropped, as llama-server does (a server that lets the model call
+    // them would run them and add the result).
+    static const std::string kFunctions = "<|channel|>commentary to=functions.", kToAssistant = "<|channel|>commentary to=assistant ";
+    if (!call.empty() && call.compare(0, kFunctions.size(), kFunctions) != 0 &&
+        call.compare(0, kToAssistant.size(), kToAssistant) != 0)
+      continue;
+    if (!o.tool_format) call.clear();
     std::vector<ToolCall> found;
     if (!call.empty()) parse_tool_calls(*o.tool_format, &call, &found, o.tools);
     if (!found.empty() && call.empty()) {

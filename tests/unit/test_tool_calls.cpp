@@ -706,16 +706,28 @@ TEST(ToolFormats, HarmonyRepliesSplitIntoReasoningContentAndCalls) {
   r = tpl::parse_reply(call1 + "<|call|><|start|>assistant" + call2, o);
   expect_calls(r.tool_calls, {kCalls[0]}, "parallel false");
   o.parallel_tool_calls = true;
-  // malformed: unbalanced arguments, a builtin recipient, text that is no message: content, never a failure
+  // malformed: unbalanced arguments, text that is no message: content, never a failure
   const std::string bad = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":";
   r = tpl::parse_reply(think + "<|start|>assistant" + bad, o);
   EXPECT_TRUE(r.tool_calls.empty());
   EXPECT_EQ(r.content, bad);
   EXPECT_EQ(r.reasoning_content, "The user wants weather.");
-  const std::string browser = "<|channel|>analysis to=browser.search code<|message|>{\"query\": \"x\"}";
-  r = tpl::parse_reply(browser, o);
-  EXPECT_TRUE(r.tool_calls.empty());
-  EXPECT_EQ(r.content, browser);
+  // a builtin tool's message (browser.*, python: not a client function) is dropped, in either header order, with
+  // the messages around it kept; also without tools
+  for (const std::string& b : {std::string("<|channel|>analysis to=browser.search code<|message|>{\"query\": \"x\"}"),
+                               std::string(" to=python<|channel|>analysis code<|message|>print(1)<|call|>")}) {
+    r = tpl::parse_reply(think + "<|start|>assistant" + b, o);
+    EXPECT_TRUE(r.tool_calls.empty()) << b;
+    EXPECT_EQ(r.content, "") << b;
+    EXPECT_EQ(r.reasoning_content, "The user wants weather.") << b;
+    r = tpl::parse_reply(b + "<|start|>assistant<|channel|>final<|message|>Done.", o);
+    EXPECT_EQ(r.content, "Done.") << b;
+    const tpl::ToolFormat* keep = o.tool_format;
+    o.tool_format = nullptr;
+    r = tpl::parse_reply(b, o);
+    EXPECT_EQ(r.content, "") << b;
+    o.tool_format = keep;
+  }
   r = tpl::parse_reply("Hello there.", o);
   EXPECT_EQ(r.content, "Hello there.");
   EXPECT_EQ(r.reasoning_content, "");

@@ -164,7 +164,10 @@ void Scheduler::Impl::preempt(Active& a) {
 void Scheduler::Impl::put(Active& a, size_t n) {
   // The blocks now (the engine's plan finds them reserved); n fits: checked by the caller.
   if (!engine->cache().reserve(a.slot, static_cast<int64_t>(n)).is_ok()) return;
+  // A hybrid model verifies drafts from a saved recurrent state (rolled back in settle()); without it, no drafts.
+  if (!a.draft.empty() && engine->recurrent() && !engine->save_verify_state(a.slot).is_ok()) a.draft.clear();
   a.tok0 = batch.size();
+  a.pos0 = a.seq->n_cached();
   const size_t got = a.draft.empty() ? a.seq->schedule(batch, n) : a.seq->schedule_drafts(batch, a.draft);
   a.n_sched = got;
   a.scheduled = true;
@@ -281,6 +284,8 @@ std::unique_ptr<Active> Scheduler::Impl::make_active(const std::shared_ptr<Reque
       a->seq->hooks().drafts = std::make_unique<NgramDraft>(NgramDraftParams{cfg.spec.ngram_n, cfg.spec.ngram_m});
     else if (cfg.spec.type == SpecConfig::Type::kDraft && draft)
       a->seq->hooks().drafts = draft->proposer(slot, rq.spec.p_min >= 0 ? rq.spec.p_min : cfg.spec.p_min);
+    else if (cfg.spec.type == SpecConfig::Type::kMtp && mtp)
+      a->seq->hooks().drafts = mtp->proposer(slot);
   }
   a->stops = StopFilter(rq.stop);
   a->tm.n_prompt = static_cast<int64_t>(rq.prompt.size());
@@ -435,8 +440,11 @@ bool Scheduler::Impl::execute(StepOutputs* out) {
       kinds[n_rows++] = a->kind;
     }
   }
-  bool hidden = false;  // an embedding request runs: every token's hidden state comes back
-  for (Active* a : sched) hidden = hidden || a->pool != nullptr;
+  bool hidden = false;  // an embedding request or a proposer that wants them: every token's hidden state comes back
+  for (Active* a : sched) {
+    const DraftProposer* d = a->seq->hooks().drafts.get();
+    hidden = hidden || a->pool != nullptr || (d && d->wants_hidden());
+  }
   const Clock::time_point t_step = Clock::now();
   auto r = engine->step(batch.tokens, std::span<const OutputKind>(kinds.data(), n_rows), hidden,
                         std::span<const uint64_t* const>(row_masks.data(), n_rows));
@@ -496,6 +504,26 @@ void Scheduler::Impl::sample(Active& a, const StepOutputs& out) {
   }
   if (!a.draft.empty()) a.seq->settle_drafts(n_confirmed);
   if (DraftProposer* d = a.seq->hooks().drafts.get()) d->accepted(static_cast<int32_t>(n_confirmed));
+}
+
+void Scheduler::Impl::settle(Active& a, const StepOutputs& out) {
+  if (a.pool) return;
+  const bool verified = !a.draft.empty() && a.wants;
+  // The rows that stay: a verify step's pending token and confirmed drafts (one per sample but the last), else
+  // the whole chunk.
+  const size_t kept = verified ? a.outs.size() : a.n_sched;
+  // Not every draft confirmed: the state went past the rejected ones. Back to before the step; the confirmed
+  // tokens are pending again and run with the next step (a failed copy ends the sequence: its state is lost).
+  if (verified && kept < 1 + a.draft.size() && engine->recurrent()) {
+    if (Status st = engine->restore_verify_state(a.slot); !st.is_ok()) {
+      a.outs.back().st.error = st;
+      a.outs.back().st.stop = StopReason::kNone;
+    }
+  }
+  DraftProposer* d = a.seq->hooks().drafts.get();
+  if (d && d->wants_hidden() && out.hidden && kept > 0)
+    d->hidden_rows(a.seq->tokens(), a.pos0, out.hidden_row(static_cast<int32_t>(a.tok0)),
+                   static_cast<int64_t>(kept), out.n_embd);
 }
 
 void Scheduler::Impl::deliver(Active& a, Clock::time_point now) {
@@ -583,6 +611,8 @@ void Scheduler::Impl::update(const StepOutputs& out) {
   itl.clear();
   int64_t n_gen = 0;
   uint64_t drafted = 0, confirmed = 0;  // every out but the last of a verifying sequence confirmed a draft
+  for (Active* a : sched)
+    if (a->wants || a->seq->hooks().drafts) settle(*a, out);
   for (Active* a : outs) {
     for (const Active::Out& o : a->outs) n_gen += o.st.token >= 0 ? 1 : 0;
     if (!a->draft.empty()) {

@@ -1,0 +1,396 @@
+// Speculative decoding with the model's multi-token-prediction layer (--spec-type draft-mtp; model/mtp.h,
+// runtime/mtp_draft.h) on a small random qwen35 file written by `kiln synth --mtp 1` (a hybrid model: 3 Gated
+// DeltaNet layers and a full-attention one, then the NextN block): the file loads with its NextN weights and its
+// one-layer view; the view's logits for rows of tokens and hidden rows equal a reference composed here in double
+// precision from the file's tensors; greedy ids with draft-mtp are the ids without speculation at -b 1, -b 3 and a
+// full batch, for parallel sequences too, while random weights reject most drafts (the recurrent state is rolled
+// back); drafts that are partly right (a proposer that knows the answer and lies on purpose) keep the ids too; a
+// model without NextN layers is refused naming the flag; the kiln run flags.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/engine_util.h"
+#include "common/test_util.h"
+#include "gguf/gguf.h"
+#include "runtime/engine.h"
+#include "runtime/scheduler.h"
+#include "util/fp16.h"
+
+namespace kiln {
+namespace {
+
+constexpr const char* kShape =
+    "--shape qwen3.5-0.8b --layers 4 --embd 128 --ff 256 --heads 2 --kv-heads 1 --head-dim 64 --n-vocab 1000 -t 2";
+
+// The synthetic files, written once per test process: with one NextN block, and without.
+std::string synth(bool mtp) {
+  const std::string path = test::temp_dir() + (mtp ? "mtp.gguf" : "plain.gguf");
+  static bool done[2] = {false, false};
+  if (!done[mtp]) {
+    const test::CmdResult r =
+        test::run_kiln(std::string("synth ") + kShape + (mtp ? " --mtp 1" : "") + " -o '" + path + "'");
+    EXPECT_EQ(r.rc, 0) << r.err;
+    done[mtp] = true;
+  }
+  return path;
+}
+
+// n token ids in [3, 990) from a seed.
+std::vector<int32_t> ids(size_t n, uint32_t seed) {
+  std::vector<int32_t> v(n);
+  uint32_t x = seed * 2654435761u + 12345u;
+  for (auto& t : v) {
+    x = x * 1664525u + 1013904223u;
+    t = 3 + static_cast<int32_t>((x >> 8) % 987u);
+  }
+  return v;
+}
+
+EngineConfig with_mtp(EngineConfig c, int32_t draft_max = SpecConfig::kMtpDraftMax) {
+  c.spec.type = SpecConfig::Type::kMtp;
+  c.spec.draft_max = draft_max;
+  return c;
+}
+
+TEST(Mtp, LoadsTheNextnBlockAndItsView) {
+  auto m = test::load_cpu_model(synth(true));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->hparams().n_layer, 4);
+  EXPECT_EQ(m->hparams().n_nextn, 1);
+  EXPECT_TRUE(m->hparams().hybrid());
+  Model* v = m->nextn_model();
+  ASSERT_NE(v, nullptr);
+  EXPECT_EQ(v->hparams().n_layer, 1);
+  EXPECT_FALSE(v->hparams().hybrid()) << "the NextN block is a full-attention layer";
+  EXPECT_EQ(v->hparams().n_vocab, m->hparams().n_vocab);
+  EXPECT_GT(v->stats().weight_bytes, 0u);
+  auto plain = test::load_cpu_model(synth(false));
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->hparams().n_nextn, 0);
+  EXPECT_EQ(plain->nextn_model(), nullptr);
+}
+
+// ---- the reference: NextN block 0 of the file, in double precision ----
+
+struct Ref {
+  const gguf::File& f;
+  int64_t e = 128, nh = 2, nkv = 1, hd = 64, ff = 256, nv = 1000, n_rot = 64;
+  double eps = 1e-6, base = 1e7;
+  std::string b = "blk.4.";
+
+  std::vector<double> vec(const std::string& name) const {
+    const gguf::TensorInfo* t = f.find_tensor(name);
+    EXPECT_NE(t, nullptr) << name;
+    std::vector<double> v(t ? static_cast<size_t>(t->n_elements()) : 0);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (t->type == DType::F32) v[i] = reinterpret_cast<const float*>(t->data)[i];
+      else v[i] = fp16_to_f32(reinterpret_cast<const uint16_t*>(t->data)[i]);
+    }
+    return v;
+  }
+  // y = W x for W [n_in, n_out] (ggml order: row o is n_in contiguous values).
+  static std::vector<double> mv(const std::vector<double>& W, const std::vector<double>& x) {
+    const size_t n_in = x.size(), n_out = W.size() / n_in;
+    std::vector<double> y(n_out, 0.0);
+    for (size_t o = 0; o < n_out; ++o)
+      for (size_t i = 0; i < n_in; ++i) y[o] += W[o * n_in + i] * x[i];
+    return y;
+  }
+  std::vector<double> rms(const double* x, size_t n, const std::vector<double>& w) const {
+    double ss = 0;
+    for (size_t i = 0; i < n; ++i) ss += x[i] * x[i];
+    const double s = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
+    std::vector<double> y(n);
+    for (size_t i = 0; i < n; ++i) y[i] = x[i] * s * w[i];
+    return y;
+  }
+  void rope(double* v, int64_t pos) const {  // NeoX pairs (i, i + n_rot / 2)
+    for (int64_t i = 0; i < n_rot / 2; ++i) {
+      const double th = static_cast<double>(pos) * std::pow(base, -2.0 * static_cast<double>(i) / n_rot);
+      const double a = v[i], c = v[i + n_rot / 2];
+      v[i] = a * std::cos(th) - c * std::sin(th);
+      v[i + n_rot / 2] = a * std::sin(th) + c * std::cos(th);
+    }
+  }
+
+  // Logits of every row: token toks[p] with hidden row hin[p], at positions 0.. of one sequence.
+  std::vector<std::vector<double>> logits(const std::vector<int32_t>& toks, const std::vector<float>& hin) const {
+    const auto emb = vec("token_embd.weight"), enorm = vec(b + "nextn.enorm.weight"),
+               hnorm = vec(b + "nextn.hnorm.weight"), eh = vec(b + "nextn.eh_proj.weight"),
+               an = vec(b + "attn_norm.weight"), wq = vec(b + "attn_q.weight"), wk = vec(b + "attn_k.weight"),
+               wv = vec(b + "attn_v.weight"), wo = vec(b + "attn_output.weight"), qn = vec(b + "attn_q_norm.weight"),
+               kn = vec(b + "attn_k_norm.weight"), fn = vec(b + "post_attention_norm.weight"),
+               wg = vec(b + "ffn_gate.weight"), wu = vec(b + "ffn_up.weight"), wd = vec(b + "ffn_down.weight"),
+               sh = vec(b + "nextn.shared_head_norm.weight");
+    const size_t n = toks.size(), E = static_cast<size_t>(e), HD = static_cast<size_t>(hd);
+    std::vector<std::vector<double>> xs(n), ks(n), vs(n), qs(n), gates(n), out(n);
+    for (size_t p = 0; p < n; ++p) {
+      // x = eh_proj [enorm(embed) | hnorm(h)]
+      std::vector<double> h(hin.begin() + static_cast<std::ptrdiff_t>(p * E),
+                            hin.begin() + static_cast<std::ptrdiff_t>((p + 1) * E));
+      std::vector<double> cat = rms(&emb[static_cast<size_t>(toks[p]) * E], E, enorm);
+      const std::vector<double> hh = rms(h.data(), E, hnorm);
+      cat.insert(cat.end(), hh.begin(), hh.end());
+      xs[p] = mv(eh, cat);
+      const std::vector<double> a = rms(xs[p].data(), E, an);
+      const std::vector<double> qf = mv(wq, a);
+      ks[p] = mv(wk, a);
+      vs[p] = mv(wv, a);
+      qs[p].resize(static_cast<size_t>(nh) * HD);
+      gates[p].resize(static_cast<size_t>(nh) * HD);
+      for (int64_t hh2 = 0; hh2 < nh; ++hh2) {  // per head [query hd | gate hd]
+        const size_t o = static_cast<size_t>(hh2) * 2 * HD;
+        std::vector<double> q = rms(&qf[o], HD, qn);
+        rope(q.data(), static_cast<int64_t>(p));
+        std::copy(q.begin(), q.end(), qs[p].begin() + static_cast<std::ptrdiff_t>(hh2 * hd));
+        std::copy(qf.begin() + static_cast<std::ptrdiff_t>(o + HD), qf.begin() + static_cast<std::ptrdiff_t>(o + 2 * HD),
+                  gates[p].begin() + static_cast<std::ptrdiff_t>(hh2 * hd));
+      }
+      for (int64_t kh = 0; kh < nkv; ++kh) {
+        std::vector<double> k = rms(&ks[p][static_cast<size_t>(kh) * HD], HD, kn);
+        rope(k.data(), static_cast<int64_t>(p));
+        std::copy(k.begin(), k.end(), ks[p].begin() + static_cast<std::ptrdiff_t>(kh * hd));
+      }
+    }
+    for (size_t p = 0; p < n; ++p) {
+      std::vector<double> attn(static_cast<size_t>(nh) * HD, 0.0);
+      for (int64_t qh = 0; qh < nh; ++qh) {
+        const size_t kh = static_cast<size_t>(qh / (nh / nkv));
+        std::vector<double> s(p + 1);
+        double mx = -1e300;
+        for (size_t j = 0; j <= p; ++j) {
+          double d = 0;
+          for (size_t i = 0; i < HD; ++i) d += qs[p][static_cast<size_t>(qh) * HD + i] * ks[j][kh * HD + i];
+          s[j] = d / std::sqrt(static_cast<double>(hd));
+          mx = std::max(mx, s[j]);
+        }
+        double z = 0;
+        for (double& v : s) z += (v = std::exp(v - mx));
+        for (size_t j = 0; j <= p; ++j)
+          for (size_t i = 0; i < HD; ++i) attn[static_cast<size_t>(qh) * HD + i] += s[j] / z * vs[j][kh * HD + i];
+      }
+      for (size_t i = 0; i < attn.size(); ++i) attn[i] *= 1.0 / (1.0 + std::exp(-gates[p][i]));
+      std::vector<double> x = xs[p];
+      const std::vector<double> o = mv(wo, attn);
+      for (size_t i = 0; i < E; ++i) x[i] += o[i];
+      const std::vector<double> a = rms(x.data(), E, fn);
+      std::vector<double> g = mv(wg, a);
+      const std::vector<double> u = mv(wu, a);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      const std::vector<double> d = mv(wd, g);
+      for (size_t i = 0; i < E; ++i) x[i] += d[i];
+      out[p] = mv(emb, rms(x.data(), E, sh));  // tied output
+    }
+    return out;
+  }
+};
+
+TEST(Mtp, ViewLogitsMatchTheReference) {
+  const std::string path = synth(true);
+  auto m = test::load_cpu_model(path);
+  ASSERT_TRUE(m && m->nextn_model());
+  KvCacheConfig kc;
+  kc.n_ctx = 64;
+  kc.max_seqs = 1;
+  kc.batch_tokens = 16;
+  kc.max_outputs = 8;
+  auto e = Engine::create(*m->nextn_model(), kc);
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  ASSERT_TRUE((*e)->takes_hidden_in());
+  const std::vector<int32_t> toks = ids(6, 7);
+  std::vector<float> hin(toks.size() * 128);
+  uint32_t x = 99;
+  for (float& v : hin) {
+    x = x * 1664525u + 1013904223u;
+    v = static_cast<float>((x >> 8) % 2001u) / 1000.0f - 1.0f;
+  }
+  std::vector<BatchToken> b;
+  for (size_t p = 0; p < toks.size(); ++p) b.push_back({toks[p], static_cast<int32_t>(p), 0, true});
+  const std::vector<OutputKind> kinds(toks.size(), OutputKind::kLogits);
+  // In two steps: the second continues the view's own K/V cache.
+  std::vector<std::vector<float>> got;
+  for (size_t s0 : {size_t{0}, size_t{4}}) {
+    const size_t s1 = s0 == 0 ? 4 : toks.size();
+    auto out = (*e)->step(std::span<const BatchToken>(b.data() + s0, s1 - s0), kinds, false, {},
+                          std::span<const float>(hin.data() + s0 * 128, (s1 - s0) * 128));
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    for (int32_t r = 0; r < out->n_out; ++r) got.emplace_back(out->row(r), out->row(r) + out->n_vocab);
+  }
+  // A step without hidden rows is refused.
+  auto bad = (*e)->step(std::span<const BatchToken>(b.data(), 1), kinds);
+  EXPECT_FALSE(bad.is_ok());
+  auto file = gguf::File::open(path);
+  ASSERT_TRUE(file.is_ok());
+  const Ref ref{*file};
+  const auto want = ref.logits(toks, hin);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t p = 0; p < want.size(); ++p) {
+    std::vector<float> w(want[p].begin(), want[p].end());
+    const double nmse = test::nmse(got[p].data(), w.data(), got[p].size());
+    EXPECT_LT(nmse, 1e-5) << "row " << p;  // measured about 2e-7 (f16 weights, f32 activations)
+    size_t am = 0;
+    for (size_t i = 1; i < w.size(); ++i) am = w[i] > w[am] ? i : am;
+    EXPECT_EQ(std::max_element(got[p].begin(), got[p].end()) - got[p].begin(), static_cast<std::ptrdiff_t>(am));
+  }
+  // The hidden rows matter: other rows, other logits.
+  std::vector<float> hin2(hin.size(), 0.5f);
+  const auto want2 = ref.logits(toks, hin2);
+  double diff = 0;
+  for (size_t i = 0; i < want2[0].size(); ++i) diff += std::abs(want2[0][i] - want[0][i]);
+  EXPECT_GT(diff, 1.0);
+}
+
+struct SpecRun {
+  test::Generated g;
+  SchedulerStats stats;
+};
+
+SpecRun run(const std::string& model, const EngineConfig& cfg, GenRequest r) {
+  SpecRun out;
+  auto s = test::make_scheduler(model, cfg);
+  if (!s) return out;
+  out.g = test::generate(*s, std::move(r));
+  out.stats = s->stats();
+  return out;
+}
+
+TEST(Mtp, GreedyIdsUnchanged) {
+  const std::string path = synth(true);
+  const std::vector<int32_t> prompt = ids(12, 3);
+  const SpecRun plain = run(path, test::one_sequence(256), test::greedy_request(prompt, 20));
+  ASSERT_TRUE(plain.g.error.is_ok()) << plain.g.error.to_string();
+  ASSERT_EQ(plain.g.ids.size(), 20u);
+  for (int32_t batch : {1, 3, 512}) {
+    for (int32_t n_max : {1, 3}) {
+      SCOPED_TRACE("-b " + std::to_string(batch) + " --spec-draft-n-max " + std::to_string(n_max));
+      const SpecRun spec = run(path, with_mtp(test::one_sequence(256, batch), n_max), test::greedy_request(prompt, 20));
+      ASSERT_TRUE(spec.g.error.is_ok()) << spec.g.error.to_string();
+      EXPECT_EQ(spec.g.ids, plain.g.ids);
+      EXPECT_EQ(spec.g.text, plain.g.text);
+      if (batch == 1) {
+        EXPECT_EQ(spec.stats.draft_tokens, 0u) << "-b 1 leaves no room for drafts";
+      } else {
+        EXPECT_GT(spec.stats.draft_tokens, 0u);
+        EXPECT_LT(spec.stats.draft_accepted, spec.stats.draft_tokens) << "random weights reject drafts";
+      }
+    }
+  }
+}
+
+TEST(Mtp, ParallelSequencesKeepTheirIds) {
+  const std::string path = synth(true);
+  EngineConfig pc = test::one_sequence(512);
+  pc.max_seqs = 3;
+  std::vector<std::vector<int32_t>> want;
+  for (uint32_t s = 0; s < 3; ++s) {
+    const SpecRun r = run(path, test::one_sequence(256), test::greedy_request(ids(5 + 4 * s, 11 + s), 12));
+    want.push_back(r.g.ids);
+  }
+  auto sched = test::make_scheduler(path, with_mtp(pc));
+  ASSERT_TRUE(sched);
+  std::vector<std::shared_ptr<RequestHandle>> hs;
+  for (uint32_t s = 0; s < 3; ++s) {
+    auto h = sched->submit(test::greedy_request(ids(5 + 4 * s, 11 + s), 12));
+    ASSERT_TRUE(h.is_ok());
+    hs.push_back(*h);
+  }
+  for (uint32_t s = 0; s < 3; ++s) {
+    std::vector<int32_t> got;
+    for (const TokenEvent& ev : hs[s]->wait_all())
+      if (ev.id >= 0) got.push_back(ev.id);
+    EXPECT_TRUE(hs[s]->error().is_ok()) << hs[s]->error().to_string();
+    EXPECT_EQ(got, want[s]) << "sequence " << s;
+  }
+  EXPECT_GT(sched->stats().draft_tokens, 0u);
+}
+
+// Drafts that are right but for one in every few (a proposer that knows the greedy answer): the confirmed ones
+// stay, the state rolls back past the rejected one, the ids are the plain ones, and fewer steps run.
+class KnowingProposer : public DraftProposer {
+ public:
+  explicit KnowingProposer(std::vector<int32_t> answer) : answer_(std::move(answer)) {}
+  int32_t propose(std::span<const int32_t> tokens, int32_t max_k, std::span<int32_t> out) override {
+    int32_t k = 0;
+    for (size_t p = tokens.size(); k < max_k && k < static_cast<int32_t>(out.size()) && p < answer_.size(); ++p) {
+      const int32_t right = answer_[p];
+      out[static_cast<size_t>(k++)] = p % 4 == 3 ? (right == 5 ? 6 : 5) : right;
+    }
+    return k;
+  }
+  void accepted(int32_t) override {}
+
+ private:
+  std::vector<int32_t> answer_;
+};
+
+TEST(Mtp, PartlyRightDraftsRollTheStateBack) {
+  const std::string path = synth(true);
+  const std::vector<int32_t> prompt = ids(9, 5);
+  const SpecRun plain = run(path, test::one_sequence(256), test::greedy_request(prompt, 24));
+  ASSERT_EQ(plain.g.ids.size(), 24u);
+  std::vector<int32_t> answer = prompt;
+  answer.insert(answer.end(), plain.g.ids.begin(), plain.g.ids.end());
+  GenRequest r = test::greedy_request(prompt, 24);
+  r.hooks = [answer] {
+    SequenceHooks h;
+    h.drafts = std::make_unique<KnowingProposer>(answer);
+    return h;
+  };
+  const SpecRun spec = run(path, with_mtp(test::one_sequence(256), 4), r);
+  ASSERT_TRUE(spec.g.error.is_ok()) << spec.g.error.to_string();
+  EXPECT_EQ(spec.g.ids, plain.g.ids);
+  EXPECT_GT(spec.stats.draft_accepted, 0u);
+  EXPECT_LT(spec.stats.draft_accepted, spec.stats.draft_tokens);
+  EXPECT_LT(spec.stats.steps, plain.stats.steps);
+}
+
+TEST(Mtp, ModelWithoutNextnLayersIsRefused) {
+  for (const std::string& path : {synth(false), test::data_path("models/fixture-llama-f16.gguf")}) {
+    auto m = test::load_cpu_model(path);
+    ASSERT_TRUE(m);
+    auto s = Scheduler::create(std::move(m), with_mtp(test::one_sequence(256)));
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_NE(s.status().to_string().find("--spec-type draft-mtp: " + path +
+                                          " has no multi-token-prediction layers (nextn_predict_layers 0)"),
+              std::string::npos)
+        << s.status().to_string();
+  }
+}
+
+TEST(Mtp, RunFlags) {
+  const std::string m = synth(true);
+  const std::string base = "run -m '" + m + "' -p 'The cat sat on the mat' -n 16 --temp 0 --ids";
+  const test::CmdResult a = test::run_kiln(base);
+  const test::CmdResult b = test::run_kiln(base + " --spec-type draft-mtp");
+  const test::CmdResult c = test::run_kiln(base + " --spec-type draft-mtp --spec-draft-n-max 2 -b 4");
+  ASSERT_EQ(a.rc, 0) << a.err;
+  ASSERT_EQ(b.rc, 0) << b.err;
+  ASSERT_EQ(c.rc, 0) << c.err;
+  EXPECT_EQ(b.out, a.out);
+  EXPECT_EQ(c.out, a.out);
+  EXPECT_NE(b.err.find("kiln run: speculative: "), std::string::npos) << b.err;
+  const test::CmdResult d = test::run_kiln("run -m '" + synth(false) + "' -p hi -n 2 --spec-type draft-mtp");
+  EXPECT_NE(d.rc, 0);
+  EXPECT_NE(d.err.find("--spec-type draft-mtp: "), std::string::npos) << d.err;
+  EXPECT_NE(d.err.find("has no multi-token-prediction layers (nextn_predict_layers 0)"), std::string::npos) << d.err;
+  const test::CmdResult e = test::run_kiln(base + " --spec-type draft-mtp --spec-draft-n-max 300");
+  EXPECT_NE(e.rc, 0);
+  EXPECT_NE(e.err.find("--spec-draft-n-max"), std::string::npos) << e.err;
+  const test::CmdResult f = test::run_kiln(base + " --spec-type draft-mpt");
+  EXPECT_NE(f.rc, 0);
+  EXPECT_NE(f.err.find("draft-mtp"), std::string::npos) << f.err;
+  const test::CmdResult g = test::run_kiln("info '" + m + "'");
+  EXPECT_NE(g.out.find("mtp:         1 multi-token-prediction layer"), std::string::npos) << g.out;
+  EXPECT_EQ(test::run_kiln("info '" + synth(false) + "'").out.find("mtp:"), std::string::npos);
+  const test::CmdResult h = test::run_kiln("synth --shape tiny --mtp 1 -o '" + test::temp_dir() + "x.gguf'");
+  EXPECT_NE(h.rc, 0);
+  EXPECT_NE(h.err.find("--mtp"), std::string::npos) << h.err;
+}
+
+}  // namespace
+}  // namespace kiln

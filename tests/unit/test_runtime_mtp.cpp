@@ -18,6 +18,7 @@
 #include "common/test_util.h"
 #include "gguf/gguf.h"
 #include "runtime/engine.h"
+#include "runtime/mtp_draft.h"
 #include "runtime/scheduler.h"
 #include "util/fp16.h"
 
@@ -243,6 +244,73 @@ TEST(Mtp, ViewLogitsMatchTheReference) {
   double diff = 0;
   for (size_t i = 0; i < want2[0].size(); ++i) diff += std::abs(want2[0][i] - want[0][i]);
   EXPECT_GT(diff, 1.0);
+}
+
+// The proposer's pairing (runtime/mtp_draft.h): MTP row q takes token q + 1 with the trunk's row h_q; the first
+// draft is the row after the last token, the next ones feed the view's own row back. Checked against the view run
+// by hand, with the rows handed over in one piece and in two.
+TEST(Mtp, ProposerPairsEachTokenWithThePreviousHiddenRow) {
+  auto m = test::load_cpu_model(synth(true));
+  ASSERT_TRUE(m && m->nextn_model());
+  const int64_t E = m->hparams().n_embd;
+  KvCacheConfig kc;
+  kc.n_ctx = 64;
+  kc.batch_tokens = 32;
+  kc.hidden = true;
+  auto trunk = Engine::create(*m, kc);
+  ASSERT_TRUE(trunk.is_ok()) << trunk.status().to_string();
+  std::vector<int32_t> toks = ids(10, 21);
+  std::vector<BatchToken> b;
+  for (size_t p = 0; p < toks.size(); ++p) b.push_back({toks[p], static_cast<int32_t>(p), 0, p + 1 == toks.size()});
+  const OutputKind argmax[1] = {OutputKind::kArgmax};
+  auto out = (*trunk)->step(b, argmax, true);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  const size_t n = toks.size();
+  const std::vector<float> rows(out->hidden, out->hidden + n * static_cast<size_t>(E));
+  toks.push_back(out->argmax[0]);  // the pending token
+
+  // By hand: rows q = 0 .. n - 1 of the view are (toks[q + 1], h_q), then (draft, the view's last row).
+  auto view = Engine::create(*m->nextn_model(), kc);
+  ASSERT_TRUE(view.is_ok());
+  std::vector<BatchToken> vb;
+  for (size_t q = 0; q < n; ++q) vb.push_back({toks[q + 1], static_cast<int32_t>(q), 0, q + 1 == n});
+  auto v = (*view)->step(vb, argmax, true, {}, rows);
+  ASSERT_TRUE(v.is_ok()) << v.status().to_string();
+  std::vector<int32_t> want = {v->argmax[0]};
+  std::vector<float> h(v->hidden_row(static_cast<int32_t>(n - 1)), v->hidden_row(static_cast<int32_t>(n - 1)) + E);
+  for (int j = 1; j < 3; ++j) {
+    const BatchToken t{want.back(), static_cast<int32_t>(n - 1 + j), 0, true};
+    auto w = (*view)->step(std::span<const BatchToken>(&t, 1), argmax, true, {}, h);
+    ASSERT_TRUE(w.is_ok());
+    want.push_back(w->argmax[0]);
+    h.assign(w->hidden_row(0), w->hidden_row(0) + E);
+  }
+
+  MtpDraftConfig mc;
+  mc.n_ctx = 64;
+  mc.batch_tokens = 32;
+  auto mtp = MtpDraft::create(*m, mc);
+  ASSERT_TRUE(mtp.is_ok()) << mtp.status().to_string();
+  for (size_t split : {n, size_t{4}}) {
+    SCOPED_TRACE("rows handed over in pieces of " + std::to_string(split));
+    auto p = (*mtp)->proposer(0);
+    ASSERT_TRUE(p->wants_hidden());
+    for (size_t at = 0; at < n; at += split) {
+      const size_t k = std::min(split, n - at);
+      // Mid-prompt the tokens are the whole prompt (the pending token comes with the last piece).
+      const std::span<const int32_t> seen(toks.data(), at + k < n ? n : n + 1);
+      p->hidden_rows(seen, static_cast<int64_t>(at), rows.data() + at * static_cast<size_t>(E),
+                     static_cast<int64_t>(k), E);
+    }
+    std::vector<int32_t> got(3);
+    EXPECT_EQ(p->propose(std::span<const int32_t>(toks.data(), n), 3, got), 0) << "drafts for another length";
+    ASSERT_EQ(p->propose(toks, 3, got), 3);
+    EXPECT_EQ(got, want);
+    // Again (the speculative positions are truncated first): the same drafts.
+    ASSERT_EQ(p->propose(toks, 2, got), 2);
+    EXPECT_EQ(got[0], want[0]);
+    EXPECT_EQ(got[1], want[1]);
+  }
 }
 
 struct SpecRun {

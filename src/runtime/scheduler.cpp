@@ -68,7 +68,7 @@ Status check_spec_request(const SpecRequest& r, const SpecConfig& sp) {
                                   : r.p_min > 0 ? "speculative.p_min" : nullptr;
     if (f)
       return make_error(ErrorCode::kInvalidArgument, "%s: this engine runs without speculative decoding (start it "
-                        "with -md FILE or --spec-type ngram-simple)", f);
+                        "with -md FILE, --spec-type ngram-simple or --spec-type draft-mtp)", f);
     return Status::ok();
   }
   if (r.n_max > sp.draft_max)

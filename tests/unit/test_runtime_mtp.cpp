@@ -350,31 +350,41 @@ TEST(Mtp, GreedyIdsUnchanged) {
   }
 }
 
+// Three sequences at once, with the prefix cache and its recurrent-state checkpoints (serve's defaults): twice the
+// same prompts, so the second round resumes from checkpoints whose prompt rows the MTP never saw (it starts its
+// own sequence where the rows begin).
 TEST(Mtp, ParallelSequencesKeepTheirIds) {
   const std::string path = synth(true);
-  EngineConfig pc = test::one_sequence(512);
+  EngineConfig pc = test::one_sequence(1024);
   pc.max_seqs = 3;
+  pc.prefix_cache = true;
+  pc.block_size = 4;
   std::vector<std::vector<int32_t>> want;
   for (uint32_t s = 0; s < 3; ++s) {
-    const SpecRun r = run(path, test::one_sequence(256), test::greedy_request(ids(5 + 4 * s, 11 + s), 12));
+    const SpecRun r = run(path, test::one_sequence(256), test::greedy_request(ids(9 + 4 * s, 11 + s), 12));
     want.push_back(r.g.ids);
   }
   auto sched = test::make_scheduler(path, with_mtp(pc));
   ASSERT_TRUE(sched);
-  std::vector<std::shared_ptr<RequestHandle>> hs;
-  for (uint32_t s = 0; s < 3; ++s) {
-    auto h = sched->submit(test::greedy_request(ids(5 + 4 * s, 11 + s), 12));
-    ASSERT_TRUE(h.is_ok());
-    hs.push_back(*h);
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<std::shared_ptr<RequestHandle>> hs;
+    for (uint32_t s = 0; s < 3; ++s) {
+      auto h = sched->submit(test::greedy_request(ids(9 + 4 * s, 11 + s), 12));
+      ASSERT_TRUE(h.is_ok());
+      hs.push_back(*h);
+    }
+    for (uint32_t s = 0; s < 3; ++s) {
+      std::vector<int32_t> got;
+      for (const TokenEvent& ev : hs[s]->wait_all())
+        if (ev.id >= 0) got.push_back(ev.id);
+      EXPECT_TRUE(hs[s]->error().is_ok()) << hs[s]->error().to_string();
+      EXPECT_EQ(got, want[s]) << "sequence " << s;
+    }
   }
-  for (uint32_t s = 0; s < 3; ++s) {
-    std::vector<int32_t> got;
-    for (const TokenEvent& ev : hs[s]->wait_all())
-      if (ev.id >= 0) got.push_back(ev.id);
-    EXPECT_TRUE(hs[s]->error().is_ok()) << hs[s]->error().to_string();
-    EXPECT_EQ(got, want[s]) << "sequence " << s;
-  }
-  EXPECT_GT(sched->stats().draft_tokens, 0u);
+  const SchedulerStats st = sched->stats();
+  EXPECT_GT(st.draft_tokens, 0u);
+  EXPECT_GT(st.prefix_hit_tokens, 0u) << "the second round resumes from checkpoints";
 }
 
 // Drafts that are right but for one in every few (a proposer that knows the greedy answer): the confirmed ones
@@ -415,6 +425,32 @@ TEST(Mtp, PartlyRightDraftsRollTheStateBack) {
   EXPECT_GT(spec.stats.draft_accepted, 0u);
   EXPECT_LT(spec.stats.draft_accepted, spec.stats.draft_tokens);
   EXPECT_LT(spec.stats.steps, plain.stats.steps);
+}
+
+// A request's speculative fields (llama-server's speculative.*): n_max 0 turns drafts off for it, a smaller n_max
+// holds, p_min is refused (MTP drafts carry no probability); the ids stay the plain ones.
+TEST(Mtp, RequestLimits) {
+  const std::string path = synth(true);
+  const std::vector<int32_t> prompt = ids(8, 9);
+  const SpecRun plain = run(path, test::one_sequence(256), test::greedy_request(prompt, 10));
+  auto s = test::make_scheduler(path, with_mtp(test::one_sequence(256), 3));
+  ASSERT_TRUE(s);
+  GenRequest off = test::greedy_request(prompt, 10);
+  off.spec.n_max = 0;
+  const test::Generated a = test::generate(*s, off);
+  EXPECT_EQ(a.ids, plain.g.ids);
+  EXPECT_EQ(a.timings.n_draft, 0);
+  GenRequest one = test::greedy_request(prompt, 10);
+  one.spec.n_max = 1;
+  const test::Generated b = test::generate(*s, one);
+  EXPECT_EQ(b.ids, plain.g.ids);
+  EXPECT_GT(b.timings.n_draft, 0);
+  EXPECT_LE(b.timings.n_draft, 10) << "one draft per step at most";
+  GenRequest pm = test::greedy_request(prompt, 10);
+  pm.spec.p_min = 0.5f;
+  const test::Generated c = test::generate(*s, pm);
+  EXPECT_NE(c.error.to_string().find("speculative.p_min: draft-mtp drafts carry no probability"), std::string::npos)
+      << c.error.to_string();
 }
 
 TEST(Mtp, ModelWithoutNextnLayersIsRefused) {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,15 +29,14 @@ namespace {
 constexpr const char* kShape =
     "--shape qwen3.5-0.8b --layers 4 --embd 128 --ff 256 --heads 2 --kv-heads 1 --head-dim 64 --n-vocab 1000 -t 2";
 
-// The synthetic files, written once per test process: with one NextN block, and without.
-std::string synth(bool mtp) {
-  const std::string path = test::temp_dir() + (mtp ? "mtp.gguf" : "plain.gguf");
-  static bool done[2] = {false, false};
-  if (!done[mtp]) {
-    const test::CmdResult r =
-        test::run_kiln(std::string("synth ") + kShape + (mtp ? " --mtp 1" : "") + " -o '" + path + "'");
+// The synthetic files, written once per test process: with one NextN block, and without; f16 unless `type`.
+std::string synth(bool mtp, const std::string& type = "f16") {
+  const std::string path = test::temp_dir() + (mtp ? "mtp-" : "plain-") + type + ".gguf";
+  static std::set<std::string> done;
+  if (done.insert(path).second) {
+    const test::CmdResult r = test::run_kiln(std::string("synth ") + kShape + " --type " + type +
+                                             (mtp ? " --mtp 1" : "") + " -o '" + path + "'");
     EXPECT_EQ(r.rc, 0) << r.err;
-    done[mtp] = true;
   }
   return path;
 }
@@ -327,8 +327,9 @@ SpecRun run(const std::string& model, const EngineConfig& cfg, GenRequest r) {
   return out;
 }
 
-TEST(Mtp, GreedyIdsUnchanged) {
-  const std::string path = synth(true);
+// At -b 1 (no room for drafts, the MTP still follows), 3 and a full batch, one and three drafts per step.
+void check_greedy_ids(const std::string& type) {
+  const std::string path = synth(true, type);
   const std::vector<int32_t> prompt = ids(12, 3);
   const SpecRun plain = run(path, test::one_sequence(256), test::greedy_request(prompt, 20));
   ASSERT_TRUE(plain.g.error.is_ok()) << plain.g.error.to_string();
@@ -349,6 +350,9 @@ TEST(Mtp, GreedyIdsUnchanged) {
     }
   }
 }
+
+TEST(Mtp, GreedyIdsUnchanged) { check_greedy_ids("f16"); }
+TEST(Mtp, GreedyIdsUnchangedQ8) { check_greedy_ids("q8_0"); }
 
 // Three sequences at once, with the prefix cache and its recurrent-state checkpoints (serve's defaults): twice the
 // same prompts, so the second round resumes from checkpoints whose prompt rows the MTP never saw (it starts its

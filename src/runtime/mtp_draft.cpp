@@ -7,12 +7,22 @@
 
 namespace kiln {
 
+Status MtpDraft::check(Model& target) {
+  if (target.nextn_model()) return Status::ok();
+  // The file's count: a tensor-parallel model leaves its NextN blocks out (HParams::n_nextn 0 there).
+  const std::string key = target.hparams().arch + ".nextn_predict_layers";
+  auto in_file = target.file().get_i64(key);
+  const long long n = in_file ? static_cast<long long>(*in_file) : 0;
+  if (n > 0)
+    return make_error(ErrorCode::kUnsupported, "--spec-type draft-mtp: not with --split-mode tensor (the %lld "
+                      "multi-token-prediction layers of %s are not sharded)", n, target.file().path().c_str());
+  return make_error(ErrorCode::kInvalidArgument, "--spec-type draft-mtp: %s has no multi-token-prediction layers "
+                    "(nextn_predict_layers %lld)", target.file().path().c_str(), n);
+}
+
 Result<std::shared_ptr<MtpDraft>> MtpDraft::create(Model& target, const MtpDraftConfig& cfg) {
+  KILN_TRY(check(target));
   Model* view = target.nextn_model();
-  if (!view)
-    return make_error(ErrorCode::kInvalidArgument, "--spec-type draft-mtp: %s has no multi-token-prediction layers "
-                      "(nextn_predict_layers %lld)", target.file().path().c_str(),
-                      static_cast<long long>(target.hparams().n_nextn));
   std::shared_ptr<MtpDraft> m(new MtpDraft());
   m->model_ = view;
   KvCacheConfig kc = kv_cache_config(cfg);

@@ -43,7 +43,10 @@ struct MtpDraftConfig {
 
 class MtpDraft final : public std::enable_shared_from_this<MtpDraft> {
  public:
-  // The model's NextN view (Model::nextn_model) and its engine. Error when the model has none, naming the flag.
+  // OK when `target` can draft for itself: it has a NextN view (Model::nextn_model). Else an error starting with
+  // "--spec-type draft-mtp:" that says why (no NextN layers in the file, or a tensor-parallel model).
+  static Status check(Model& target);
+  // The model's NextN view and its engine (check() first).
   static Result<std::shared_ptr<MtpDraft>> create(Model& target, const MtpDraftConfig& cfg);
   Model& model() { return *model_; }
   Engine& engine() { return *engine_; }

@@ -140,10 +140,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
     return make_error(ErrorCode::kUnsupported, "-md: speculative decoding is off for %s (a hybrid model: a rejected "
                       "draft would have advanced its recurrent state)", model->hparams().arch.c_str());
   const bool want_mtp = cfg.spec.type == SpecConfig::Type::kMtp;
-  if (want_mtp && !model->nextn_model())
-    return make_error(ErrorCode::kInvalidArgument, "--spec-type draft-mtp: %s has no multi-token-prediction layers "
-                      "(nextn_predict_layers %lld)", model->file().path().c_str(),
-                      static_cast<long long>(model->hparams().n_nextn));
+  if (want_mtp) KILN_TRY(MtpDraft::check(*model));
   std::unique_ptr<Scheduler> s(new Scheduler());
   s->impl_ = std::make_unique<Impl>();
   Impl& I = *s->impl_;

@@ -2,10 +2,12 @@
 // runtime/mtp_draft.h) on a small random qwen35 file written by `kiln synth --mtp 1` (a hybrid model: 3 Gated
 // DeltaNet layers and a full-attention one, then the NextN block): the file loads with its NextN weights and its
 // one-layer view; the view's logits for rows of tokens and hidden rows equal a reference composed here in double
-// precision from the file's tensors; greedy ids with draft-mtp are the ids without speculation at -b 1, -b 3 and a
-// full batch, for parallel sequences too, while random weights reject most drafts (the recurrent state is rolled
-// back); drafts that are partly right (a proposer that knows the answer and lies on purpose) keep the ids too; a
-// model without NextN layers is refused naming the flag; the kiln run flags.
+// precision from the file's tensors; the proposer pairs token q + 1 with the model's row q and feeds its own rows
+// back; greedy ids with draft-mtp are the ids without speculation at -b 1, -b 3 and a full batch (f16 and q8_0),
+// for parallel sequences with the prefix cache too, while random weights reject most drafts (the recurrent state
+// is rolled back); drafts that are partly right (a proposer that knows the answer and lies on purpose) keep the ids
+// too; a request's limits; a model without NextN layers is refused naming the flag; the kiln run, info, synth and
+// serve flags and fields.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 
 #include "common/engine_util.h"
 #include "common/test_util.h"
+#include "unit/test_server_util.h"
 #include "gguf/gguf.h"
 #include "runtime/engine.h"
 #include "runtime/mtp_draft.h"
@@ -498,6 +501,51 @@ TEST(Mtp, RunFlags) {
   const test::CmdResult h = test::run_kiln("synth --shape tiny --mtp 1 -o '" + test::temp_dir() + "x.gguf'");
   EXPECT_NE(h.rc, 0);
   EXPECT_NE(h.err.find("--mtp"), std::string::npos) << h.err;
+}
+
+// kiln serve --spec-type draft-mtp: llama-server's per-request fields (the type repeated, a lower n_max, n_max 0;
+// another type or a p_min is a 400 naming the field), the same greedy text, /props.
+TEST(Mtp, ServeFields) {
+  test::ServeProcess proc;
+  ASSERT_TRUE(proc.start({"-m", synth(true), "-t", "1", "--parallel", "2", "-c", "1024", "--spec-type", "draft-mtp"}))
+      << proc.log();
+  auto post = [&](const test::json& b) { return test::http(proc.port, "POST", "/v1/completions", b.dump()); };
+  const test::json base = {{"prompt", ids(8, 4)}, {"max_tokens", 12}, {"temperature", 0}};
+  test::json off = base;
+  off["speculative.n_max"] = 0;
+  const auto a = post(off);
+  ASSERT_EQ(a.status, 200) << a.body;
+  EXPECT_FALSE(a.j()["timings"].contains("draft_n")) << a.body;
+  test::json one = base;
+  one["speculative.type"] = "draft-mtp";
+  one["speculative.n_max"] = 1;
+  const auto b = post(one);
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(b.j()["choices"][0]["text"], a.j()["choices"][0]["text"]);
+  ASSERT_TRUE(b.j()["timings"].contains("draft_n")) << b.body;
+  EXPECT_LE(b.j()["timings"]["draft_n"].get<int64_t>(), 12);
+  const auto c = post(base);
+  ASSERT_EQ(c.status, 200) << c.body;
+  EXPECT_EQ(c.j()["choices"][0]["text"], a.j()["choices"][0]["text"]);
+  struct Case {
+    const char* field;
+    test::json value;
+  };
+  for (const Case& k : {Case{"speculative.type", "draft-simple"}, Case{"speculative.p_min", 0.5},
+                        Case{"speculative.n_max", 4}}) {
+    test::json r = base;
+    r[k.field] = k.value;
+    const auto e = post(r);
+    EXPECT_EQ(e.status, 400) << k.field << ": " << e.body;
+    EXPECT_EQ(e.j()["error"]["param"], k.field) << e.body;
+  }
+  const auto p = test::http(proc.port, "GET", "/props");
+  ASSERT_EQ(p.status, 200) << p.body;
+  const test::json props = p.j();
+  const test::json& params = props["default_generation_settings"]["params"];
+  EXPECT_EQ(params["speculative.type"], "draft-mtp");
+  EXPECT_EQ(params["speculative.n_max"], SpecConfig::kMtpDraftMax);
+  EXPECT_EQ(proc.stop(SIGTERM), 0) << proc.log();
 }
 
 }  // namespace

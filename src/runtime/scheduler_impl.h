@@ -55,6 +55,9 @@ struct Active {
   // This step.
   bool scheduled = false, wants = false;
   bool preempted_now = false;  // preempted in this step: recomputed from the next one on
+  // A hybrid model's rollback left the confirmed tokens pending again with the last sample (Scheduler::Impl::settle):
+  // they decode together, with drafts, until a step runs them all.
+  bool replay = false;
   size_t n_sched = 0;
   OutputKind kind = OutputKind::kArgmax;
   int32_t spec_max = 0, spec_min = 0;  // the request's draft limits (GenRequest::spec, else EngineConfig::spec)
@@ -145,9 +148,9 @@ struct Scheduler::Impl {
   void stall();
 
   // schedule() pieces.
-  bool decoding(const Active& a) const;  // its prompt is in the cache and one token is pending
+  bool decoding(const Active& a) const;  // its prompt is in the cache and one token is pending (or a replay's)
   bool has_kv(const Active& a) const;
-  int64_t decode_room(Active& a);        // 1 + drafts when a decode token fits (preempting if needed), else 0
+  int64_t decode_room(Active& a);        // pending + drafts when the decode fits (preempting if needed), else 0
   int64_t propose_drafts(Active& a);     // fills a.draft: how many
   int64_t draft_limit(const Active& a) const;  // a's drafts at most, before the step's budget
   void draft_ahead();                    // the batched drafts of the step (DraftBatch), before the decodes

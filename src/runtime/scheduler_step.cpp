@@ -110,7 +110,8 @@ bool Scheduler::Impl::has_kv(const Active& a) const {
 }
 
 bool Scheduler::Impl::decoding(const Active& a) const {
-  return !a.pool && has_kv(a) && a.seq->n_pending() == 1;  // an embedding request only ever has prompt left
+  // (an embedding request only ever has prompt left)
+  return !a.pool && has_kv(a) && (a.seq->n_pending() == 1 || (a.replay && a.seq->n_pending() > 0));
 }
 
 int64_t Scheduler::Impl::fit(const Active& a, int64_t n, int64_t free_blocks) const {
@@ -155,6 +156,7 @@ int64_t Scheduler::Impl::prompt_chunk(const Active& a) const {
 void Scheduler::Impl::preempt(Active& a) {
   engine->cache().truncate(a.slot, 0);  // the tokens stay in the Sequence: all pending again
   a.prefill_from = -1;                  // its recomputation is a prefill of its own (on_prefill)
+  a.replay = false;
   if (a.pool) a.pool->reset();          // its rows come again
   ++a.tm.n_preempted;
   a.preempted_now = true;
@@ -168,8 +170,10 @@ void Scheduler::Impl::put(Active& a, size_t n) {
   if (!a.draft.empty() && engine->recurrent() && !engine->save_verify_state(a.slot).is_ok()) a.draft.clear();
   a.tok0 = batch.size();
   a.pos0 = a.seq->n_cached();
+  const size_t pending = a.seq->n_pending();
   const size_t got = a.draft.empty() ? a.seq->schedule(batch, n) : a.seq->schedule_drafts(batch, a.draft);
   a.n_sched = got;
+  if (got >= pending) a.replay = false;
   a.scheduled = true;
   a.wants = a.seq->scheduled_wants_logits();
   if (!a.started) {
@@ -186,8 +190,10 @@ void Scheduler::Impl::put(Active& a, size_t n) {
 int64_t Scheduler::Impl::decode_room(Active& a) {
   if (a.preempted_now || !decoding(a)) return 0;  // preempted by an older sequence's decode in this step
   KvCache& cache = engine->cache();
+  // The pending token; a replay's tokens, as many as the step has room for (drafts only after all of them).
+  const int64_t pending = static_cast<int64_t>(a.seq->n_pending()), p = std::min(pending, tokens_left);
   // No free block: preempt the newest sequence that holds blocks and is not in this step (itself, when newest).
-  while (cache.blocks_needed(a.slot, 1) > cache.n_blocks_free()) {
+  while (cache.blocks_needed(a.slot, p) > cache.n_blocks_free()) {
     Active* victim = nullptr;
     for (size_t j = active.size(); j-- > 0;)
       if (has_kv(*active[j]) && !active[j]->scheduled) {
@@ -198,7 +204,7 @@ int64_t Scheduler::Impl::decode_room(Active& a) {
     preempt(*victim);
     if (victim == &a) return 0;
   }
-  return 1 + propose_drafts(a);
+  return p < pending ? p : p + propose_drafts(a);
 }
 
 // Drafts to verify after a's pending token (runtime/hooks.h DraftProposer), within what the step has left: tokens,
@@ -207,13 +213,14 @@ int64_t Scheduler::Impl::propose_drafts(Active& a) {
   DraftProposer* d = a.seq->hooks().drafts.get();
   if (!d) return 0;
   KvCache& cache = engine->cache();
-  const int64_t room = std::max<int64_t>(0, std::min({draft_limit(a), tokens_left - 1, outs_left - 1}));
+  const int64_t p = static_cast<int64_t>(a.seq->n_pending());
+  const int64_t room = std::max<int64_t>(0, std::min({draft_limit(a), tokens_left - p, outs_left - 1}));
   int64_t k = d->propose(a.seq->tokens(), static_cast<int32_t>(room),
                          std::span<int32_t>(drafts.data(), static_cast<size_t>(room)));
   k = std::clamp<int64_t>(k, 0, room);
   for (int64_t i = 0; i < k; ++i)  // a proposer's id outside the vocabulary ends the drafts there
     if (drafts[static_cast<size_t>(i)] < 0 || drafts[static_cast<size_t>(i)] >= model->hparams().n_vocab) k = i;
-  while (k > 0 && cache.blocks_needed(a.slot, 1 + k) > cache.n_blocks_free()) --k;
+  while (k > 0 && cache.blocks_needed(a.slot, p + k) > cache.n_blocks_free()) --k;
   if (k == 0 || k < a.spec_min) return 0;
   a.draft.assign(drafts.begin(), drafts.begin() + k);
   return k;
@@ -509,15 +516,18 @@ void Scheduler::Impl::sample(Active& a, const StepOutputs& out) {
 void Scheduler::Impl::settle(Active& a, const StepOutputs& out) {
   if (a.pool) return;
   const bool verified = !a.draft.empty() && a.wants;
-  // The rows that stay: a verify step's pending token and confirmed drafts (one per sample but the last), else
+  // The rows that stay: a verify step's pending tokens and confirmed drafts (one per sample but the last), else
   // the whole chunk.
-  const size_t kept = verified ? a.outs.size() : a.n_sched;
+  const size_t kept = verified ? a.n_sched - a.draft.size() - 1 + a.outs.size() : a.n_sched;
   // Not every draft confirmed: the state went past the rejected ones. Back to before the step; the confirmed
-  // tokens are pending again and run with the next step (a failed copy ends the sequence: its state is lost).
-  if (verified && kept < 1 + a.draft.size() && engine->recurrent()) {
+  // tokens are pending again with the last sample, a replay that decodes with the next step (a failed copy ends the
+  // sequence: its state is lost).
+  if (verified && a.outs.size() < 1 + a.draft.size() && engine->recurrent()) {
     if (Status st = engine->restore_verify_state(a.slot); !st.is_ok()) {
       a.outs.back().st.error = st;
       a.outs.back().st.stop = StopReason::kNone;
+    } else {
+      a.replay = true;
     }
   }
   DraftProposer* d = a.seq->hooks().drafts.get();

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -395,11 +396,14 @@ TEST(Mtp, ParallelSequencesKeepTheirIds) {
 }
 
 // Drafts that are right but for one in every few (a proposer that knows the greedy answer): the confirmed ones
-// stay, the state rolls back past the rejected one, the ids are the plain ones, and fewer steps run.
+// stay, the state rolls back past the rejected one and the confirmed tokens run again with the next drafts, the
+// ids are the plain ones, and fewer steps run.
 class KnowingProposer : public DraftProposer {
  public:
-  explicit KnowingProposer(std::vector<int32_t> answer) : answer_(std::move(answer)) {}
+  KnowingProposer(std::vector<int32_t> answer, std::shared_ptr<int> calls)
+      : answer_(std::move(answer)), calls_(std::move(calls)) {}
   int32_t propose(std::span<const int32_t> tokens, int32_t max_k, std::span<int32_t> out) override {
+    ++*calls_;
     int32_t k = 0;
     for (size_t p = tokens.size(); k < max_k && k < static_cast<int32_t>(out.size()) && p < answer_.size(); ++p) {
       const int32_t right = answer_[p];
@@ -411,6 +415,7 @@ class KnowingProposer : public DraftProposer {
 
  private:
   std::vector<int32_t> answer_;
+  std::shared_ptr<int> calls_;
 };
 
 TEST(Mtp, PartlyRightDraftsRollTheStateBack) {
@@ -421,9 +426,10 @@ TEST(Mtp, PartlyRightDraftsRollTheStateBack) {
   std::vector<int32_t> answer = prompt;
   answer.insert(answer.end(), plain.g.ids.begin(), plain.g.ids.end());
   GenRequest r = test::greedy_request(prompt, 24);
-  r.hooks = [answer] {
+  auto calls = std::make_shared<int>(0);
+  r.hooks = [answer, calls] {
     SequenceHooks h;
-    h.drafts = std::make_unique<KnowingProposer>(answer);
+    h.drafts = std::make_unique<KnowingProposer>(answer, calls);
     return h;
   };
   const SpecRun spec = run(path, with_mtp(test::one_sequence(256), 4), r);
@@ -432,6 +438,8 @@ TEST(Mtp, PartlyRightDraftsRollTheStateBack) {
   EXPECT_GT(spec.stats.draft_accepted, 0u);
   EXPECT_LT(spec.stats.draft_accepted, spec.stats.draft_tokens);
   EXPECT_LT(spec.stats.steps, plain.stats.steps);
+  // Every step but the prompt's decodes with drafts, those that run the confirmed tokens again included.
+  EXPECT_EQ(static_cast<uint64_t>(*calls) + 1, spec.stats.steps);
 }
 
 // A request's speculative fields (llama-server's speculative.*): n_max 0 turns drafts off for it, a smaller n_max

@@ -442,6 +442,36 @@ TEST(Mtp, PartlyRightDraftsRollTheStateBack) {
   EXPECT_EQ(static_cast<uint64_t>(*calls) + 1, spec.stats.steps);
 }
 
+// The limits inside a verified chunk on the hybrid model (stop strings, max_new_tokens), with drafts that are
+// mostly right: the text ends where it ends without drafts.
+TEST(Mtp, LimitsInsideVerifiedDrafts) {
+  const std::string path = synth(true);
+  const std::vector<int32_t> prompt = ids(9, 8);
+  const SpecRun plain = run(path, test::one_sequence(256), test::greedy_request(prompt, 24));
+  ASSERT_EQ(plain.g.ids.size(), 24u);
+  std::vector<int32_t> answer = prompt;
+  answer.insert(answer.end(), plain.g.ids.begin(), plain.g.ids.end());
+  auto knowing = [&](GenRequest r) {
+    r.hooks = [answer] {
+      SequenceHooks h;
+      h.drafts = std::make_unique<KnowingProposer>(answer, std::make_shared<int>(0));
+      return h;
+    };
+    return r;
+  };
+  ASSERT_GT(plain.g.text.size(), 8u);
+  GenRequest stop = test::greedy_request(prompt, 24);
+  stop.stop = {plain.g.text.substr(plain.g.text.size() / 2, 3)};
+  const SpecRun a = run(path, test::one_sequence(256), stop);
+  const SpecRun b = run(path, with_mtp(test::one_sequence(256), 4), knowing(stop));
+  EXPECT_EQ(b.g.text, a.g.text);
+  EXPECT_EQ(b.g.stop, StopReason::kStopString);
+  for (int32_t n : {1, 2, 5, 11}) {
+    const SpecRun c = run(path, with_mtp(test::one_sequence(256), 4), knowing(test::greedy_request(prompt, n)));
+    EXPECT_EQ(c.g.ids, std::vector<int32_t>(plain.g.ids.begin(), plain.g.ids.begin() + n)) << "max_new_tokens " << n;
+  }
+}
+
 // A request's speculative fields (llama-server's speculative.*): n_max 0 turns drafts off for it, a smaller n_max
 // holds, p_min is refused (MTP drafts carry no probability); the ids stay the plain ones.
 TEST(Mtp, RequestLimits) {

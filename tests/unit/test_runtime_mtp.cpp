@@ -513,7 +513,7 @@ TEST(Mtp, ModelWithoutNextnLayersIsRefused) {
 
 TEST(Mtp, RunFlags) {
   const std::string m = synth(true);
-  const std::string base = "run -m '" + m + "' -p 'The cat sat on the mat' -n 16 --temp 0 --ids";
+  const std::string base = "run -m '" + m + "' -t 1 -p 'The cat sat on the mat' -n 16 --temp 0 --ids";
   const test::CmdResult a = test::run_kiln(base);
   const test::CmdResult b = test::run_kiln(base + " --spec-type draft-mtp");
   const test::CmdResult c = test::run_kiln(base + " --spec-type draft-mtp --spec-draft-n-max 2 -b 4");

@@ -137,8 +137,10 @@ void add_block(const HParams& hp, LayerWeights& L, const std::string& b, bool re
 // The NextN blocks as llama.cpp's converter writes Qwen3.5's mtp.* tensors: block_count counts them after the
 // trunk, so NextN block k is blk.(n_layer + k): mtp.layers.k's attention and FFN under the trunk's layer names (a
 // full-attention layer), and mtp.fc -> nextn.eh_proj, mtp.pre_fc_norm_embedding -> nextn.enorm,
-// mtp.pre_fc_norm_hidden -> nextn.hnorm, mtp.norm -> nextn.shared_head_norm. Qwen3.5 shares the trunk's embedding
-// and output, so the converter writes no nextn.embed_tokens / nextn.shared_head_head; other files may.
+// mtp.pre_fc_norm_hidden -> nextn.hnorm, mtp.norm -> nextn.shared_head_norm, every one through the same tensor
+// conversion as the trunk's (so the norm weights are read as the trunk's are). Qwen3.5 shares the trunk's embedding
+// and output, so the converter writes no nextn.embed_tokens / nextn.shared_head_head; other files may. (Its --mtp
+// option writes the block alone into a companion mtp-*.gguf; kiln reads the block from the model's own file.)
 void add_nextn(const HParams& hp, Weights& w, std::vector<TensorSpec>& m) {
   using K = TensorSpec::Kind;
   const int64_t e = hp.n_embd;

@@ -17,8 +17,9 @@ void add_engine_options(ArgParser& args, EngineArgs* a) {
                   std::to_string(defaults::kBatch) + ")");
   args.option({"--spec-type"}, &a->spec_type, "TYPE",
               "speculative decoding: none (default), ngram-simple (drafts by prompt lookup: the tokens that followed "
-              "the last earlier occurrence of the context's last N tokens) or draft-simple (a draft model, -md: the "
-              "default with -md); greedy output is unchanged");
+              "the last earlier occurrence of the context's last N tokens), draft-simple (a draft model, -md: the "
+              "default with -md) or draft-mtp (the model's own multi-token-prediction layer, in files that carry "
+              "one: Qwen3.5); greedy output is unchanged");
   args.option({"-md", "--model-draft", "--spec-draft-model"}, &a->draft_path, "FILE",
               "draft model for speculative decoding (its vocabulary must be the model's; its own KV cache)");
   args.option({"-devd", "--device-draft", "--spec-draft-device"}, &a->draft_device, "DEV",
@@ -32,8 +33,9 @@ void add_engine_options(ArgParser& args, EngineArgs* a) {
   args.option({"--spec-draft-p-min", "--draft-p-min"}, &a->spec.p_min, "P",
               "draft-simple: stop drafting before a token the draft model gives less than this probability (default " +
                   strprintf("%.2f", static_cast<double>(a->spec.p_min)) + ")");
-  args.option({"--spec-draft-n-max"}, &a->spec.draft_max, "N",
-              "draft tokens verified per step and sequence at most (default " + std::to_string(a->spec.draft_max) + ")");
+  args.option({"--spec-draft-n-max"}, &a->draft_n_max, "N",
+              "draft tokens verified per step and sequence at most (default " + std::to_string(a->spec.draft_max) +
+                  "; draft-mtp: " + std::to_string(SpecConfig::kMtpDraftMax) + ")");
   args.option({"--spec-draft-n-min"}, &a->spec.draft_min, "N",
               "fewer drafts than this: decode one token instead (default " + std::to_string(a->spec.draft_min) + ")");
   args.option({"--spec-ngram-simple-size-n"}, &a->spec.ngram_n, "N",
@@ -65,12 +67,12 @@ Status check_engine_options(EngineArgs& a) {
   if (type == "none") a.spec.type = SpecConfig::Type::kNone;
   else if (type == "ngram-simple") a.spec.type = SpecConfig::Type::kNgram;
   else if (type == "draft-simple") a.spec.type = SpecConfig::Type::kDraft;
-  else if (type == "draft-mtp")
-    return make_error(ErrorCode::kUnsupported, "--spec-type draft-mtp: not supported yet (none, ngram-simple, "
-                      "draft-simple)");
+  else if (type == "draft-mtp") a.spec.type = SpecConfig::Type::kMtp;
   else
-    return make_error(ErrorCode::kInvalidArgument, "--spec-type: unknown type '%s' (none, ngram-simple, draft-simple)",
-                      type.c_str());
+    return make_error(ErrorCode::kInvalidArgument, "--spec-type: unknown type '%s' (none, ngram-simple, draft-simple, "
+                      "draft-mtp)", type.c_str());
+  if (a.draft_n_max != EngineArgs::kUnset) a.spec.draft_max = a.draft_n_max;
+  else a.spec.draft_max = a.spec.type == SpecConfig::Type::kMtp ? SpecConfig::kMtpDraftMax : SpecConfig{}.draft_max;
   if (a.spec.type == SpecConfig::Type::kDraft && !md)
     return make_error(ErrorCode::kInvalidArgument, "--spec-type draft-simple: needs a draft model (-md FILE)");
   if (md && a.spec.type != SpecConfig::Type::kDraft)

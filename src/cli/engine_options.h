@@ -31,8 +31,11 @@ struct EngineArgs {
   int32_t batch_tokens = defaults::kBatch;  // -b
   int32_t max_seqs = 1;       // -np (serve; default 4)
   bool no_prefix_cache = false;
-  std::string spec_type;           // --spec-type: none | ngram-simple | draft-simple ("": draft-simple with -md, else none)
+  std::string spec_type;           // --spec-type: none | ngram-simple | draft-simple | draft-mtp ("": draft-simple with
+                                   // -md, else none)
   SpecConfig spec;                 // the numbers of the --spec-* flags
+  static constexpr int32_t kUnset = INT32_MIN;
+  int32_t draft_n_max = kUnset;    // --spec-draft-n-max as given (kUnset: the type's default, into spec.draft_max)
   std::string draft_path;          // -md: the draft model's file ("": none)
   std::string draft_device;        // -devd ("": as --device)
   std::string draft_ngl = "auto";  // -ngld: N, auto or all (auto and all: every layer, as -ngl -1)

@@ -2,6 +2,7 @@
 // metadata with long arrays summarized, tensor table, totals).
 #include <algorithm>
 #include <cinttypes>
+#include <cstdlib>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -75,6 +76,11 @@ struct Summary {
   std::string tok_model, tok_pre;
   uint64_t n_params = 0, n_bytes = 0;
   double bpw = 0;
+  // <arch>.nextn_predict_layers: multi-token-prediction blocks after the trunk (--spec-type draft-mtp); their
+  // tensors (the blocks' blk.N.* of N >= block_count - nextn) and bytes.
+  int64_t n_nextn = 0;
+  size_t nextn_tensors = 0;
+  uint64_t nextn_bytes = 0;
 };
 
 Summary summarize(const File& f) {
@@ -83,9 +89,18 @@ Summary summarize(const File& f) {
   if (const Value* t = f.find("tokenizer.ggml.tokens"); t && t->is_array()) s.n_vocab = static_cast<int64_t>(t->arr().items.size());
   if (const Value* m = f.find("tokenizer.ggml.model"); m && m->is_string()) s.tok_model = m->str();
   if (const Value* p = f.find("tokenizer.ggml.pre"); p && p->is_string()) s.tok_pre = p->str();
+  int64_t n_block = 0;
+  if (!s.arch.empty()) {
+    if (auto nn = f.get_i64(s.arch + ".nextn_predict_layers")) s.n_nextn = *nn;
+    if (auto bc = f.get_i64(s.arch + ".block_count")) n_block = *bc;
+  }
   for (const auto& t : f.tensors()) {
     s.n_params += static_cast<uint64_t>(t.n_elements());
     s.n_bytes += t.nbytes;
+    if (s.n_nextn > 0 && t.name.rfind("blk.", 0) == 0 && std::strtoll(t.name.c_str() + 4, nullptr, 10) >= n_block - s.n_nextn) {
+      ++s.nextn_tensors;
+      s.nextn_bytes += t.nbytes;
+    }
   }
   s.bpw = s.n_params ? 8.0 * static_cast<double>(s.n_bytes) / static_cast<double>(s.n_params) : 0.0;
   return s;
@@ -144,6 +159,9 @@ void print_text(const File& f, const Summary& s, const Status& error) {
                 s.tok_model.empty() ? "(none)" : s.tok_model.c_str(), s.tok_pre.empty() ? "(none)" : s.tok_pre.c_str());
   else
     std::printf("vocab:       (none)\n");
+  if (s.n_nextn > 0)
+    std::printf("mtp:         %" PRId64 " multi-token-prediction layer%s (%zu tensors, %s): --spec-type draft-mtp\n",
+                s.n_nextn, s.n_nextn == 1 ? "" : "s", s.nextn_tensors, human_bytes(s.nextn_bytes).c_str());
   std::printf("\nmetadata (%zu keys):\n", f.kvs().size());
   for (const auto& kv : f.kvs())
     std::printf("  %-44s %-7s %s\n", kv.key.c_str(), gguf::value_type_name(kv.value.type()), text_value(kv.value).c_str());

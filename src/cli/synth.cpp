@@ -45,6 +45,9 @@ struct Shape {
   // gpt-oss: YaRN RoPE scaling (rope_scaling.factor, original_max_position_embeddings); 0: none
   float yarn_factor = 0;
   int64_t yarn_orig_ctx = 0;
+  // qwen35 (--mtp N): multi-token-prediction blocks after the trunk, as llama.cpp's converter writes Qwen3.5's
+  // (model/arch/qwen35.cpp): block_count counts them, nextn_predict_layers says how many
+  int64_t n_nextn = 0;
 };
 
 // clang-format off
@@ -194,6 +197,7 @@ struct Options {
   std::string shape, type = "f16", out, vocab;
   int64_t layers = 0, embd = 0, ff = 0, heads = 0, kv_heads = 0, head_dim = 0, n_vocab = 0, ctx = 0;
   int64_t experts = 0, experts_used = 0, expert_ff = 0;
+  int64_t mtp = 0;
   uint64_t seed = 42;
   int threads = 0;
 };
@@ -244,6 +248,7 @@ class ModelBuilder {
     if (s_.llama3_rope) KILN_TRY(add_values("rope_freqs.weight", llama3_rope_factors(s_.head_dim, s_.rope_base)));
     for (int64_t i = 0; i < s_.n_layer; ++i)
       KILN_TRY(std::string_view(s_.arch) == "gpt-oss" ? add_gptoss_layer(i) : add_layer(i));
+    for (int64_t i = s_.n_layer; i < s_.n_layer + s_.n_nextn; ++i) KILN_TRY(add_nextn_layer(i));
     KILN_TRY(add_vector("output_norm.weight", s_.n_embd, 1.0f, 0.1f));
     if (!s_.tied) KILN_TRY(add_matrix("output.weight", Role::kOutput, 0, s_.n_embd, s_.n_vocab));
     return Status::ok();
@@ -258,7 +263,8 @@ class ModelBuilder {
     w_.set("general.description", "random-weight model written by kiln synth (not a trained model)");
     w_.set(a + ".context_length", static_cast<uint32_t>(s_.n_ctx));
     w_.set(a + ".embedding_length", static_cast<uint32_t>(s_.n_embd));
-    w_.set(a + ".block_count", static_cast<uint32_t>(s_.n_layer));
+    w_.set(a + ".block_count", static_cast<uint32_t>(s_.n_layer + s_.n_nextn));
+    if (s_.n_nextn > 0) w_.set(a + ".nextn_predict_layers", static_cast<uint32_t>(s_.n_nextn));
     w_.set(a + ".feed_forward_length", static_cast<uint32_t>(s_.n_ff));
     w_.set(a + ".attention.head_count", static_cast<uint32_t>(s_.n_head));
     w_.set(a + ".attention.head_count_kv", static_cast<uint32_t>(s_.n_head_kv));
@@ -299,13 +305,24 @@ class ModelBuilder {
     }
   }
 
-  // Layer i of the llama / qwen2 / qwen3 / gemma3 / qwen35 / qwen3moe shapes.
-  Status add_layer(int64_t i) {
+  // A qwen35 NextN block: a full-attention layer and the nextn.* tensors Qwen3.5's conversion writes (no
+  // embed_tokens / shared_head_head: the trunk's are shared). eh_proj's input is [embedding | hidden].
+  Status add_nextn_layer(int64_t i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    KILN_TRY(add_layer(i, true));
+    KILN_TRY(add_matrix(p + "nextn.eh_proj.weight", Role::kMatrix, i, 2 * s_.n_embd, s_.n_embd));
+    KILN_TRY(add_vector(p + "nextn.enorm.weight", s_.n_embd, 1.0f, 0.1f));
+    KILN_TRY(add_vector(p + "nextn.hnorm.weight", s_.n_embd, 1.0f, 0.1f));
+    return add_vector(p + "nextn.shared_head_norm.weight", s_.n_embd, 1.0f, 0.1f);
+  }
+
+  // Layer i of the llama / qwen2 / qwen3 / gemma3 / qwen35 / qwen3moe shapes (full_attn: a qwen35 NextN block's).
+  Status add_layer(int64_t i, bool full_attn = false) {
     const std::string a = s_.arch, p = "blk." + std::to_string(i) + ".";
     const int64_t hd = s_.head_dim, q_dim = s_.n_head * hd, kv_dim = s_.n_head_kv * hd;
     KILN_TRY(add_vector(p + "attn_norm.weight", s_.n_embd, 1.0f, 0.1f));
     if (a == "qwen35") {  // hybrid: Gated DeltaNet layers, a gated full-attention layer every 4th
-      if ((i + 1) % kFullAttnInterval != 0) {
+      if (!full_attn && (i + 1) % kFullAttnInterval != 0) {
         const int64_t hv = s_.ssm_v_heads, ssm_inner = hv * kSsmHead;
         const int64_t ssm_conv_dim = 2 * s_.ssm_k_heads * kSsmHead + ssm_inner;
         KILN_TRY(add_matrix(p + "attn_qkv.weight", Role::kMatrix, i, s_.n_embd, ssm_conv_dim));
@@ -486,6 +503,14 @@ Result<Shape> resolve_shape(const Options& o, ArgParser& p, const TypeRecipe& t)
     }
     *ov.field = ov.value;
   }
+  if (p.seen("--mtp")) {
+    if (o.mtp < 0 || o.mtp > 16)
+      return make_error(ErrorCode::kInvalidArgument, "--mtp %lld must be in [0, 16]", static_cast<long long>(o.mtp));
+    if (o.mtp > 0 && std::string_view(s.arch) != "qwen35")
+      return make_error(ErrorCode::kInvalidArgument, "--mtp: shape %s (%s) has no multi-token-prediction layers (the "
+                        "qwen35 shapes have)", s.name, s.arch);
+    s.n_nextn = o.mtp;
+  }
   if (s.n_expert_used > s.n_expert)
     return make_error(ErrorCode::kInvalidArgument, "--experts-used %lld is more than the %lld experts",
                       static_cast<long long>(s.n_expert_used), static_cast<long long>(s.n_expert));
@@ -540,6 +565,8 @@ int run_synth(int argc, char** argv) {
   p.option({"--experts"}, &o.experts, "N", "MoE shapes: override the expert count");
   p.option({"--experts-used"}, &o.experts_used, "N", "MoE shapes: override the experts routed per token");
   p.option({"--expert-ff"}, &o.expert_ff, "N", "MoE shapes: override the expert feed-forward width");
+  p.option({"--mtp"}, &o.mtp, "N", "qwen35 shapes: N multi-token-prediction (NextN) blocks after the trunk "
+           "(--spec-type draft-mtp; default 0)");
   p.option({"--seed"}, &o.seed, "N", "random seed (default 42); the output is deterministic for a seed");
   p.option({"-t", "--threads"}, &o.threads, "N", "threads (default: all cores)");
   if (Status st = p.parse(argc, argv); !st) return fail("synth", st);

@@ -44,6 +44,18 @@ struct LayerWeights {
   Tensor ssm_alpha, ssm_beta, ssm_out;
 };
 
+// A NextN (multi-token prediction) block of qwen35 (model/mtp.h): a full-attention decoder block whose input row
+// for a token is eh_proj(concat(enorm(embed(token)), hnorm(h))), h a hidden row of the trunk, and whose head is
+// shared_head_norm then the output projection.
+struct NextnWeights {
+  LayerWeights block;       // the block's attention and FFN, as a trunk layer of the architecture
+  Tensor eh_proj;           // [2 n_embd, n_embd]: input columns [0, n_embd) take the embedding, the rest h
+  Tensor enorm, hnorm;      // f32 [n_embd]
+  Tensor shared_head_norm;  // f32 [n_embd]
+  Tensor embed_tokens;      // optional [n_embd, n_vocab]; invalid: the trunk's token_embd
+  Tensor shared_head_head;  // optional [n_embd, n_vocab]; invalid: the trunk's output
+};
+
 struct Weights {
   Tensor tok_embd;     // [n_embd, n_vocab], any dequantizable type
   Tensor output_norm;  // f32 [n_embd]; invalid for encoders (the last layer's output is the hidden state)
@@ -53,6 +65,11 @@ struct Weights {
   // layer norm of the embeddings
   Tensor pos_embd, type_embd, tok_norm, tok_norm_b;
   std::vector<LayerWeights> layers;
+  // The NextN blocks stored after the trunk (HParams::n_nextn; qwen35), not run by the trunk.
+  std::vector<NextnWeights> nextn;
+  // Set in the weights of a NextN view only (model/mtp.h): the first layer's input rows are the block's
+  // combination of the token embedding with a hidden row given per token (StepPlan::hidden_in).
+  const NextnWeights* nextn_input = nullptr;
   // rope_freqs as seen by each backend of the placement (the layers' backends all read it).
   struct OnBackend {
     Backend* backend;

@@ -16,7 +16,8 @@ struct HParams {
   int64_t n_vocab = 0;
   int64_t n_ctx_train = 0;     // <arch>.context_length
   int64_t n_embd = 0;          // <arch>.embedding_length
-  int64_t n_layer = 0;         // <arch>.block_count
+  int64_t n_layer = 0;         // <arch>.block_count (less the NextN blocks: the trunk)
+  int64_t n_nextn = 0;         // <arch>.nextn_predict_layers: multi-token-prediction blocks stored after the trunk
   int64_t n_ff = 0;            // <arch>.feed_forward_length
   int64_t n_head = 0;          // <arch>.attention.head_count
   int64_t n_head_kv = 0;       // <arch>.attention.head_count_kv (defaults to n_head)

@@ -6,6 +6,7 @@
 
 #include "backend/backend.h"
 #include "model/arch.h"
+#include "model/mtp.h"
 #include "model/state.h"
 #include "model/tensor_parallel.h"
 #include "util/timer.h"
@@ -24,6 +25,7 @@ class LoadedModel final : public Model {
     return make_model_state(hp_, *arch_, w_, place_, caps);
   }
   uint64_t kv_bytes(const StepCaps& caps) const override { return kv_storage_bytes(hp_, caps); }
+  Model* nextn_model() override { return nextn_.get(); }
 
   Status init(gguf::File file, const LoadOptions& opts);
 
@@ -45,6 +47,7 @@ class LoadedModel final : public Model {
   ModelStats stats_;
   Placement place_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Model> nextn_;  // hp_.n_nextn > 0: the view of NextN block 0
 };
 
 Backend* LoadedModel::home_of(const std::string& name) const {
@@ -143,6 +146,9 @@ Status LoadedModel::init(gguf::File file, const LoadOptions& opts) {
   KILN_TRY(arch_->finish(hp_, w_, hp_));
   KILN_TRY(rehome_shared());
   KILN_TRY(finish_load(file_, &stats_, &tokenizer_));
+  if (hp_.n_nextn > 0) {
+    KILN_ASSIGN_OR_RETURN(nextn_, make_nextn_model(*this, hp_, *arch_, w_, place_));
+  }
   stats_.load_seconds = timer.seconds();
   return Status::ok();
 }

@@ -64,6 +64,9 @@ class Model {
   virtual Result<std::unique_ptr<ModelState>> create_state(const StepCaps& caps) = 0;
   // Bytes create_state would allocate for the KV storage.
   virtual uint64_t kv_bytes(const StepCaps& caps) const = 0;
+  // The multi-token-prediction draft (model/mtp.h): a one-layer view of the file's first NextN block, owned by this
+  // model; null when the file has none (HParams::n_nextn 0) or the model runs tensor parallel.
+  virtual Model* nextn_model() { return nullptr; }
 };
 
 }  // namespace kiln

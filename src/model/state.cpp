@@ -15,6 +15,9 @@
 //                   zeros f32 [n_embd, batch_tokens] (the start of the experts' sum; its workspace's x and h hold the
 //                   normed input's copy and the sum: a backend's workspace is idle while another backend's layer runs)
 //   host (pinned)   with caps.hidden: the hidden rows of a hidden step, [batch_tokens][n_embd] f32 (model/step.h)
+//   layer 0's backend, a NextN view only (model/mtp.h): its hidden input rows f32 [n_embd, batch_tokens], the
+//                   concatenation scratch [2 n_embd, batch_tokens] and the rows' pinned host staging
+//                   (StepPlan::hidden_in, from that backend's alloc_host)
 //   host (pinned, from the input backend's alloc_host)
 //                   staging: index region + out_kind + table mirror; fetch: argmax [max_outputs] and logits
 //                   [max_outputs][n_vocab]; a bounce buffer of batch_tokens * n_embd f32 for device-to-device
@@ -39,6 +42,7 @@
 #include <thread>
 
 #include "model/forward.h"
+#include "model/mtp.h"
 
 namespace kiln {
 namespace {
@@ -148,6 +152,8 @@ class State final : public ModelState {
   std::unique_ptr<Buffer> staging_, host_out_, bounce_;
   std::unique_ptr<Buffer> hidden_host_;  // caps.hidden: [batch_tokens][n_embd] f32, pinned
   Tensor hidden_dev_;                    // the last hidden step's final-norm rows [n_embd, n_bucket] (output backend)
+  std::unique_ptr<Buffer> hidden_in_host_, hidden_in_buf_, cat_buf_;  // a NextN view's input rows (model/mtp.h)
+  Tensor hidden_in_, cat_;
   StepPlan plan_;
   ForwardCtx ctx_;
   Communicator* comm_ = nullptr;  // tensor parallel: this rank's (nullptr: one rank)
@@ -277,6 +283,17 @@ Status State::init() {
   if (caps_.hidden) {
     KILN_ASSIGN_OR_RETURN(hidden_host_, ob->alloc_host(static_cast<size_t>(hp_.n_embd * T) * sizeof(float)));
   }
+  if (w_.nextn_input) {
+    Backend* lb = place_.layers[0].get();
+    const size_t row_bytes = static_cast<size_t>(hp_.n_embd * T) * sizeof(float);
+    KILN_ASSIGN_OR_RETURN(hidden_in_host_, lb->alloc_host(row_bytes));
+    std::memset(hidden_in_host_->data(), 0, row_bytes);  // defined before the first plan (padded rows read it)
+    KILN_ASSIGN_OR_RETURN(hidden_in_buf_, lb->alloc(row_bytes));
+    KILN_ASSIGN_OR_RETURN(cat_buf_, lb->alloc(2 * row_bytes));
+    hidden_in_ = Tensor::make(DType::F32, hidden_in_buf_->data(), lb, hp_.n_embd, T);
+    cat_ = Tensor::make(DType::F32, cat_buf_->data(), lb, 2 * hp_.n_embd, T);
+    plan_.hidden_in = static_cast<float*>(hidden_in_host_->data());
+  }
 
   int32_t* base = static_cast<int32_t*>(staging_->data());
   plan_.token = base + L_.token();
@@ -355,6 +372,9 @@ Status State::execute() {
                            static_cast<size_t>(MB) * sizeof(int32_t)));
   }
   P.dirty_rows.clear();
+  if (P.hidden_in)
+    KILN_TRY(hidden_in_.backend->write(hidden_in_, 0, P.hidden_in,
+                                       static_cast<size_t>(n * hp_.n_embd) * sizeof(float)));
   // The masks go to the output backend only, and only where the argmax is taken (tensor parallel: rank 0).
   const bool masked = P.masked && (!comm_ || comm_->rank() == 0);
   if (masked && !mask_)
@@ -410,6 +430,8 @@ Status State::execute() {
     }
     if (&w != cur) KILN_TRY(copy_between(x, c.x, bounce, bounce_bytes));
     cur = &w;
+    if (il == 0 && w_.nextn_input)  // a NextN view: the block's input from the embedding and the hidden rows
+      KILN_TRY(nextn_input(*w.be, *w_.nextn_input, hp_.rms_eps, c.x, hidden_in_.rows(0, n), cat_.rows(0, n)));
     KILN_TRY(arch_.block(c, il));
     x = c.x;  // after the last layer: the m kept rows
   }

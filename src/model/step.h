@@ -92,6 +92,9 @@ struct StepPlan {
   // all ones for a kArgmax row, anything for a kLogits row. Null when the state takes no masks.
   uint64_t* out_mask = nullptr;
   int32_t* tables = nullptr;       // [max_seqs][max_blocks_per_seq]
+  // [batch_tokens][n_embd] f32: a NextN view's hidden row per token (model/mtp.h), rows [0, n_tok) written by the
+  // planner, uploaded with the index region. Null when the model takes none.
+  float* hidden_in = nullptr;
   std::vector<int32_t> dirty_rows;  // table rows to upload this step (capacity max_seqs, reserved at creation)
 };
 

@@ -194,6 +194,7 @@ Status TpModel::init(gguf::File file, const LoadOptions& opts) {
   KILN_TRY(read_common_hparams(file_, hp_));
   KILN_TRY(arch_->read_hparams(file_, hp_));
   KILN_TRY(validate_hparams(hp_));
+  hp_.n_nextn = 0;  // NextN blocks (model/mtp.h) are not sharded: a tensor-parallel model runs without them
 
   TensorParallelGroup group = opts.tensor_parallel;
   if (group.empty()) {

@@ -17,7 +17,9 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const KvCacheConfig
   caps.block_size = cfg.block_size;
   caps.kv_type_k = cfg.type_k;
   caps.kv_type_v = cfg.type_v;
-  caps.n_checkpoints = cfg.checkpoints;
+  // The verify rows follow the prefix cache's checkpoint rows (slot s: row checkpoints + s).
+  const bool verify = cfg.verify_states && model.hparams().hybrid();
+  caps.n_checkpoints = cfg.checkpoints + (verify ? cfg.max_seqs : 0);
   caps.hidden = cfg.hidden;
   caps.max_outputs = cfg.max_outputs > 0 ? cfg.max_outputs : std::max(cfg.max_seqs, 8);
   caps.max_outputs = std::min(caps.max_outputs, std::max(cfg.batch_tokens, 1));
@@ -36,6 +38,9 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const KvCacheConfig
   e->kinds_.assign(caps.max_outputs, OutputKind::kLogits);
   e->recurrent_ = e->state_->has_recurrent_state();
   e->state_pos_.assign(cfg.max_seqs, -1);
+  e->verify_states_ = verify && e->recurrent_;
+  e->verify_base_ = cfg.checkpoints;
+  e->verify_pos_.assign(cfg.max_seqs, -1);
   return e;
 }
 
@@ -45,6 +50,32 @@ Status Engine::fork(int32_t src, int32_t dst) {
   const Status st = state_->copy_seq_state(src, dst);
   state_pos_[dst] = st.is_ok() ? state_pos_[src] : -1;
   return st;
+}
+
+Status Engine::save_verify_state(int32_t seq) {
+  if (!verify_states_ || !cache_->valid_seq(seq))
+    return make_error(ErrorCode::kInternal, "save_verify_state: sequence %d (verify states: %s)", seq,
+                      verify_states_ ? "on" : "off");
+  const int64_t len = cache_->seq_len(seq);
+  if (state_pos_[seq] != len)
+    return make_error(ErrorCode::kInternal, "save_verify_state: the recurrent state of sequence %d is not at its "
+                      "length %lld", seq, static_cast<long long>(len));
+  verify_pos_[seq] = -1;
+  KILN_TRY(state_->save_checkpoint(seq, verify_base_ + seq));
+  verify_pos_[seq] = len;
+  return Status::ok();
+}
+
+Status Engine::restore_verify_state(int32_t seq) {
+  if (!verify_states_ || !cache_->valid_seq(seq) || verify_pos_[seq] < 0 || verify_pos_[seq] > cache_->seq_len(seq))
+    return make_error(ErrorCode::kInternal, "restore_verify_state: no saved state of sequence %d to restore", seq);
+  const int64_t len = verify_pos_[seq];
+  verify_pos_[seq] = -1;
+  cache_->truncate(seq, len);
+  state_pos_[seq] = -1;
+  KILN_TRY(state_->load_checkpoint(verify_base_ + seq, seq));
+  state_pos_[seq] = len;
+  return Status::ok();
 }
 
 int64_t Engine::attach_prefix(int32_t seq, std::span<const int32_t> tokens, int64_t limit) {
@@ -94,7 +125,7 @@ int32_t Engine::bucket_kv(int32_t n) const {
 }
 
 Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds, bool hidden,
-                    std::span<const uint64_t* const> masks) {
+                    std::span<const uint64_t* const> masks, std::span<const float> hidden_in) {
   ModelState& S = *state_;
   StepPlan& P = S.plan();
   const StepCaps& caps = S.caps();
@@ -149,6 +180,13 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
   if (hidden && !caps.hidden) {
     reset_scratch();
     return make_error(ErrorCode::kInvalidArgument, "step: hidden states asked of an engine created without them");
+  }
+  const size_t in_floats = static_cast<size_t>(n) * static_cast<size_t>(hp.n_embd);
+  if (P.hidden_in ? hidden_in.size() != in_floats : !hidden_in.empty()) {
+    reset_scratch();
+    return make_error(ErrorCode::kInvalidArgument, "step: %zu hidden input floats for %lld tokens (%s)",
+                      hidden_in.size(), static_cast<long long>(n),
+                      P.hidden_in ? "the model takes a hidden row of n_embd floats per token" : "the model takes none");
   }
   if (n_out > caps.max_outputs || static_cast<int64_t>(kinds.size()) < n_out) {
     reset_scratch();
@@ -249,6 +287,7 @@ Status Engine::plan(std::span<const BatchToken> tokens, std::span<const OutputKi
   P.max_q_len = max_q;
   P.hidden = hidden;
   P.masked = masked;
+  if (P.hidden_in) std::memcpy(P.hidden_in, hidden_in.data(), in_floats * sizeof(float));
   if (masked) plan_masks(masks);
   dirty_.clear();
   cache.take_dirty(dirty_);
@@ -274,8 +313,9 @@ void Engine::plan_masks(std::span<const uint64_t* const> masks) {
 }
 
 Result<StepOutputs> Engine::step(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds,
-                                 bool hidden, std::span<const uint64_t* const> masks) {
-  KILN_TRY(plan(tokens, kinds, hidden, masks));
+                                 bool hidden, std::span<const uint64_t* const> masks,
+                                 std::span<const float> hidden_in) {
+  KILN_TRY(plan(tokens, kinds, hidden, masks, hidden_in));
   Status st = state_->execute();
   if (st.is_ok())
     for (int32_t s : seqs_) st = st.is_ok() ? cache_->commit(s, count_[s]) : st;

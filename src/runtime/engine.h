@@ -37,8 +37,11 @@ class Engine {
   // masks: per output row (as kinds), for a kMaskedArgmax row its allowed-token bits, ceil(n_vocab / 64) words
   // (TokenMaskProvider::allowed's layout); other rows' entries are not read. kMaskedArgmax needs
   // supports_masked_argmax().
+  // hidden_in: a NextN view (model/mtp.h, takes_hidden_in()) takes one hidden row per token, [n_tok][n_embd] in
+  // batch order; other models take none.
   Result<StepOutputs> step(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds, bool hidden = false,
-                           std::span<const uint64_t* const> masks = {});
+                           std::span<const uint64_t* const> masks = {}, std::span<const float> hidden_in = {});
+  bool takes_hidden_in() const { return state_->plan().hidden_in != nullptr; }
   // Whether step() takes kMaskedArgmax rows (the output backend runs argmax_masked).
   bool supports_masked_argmax() const { return state_->supports_masked_argmax(); }
   // Any batch: split into steps within the caps (in order; a sequence's tokens stay in order); for every
@@ -66,6 +69,14 @@ class Engine {
   // dst shares src's cache blocks (KvCache::fork) and gets a copy of its recurrent state: the way to fork a
   // sequence (parallel sampling) on any model.
   Status fork(int32_t src, int32_t dst);
+  // Draft verification on a hybrid model (KvCacheConfig::verify_states): a step that runs a sequence's pending token
+  // and its drafts advances the recurrent state past all of them. save_verify_state(seq) before that step keeps
+  // seq's state at its current length; restore_verify_state(seq) after it puts the state back and truncates the
+  // cache to that length (the confirmed tokens then run again, as pending tokens: the state cannot stop part way
+  // through a step). Both need verify states (kInternal without).
+  bool verify_states() const { return verify_states_; }
+  Status save_verify_state(int32_t seq);
+  Status restore_verify_state(int32_t seq);
 
   // Buckets and padding even on a host-only placement (tests: the padding rules are checked on the CPU too).
   void force_buckets(bool on) { force_buckets_ = on; }
@@ -77,7 +88,7 @@ class Engine {
  private:
   Engine(Model& m) : model_(m) {}
   Status plan(std::span<const BatchToken> tokens, std::span<const OutputKind> kinds, bool hidden,
-              std::span<const uint64_t* const> masks);
+              std::span<const uint64_t* const> masks, std::span<const float> hidden_in);
   // The masks of a masked step into the plan's staging (rows [0, n_out)).
   void plan_masks(std::span<const uint64_t* const> masks);
 
@@ -92,6 +103,9 @@ class Engine {
   std::vector<OutputKind> kinds_;  // forward(): all kLogits
   bool force_buckets_ = false;
   bool recurrent_ = false;
+  bool verify_states_ = false;
+  int32_t verify_base_ = 0;          // the first verify row among the state's checkpoint rows (after the cache's)
+  std::vector<int64_t> verify_pos_;  // per slot: the length its saved verify state is for (-1: none)
   std::vector<int64_t> state_pos_;  // hybrid models: per slot, the cache length its recurrent state is for (-1: none)
 };
 

@@ -15,8 +15,8 @@
 //   ctx_checkpoints hybrid models: recurrent-state checkpoints kept per sequence slot (--ctx-checkpoints), the
 //                   prefix cache's way to resume such a model (runtime/scheduler.h); 0: no prefix cache for them
 //   on_prefill      progress of long prompts (PrefillProgress below), e.g. a line on stderr
-//   spec            speculative decoding (SpecConfig below; off for hybrid models: a rejected draft would have
-//                   advanced the recurrent state)
+//   spec            speculative decoding (SpecConfig below; hybrid models run only kMtp, whose rejected drafts
+//                   roll the recurrent state back: KvCacheConfig::verify_states; the other types are off for them)
 //   embeddings      embedding requests are served (runtime/embedding.h): steps that run one fetch every token's
 //                   hidden state (a host buffer of batch_tokens x n_embd floats)
 //   pooling         how they are pooled; unset: the model file's pooling type, else none
@@ -43,18 +43,26 @@ namespace kiln {
 // (runtime/ngram_draft.h; --spec-type ngram-simple, --spec-ngram-simple-size-n / -size-m). kDraft: a draft model
 // (runtime/draft_model.h; --spec-type draft-simple, -md FILE, handed to Scheduler::create) proposes greedily and
 // stops before a token whose probability is below p_min (--spec-draft-p-min). A request may lower draft_max and
-// set its own draft_min and p_min (GenRequest::spec).
+// set its own draft_min and p_min (GenRequest::spec). kMtp: the model's own multi-token-prediction layer
+// (runtime/mtp_draft.h; --spec-type draft-mtp, a file with NextN blocks: model/mtp.h) drafts greedily from the
+// model's hidden states; its default draft_max is kMtpDraftMax (the CLI's when --spec-draft-n-max is not given).
 struct SpecConfig {
-  enum class Type { kNone, kNgram, kDraft };
+  enum class Type { kNone, kNgram, kDraft, kMtp };
+  static constexpr int32_t kMtpDraftMax = 3;
   Type type = Type::kNone;
   int32_t draft_max = 16, draft_min = 0;
   float p_min = 0.0f;
   int32_t ngram_n = 12, ngram_m = 48;
   int32_t drafts_per_step() const { return type == Type::kNone ? 0 : draft_max; }
 };
-// llama.cpp's names: "none", "ngram-simple", "draft-simple".
+// llama.cpp's names: "none", "ngram-simple", "draft-simple", "draft-mtp".
 inline const char* spec_type_name(SpecConfig::Type t) {
-  return t == SpecConfig::Type::kNgram ? "ngram-simple" : t == SpecConfig::Type::kDraft ? "draft-simple" : "none";
+  switch (t) {
+    case SpecConfig::Type::kNgram: return "ngram-simple";
+    case SpecConfig::Type::kDraft: return "draft-simple";
+    case SpecConfig::Type::kMtp: return "draft-mtp";
+    default: return "none";
+  }
 }
 // Range checks; errors name the flag.
 inline Status check_spec(const SpecConfig& sp) {

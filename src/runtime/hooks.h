@@ -94,6 +94,19 @@ class DraftProposer {
   virtual void accepted(int32_t n) = 0;
   // The batch this proposer drafts in (null: it drafts alone, in propose()). The proposers of one batch share it.
   virtual DraftBatch* batch() { return nullptr; }
+  // A proposer that drafts from the model's own hidden states (runtime/mtp_draft.h) says so: every step then
+  // brings back the final-norm hidden row of each token (a hidden step, model/step.h), and hidden_rows() hands
+  // over those of this sequence.
+  virtual bool wants_hidden() const { return false; }
+  //   hidden_rows(tokens, pos0, rows, n, n_embd)
+  //                               update(), on the engine thread, after the step's samples (tokens: the whole
+  //                               sequence as they left it, the new pending token included): the rows of the
+  //                               sequence's tokens at positions pos0 .. pos0 + n - 1, [n][n_embd], those that stay
+  //                               (a verify step's rejected drafts are left out). Valid during the call only.
+  virtual void hidden_rows(std::span<const int32_t> tokens, int64_t pos0, const float* rows, int64_t n,
+                           int64_t n_embd) {
+    (void)tokens, (void)pos0, (void)rows, (void)n, (void)n_embd;
+  }
 };
 
 // One decoding sequence of a step, for DraftBatch::propose.

@@ -54,6 +54,9 @@ struct KvCacheConfig {
   uint64_t prefix_seed = 0;  // the first link of the hash chain: the model's identity (a cache holds one model)
   int32_t checkpoints = 0;   // recurrent-state checkpoint slots (see above); needs prefix_cache
   bool hidden = false;       // the engine runs hidden steps (embeddings: model/step.h StepCaps::hidden)
+  // Hybrid models: one more recurrent-state row per sequence slot, where Engine::save_verify_state keeps a
+  // sequence's state before a step that verifies drafts, for restore_verify_state after a rejection.
+  bool verify_states = false;
 };
 
 // llama.cpp's name of a KV cache type (-ctk / -ctv: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, spelled

@@ -68,7 +68,7 @@ Status check_spec_request(const SpecRequest& r, const SpecConfig& sp) {
                                   : r.p_min > 0 ? "speculative.p_min" : nullptr;
     if (f)
       return make_error(ErrorCode::kInvalidArgument, "%s: this engine runs without speculative decoding (start it "
-                        "with -md FILE or --spec-type ngram-simple)", f);
+                        "with -md FILE, --spec-type ngram-simple or --spec-type draft-mtp)", f);
     return Status::ok();
   }
   if (r.n_max > sp.draft_max)
@@ -139,11 +139,13 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
   if (want_draft && model->hparams().hybrid())
     return make_error(ErrorCode::kUnsupported, "-md: speculative decoding is off for %s (a hybrid model: a rejected "
                       "draft would have advanced its recurrent state)", model->hparams().arch.c_str());
+  const bool want_mtp = cfg.spec.type == SpecConfig::Type::kMtp;
+  if (want_mtp) KILN_TRY(MtpDraft::check(*model));
   std::unique_ptr<Scheduler> s(new Scheduler());
   s->impl_ = std::make_unique<Impl>();
   Impl& I = *s->impl_;
   I.cfg = cfg;
-  if (model->hparams().hybrid()) I.cfg.spec.type = SpecConfig::Type::kNone;  // engine_config.h: spec
+  if (model->hparams().hybrid() && !want_mtp) I.cfg.spec.type = SpecConfig::Type::kNone;  // engine_config.h: spec
   KvCacheConfig kc = kv_cache_config(cfg);
   // Each decoding sequence may verify drafts: 1 + drafts_per_step output rows.
   kc.max_outputs = std::min(cfg.max_outputs > 0 ? cfg.max_outputs : cfg.max_seqs * (1 + I.cfg.spec.drafts_per_step()),
@@ -155,7 +157,20 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
     KILN_TRY(setup_embeddings(*model, cfg, &I.emb_info, &I.emb));
     kc.hidden = true;
   }
+  // draft-mtp drafts from every token's hidden row, and rolls a hybrid model's state back past rejected drafts.
+  kc.hidden = kc.hidden || want_mtp;
+  kc.verify_states = want_mtp;
   KILN_ASSIGN_OR_RETURN(I.engine, Engine::create(*model, kc));
+  if (want_mtp) {
+    MtpDraftConfig mc;  // the sequences' tokens and each one's drafts (and a partial block)
+    mc.n_ctx = cfg.n_ctx + static_cast<int64_t>(cfg.max_seqs) * (cfg.spec.draft_max + cfg.block_size);
+    mc.max_seqs = cfg.max_seqs;
+    mc.batch_tokens = cfg.batch_tokens;
+    mc.block_size = cfg.block_size;
+    mc.kv_type_k = cfg.kv_type_k;
+    mc.kv_type_v = cfg.kv_type_v;
+    KILN_ASSIGN_OR_RETURN(I.mtp, MtpDraft::create(*model, mc));
+  }
   if (want_draft) {
     // The draft's cache holds what the sequences hold plus each one's drafts (and a partial block).
     DraftModelConfig dc;

@@ -18,6 +18,7 @@
 #include "runtime/draft_model.h"
 #include "runtime/dry.h"
 #include "runtime/engine.h"
+#include "runtime/mtp_draft.h"
 #include "runtime/pooler.h"
 #include "runtime/scheduler.h"
 #include "runtime/sequence.h"
@@ -54,11 +55,15 @@ struct Active {
   // This step.
   bool scheduled = false, wants = false;
   bool preempted_now = false;  // preempted in this step: recomputed from the next one on
+  // A hybrid model's rollback left the confirmed tokens pending again with the last sample (Scheduler::Impl::settle):
+  // they decode together, with drafts, until a step runs them all.
+  bool replay = false;
   size_t n_sched = 0;
   OutputKind kind = OutputKind::kArgmax;
   int32_t spec_max = 0, spec_min = 0;  // the request's draft limits (GenRequest::spec, else EngineConfig::spec)
   std::vector<int32_t> draft;  // the drafts verified in this step (after the pending token)
   size_t row0 = 0;             // its first output row; 1 + draft.size() rows when it wants output
+  int64_t pos0 = 0;            // the position of its first token in the step
   struct Out {
     Sequence::Step st;
     TokenEvent ev;
@@ -75,6 +80,7 @@ struct Scheduler::Impl {
   std::unique_ptr<Model> model;
   std::unique_ptr<Engine> engine;
   std::shared_ptr<DraftModel> draft;  // SpecConfig::kDraft: shared with the sequences' proposers
+  std::shared_ptr<MtpDraft> mtp;      // SpecConfig::kMtp: likewise
   EmbeddingInfo emb_info;  // embeddings on: the model's pooling key and head (model/embedding.h)
   EmbeddingSetup emb;      // what embedding requests get (runtime/embedding.h)
   std::unique_ptr<ThreadPool> pool;  // samples the output rows of a step in parallel
@@ -142,9 +148,9 @@ struct Scheduler::Impl {
   void stall();
 
   // schedule() pieces.
-  bool decoding(const Active& a) const;  // its prompt is in the cache and one token is pending
+  bool decoding(const Active& a) const;  // its prompt is in the cache and one token is pending (or a replay's)
   bool has_kv(const Active& a) const;
-  int64_t decode_room(Active& a);        // 1 + drafts when a decode token fits (preempting if needed), else 0
+  int64_t decode_room(Active& a);        // pending + drafts when the decode fits (preempting if needed), else 0
   int64_t propose_drafts(Active& a);     // fills a.draft: how many
   int64_t draft_limit(const Active& a) const;  // a's drafts at most, before the step's budget
   void draft_ahead();                    // the batched drafts of the step (DraftBatch), before the decodes
@@ -166,6 +172,9 @@ struct Scheduler::Impl {
 
   // update() pieces.
   void sample(Active& a, const StepOutputs& out);
+  // After a's rows are sampled, before its tokens go out: a hybrid model's rejected drafts roll its recurrent state
+  // back (Engine::restore_verify_state); a proposer that wants them gets the step's hidden rows of a's tokens.
+  void settle(Active& a, const StepOutputs& out);
   void pool_rows(Active& a, const StepOutputs& out);  // an embedding request's rows of the step; finishes it at the end
   void deliver(Active& a, Clock::time_point now);
   void record(Clock::time_point now, int64_t n_gen, uint64_t drafted, uint64_t confirmed);

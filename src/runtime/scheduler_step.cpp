@@ -110,7 +110,8 @@ bool Scheduler::Impl::has_kv(const Active& a) const {
 }
 
 bool Scheduler::Impl::decoding(const Active& a) const {
-  return !a.pool && has_kv(a) && a.seq->n_pending() == 1;  // an embedding request only ever has prompt left
+  // (an embedding request only ever has prompt left)
+  return !a.pool && has_kv(a) && (a.seq->n_pending() == 1 || (a.replay && a.seq->n_pending() > 0));
 }
 
 int64_t Scheduler::Impl::fit(const Active& a, int64_t n, int64_t free_blocks) const {
@@ -155,6 +156,7 @@ int64_t Scheduler::Impl::prompt_chunk(const Active& a) const {
 void Scheduler::Impl::preempt(Active& a) {
   engine->cache().truncate(a.slot, 0);  // the tokens stay in the Sequence: all pending again
   a.prefill_from = -1;                  // its recomputation is a prefill of its own (on_prefill)
+  a.replay = false;
   if (a.pool) a.pool->reset();          // its rows come again
   ++a.tm.n_preempted;
   a.preempted_now = true;
@@ -164,9 +166,14 @@ void Scheduler::Impl::preempt(Active& a) {
 void Scheduler::Impl::put(Active& a, size_t n) {
   // The blocks now (the engine's plan finds them reserved); n fits: checked by the caller.
   if (!engine->cache().reserve(a.slot, static_cast<int64_t>(n)).is_ok()) return;
+  // A hybrid model verifies drafts from a saved recurrent state (rolled back in settle()); without it, no drafts.
+  if (!a.draft.empty() && engine->recurrent() && !engine->save_verify_state(a.slot).is_ok()) a.draft.clear();
   a.tok0 = batch.size();
+  a.pos0 = a.seq->n_cached();
+  const size_t pending = a.seq->n_pending();
   const size_t got = a.draft.empty() ? a.seq->schedule(batch, n) : a.seq->schedule_drafts(batch, a.draft);
   a.n_sched = got;
+  if (got >= pending) a.replay = false;
   a.scheduled = true;
   a.wants = a.seq->scheduled_wants_logits();
   if (!a.started) {
@@ -183,8 +190,10 @@ void Scheduler::Impl::put(Active& a, size_t n) {
 int64_t Scheduler::Impl::decode_room(Active& a) {
   if (a.preempted_now || !decoding(a)) return 0;  // preempted by an older sequence's decode in this step
   KvCache& cache = engine->cache();
+  // The pending token; a replay's tokens, as many as the step has room for (drafts only after all of them).
+  const int64_t pending = static_cast<int64_t>(a.seq->n_pending()), p = std::min(pending, tokens_left);
   // No free block: preempt the newest sequence that holds blocks and is not in this step (itself, when newest).
-  while (cache.blocks_needed(a.slot, 1) > cache.n_blocks_free()) {
+  while (cache.blocks_needed(a.slot, p) > cache.n_blocks_free()) {
     Active* victim = nullptr;
     for (size_t j = active.size(); j-- > 0;)
       if (has_kv(*active[j]) && !active[j]->scheduled) {
@@ -195,7 +204,7 @@ int64_t Scheduler::Impl::decode_room(Active& a) {
     preempt(*victim);
     if (victim == &a) return 0;
   }
-  return 1 + propose_drafts(a);
+  return p < pending ? p : p + propose_drafts(a);
 }
 
 // Drafts to verify after a's pending token (runtime/hooks.h DraftProposer), within what the step has left: tokens,
@@ -204,13 +213,14 @@ int64_t Scheduler::Impl::propose_drafts(Active& a) {
   DraftProposer* d = a.seq->hooks().drafts.get();
   if (!d) return 0;
   KvCache& cache = engine->cache();
-  const int64_t room = std::max<int64_t>(0, std::min({draft_limit(a), tokens_left - 1, outs_left - 1}));
+  const int64_t p = static_cast<int64_t>(a.seq->n_pending());
+  const int64_t room = std::max<int64_t>(0, std::min({draft_limit(a), tokens_left - p, outs_left - 1}));
   int64_t k = d->propose(a.seq->tokens(), static_cast<int32_t>(room),
                          std::span<int32_t>(drafts.data(), static_cast<size_t>(room)));
   k = std::clamp<int64_t>(k, 0, room);
   for (int64_t i = 0; i < k; ++i)  // a proposer's id outside the vocabulary ends the drafts there
     if (drafts[static_cast<size_t>(i)] < 0 || drafts[static_cast<size_t>(i)] >= model->hparams().n_vocab) k = i;
-  while (k > 0 && cache.blocks_needed(a.slot, 1 + k) > cache.n_blocks_free()) --k;
+  while (k > 0 && cache.blocks_needed(a.slot, p + k) > cache.n_blocks_free()) --k;
   if (k == 0 || k < a.spec_min) return 0;
   a.draft.assign(drafts.begin(), drafts.begin() + k);
   return k;
@@ -281,6 +291,8 @@ std::unique_ptr<Active> Scheduler::Impl::make_active(const std::shared_ptr<Reque
       a->seq->hooks().drafts = std::make_unique<NgramDraft>(NgramDraftParams{cfg.spec.ngram_n, cfg.spec.ngram_m});
     else if (cfg.spec.type == SpecConfig::Type::kDraft && draft)
       a->seq->hooks().drafts = draft->proposer(slot, rq.spec.p_min >= 0 ? rq.spec.p_min : cfg.spec.p_min);
+    else if (cfg.spec.type == SpecConfig::Type::kMtp && mtp)
+      a->seq->hooks().drafts = mtp->proposer(slot);
   }
   a->stops = StopFilter(rq.stop);
   a->tm.n_prompt = static_cast<int64_t>(rq.prompt.size());
@@ -435,8 +447,11 @@ bool Scheduler::Impl::execute(StepOutputs* out) {
       kinds[n_rows++] = a->kind;
     }
   }
-  bool hidden = false;  // an embedding request runs: every token's hidden state comes back
-  for (Active* a : sched) hidden = hidden || a->pool != nullptr;
+  bool hidden = false;  // an embedding request or a proposer that wants them: every token's hidden state comes back
+  for (Active* a : sched) {
+    const DraftProposer* d = a->seq->hooks().drafts.get();
+    hidden = hidden || a->pool != nullptr || (d && d->wants_hidden());
+  }
   const Clock::time_point t_step = Clock::now();
   auto r = engine->step(batch.tokens, std::span<const OutputKind>(kinds.data(), n_rows), hidden,
                         std::span<const uint64_t* const>(row_masks.data(), n_rows));
@@ -496,6 +511,29 @@ void Scheduler::Impl::sample(Active& a, const StepOutputs& out) {
   }
   if (!a.draft.empty()) a.seq->settle_drafts(n_confirmed);
   if (DraftProposer* d = a.seq->hooks().drafts.get()) d->accepted(static_cast<int32_t>(n_confirmed));
+}
+
+void Scheduler::Impl::settle(Active& a, const StepOutputs& out) {
+  if (a.pool) return;
+  const bool verified = !a.draft.empty() && a.wants;
+  // The rows that stay: a verify step's pending tokens and confirmed drafts (one per sample but the last), else
+  // the whole chunk.
+  const size_t kept = verified ? a.n_sched - a.draft.size() - 1 + a.outs.size() : a.n_sched;
+  // Not every draft confirmed: the state went past the rejected ones. Back to before the step; the confirmed
+  // tokens are pending again with the last sample, a replay that decodes with the next step (a failed copy ends the
+  // sequence: its state is lost).
+  if (verified && a.outs.size() < 1 + a.draft.size() && engine->recurrent()) {
+    if (Status st = engine->restore_verify_state(a.slot); !st.is_ok()) {
+      a.outs.back().st.error = st;
+      a.outs.back().st.stop = StopReason::kNone;
+    } else {
+      a.replay = true;
+    }
+  }
+  DraftProposer* d = a.seq->hooks().drafts.get();
+  if (d && d->wants_hidden() && out.hidden && kept > 0)
+    d->hidden_rows(a.seq->tokens(), a.pos0, out.hidden_row(static_cast<int32_t>(a.tok0)),
+                   static_cast<int64_t>(kept), out.n_embd);
 }
 
 void Scheduler::Impl::deliver(Active& a, Clock::time_point now) {
@@ -583,6 +621,8 @@ void Scheduler::Impl::update(const StepOutputs& out) {
   itl.clear();
   int64_t n_gen = 0;
   uint64_t drafted = 0, confirmed = 0;  // every out but the last of a verifying sequence confirmed a draft
+  for (Active* a : sched)
+    if (a->wants || a->seq->hooks().drafts) settle(*a, out);
   for (Active* a : outs) {
     for (const Active::Out& o : a->outs) n_gen += o.st.token >= 0 ? 1 : 0;
     if (!a->draft.empty()) {

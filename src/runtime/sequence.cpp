@@ -74,14 +74,15 @@ size_t Sequence::schedule(Batch& batch, size_t max_n) {
 }
 
 size_t Sequence::schedule_drafts(Batch& batch, std::span<const int32_t> drafts) {
-  if (n_scheduled_ != 0 || n_pending() != 1) return 0;
-  const int64_t p = n_cached();
-  batch.add(tokens_[static_cast<size_t>(p)], static_cast<int32_t>(p), id_, true);
-  for (size_t i = 0; i < drafts.size(); ++i) batch.add(drafts[i], static_cast<int32_t>(p + 1 + i), id_, true);
-  n_scheduled_ = 1;
-  verify_base_ = p + 1;
+  const size_t np = n_pending();
+  if (n_scheduled_ != 0 || np == 0) return 0;
+  const int64_t p = n_cached(), end = p + static_cast<int64_t>(np);
+  for (int64_t i = p; i < end; ++i) batch.add(tokens_[static_cast<size_t>(i)], static_cast<int32_t>(i), id_, i + 1 == end);
+  for (size_t i = 0; i < drafts.size(); ++i) batch.add(drafts[i], static_cast<int32_t>(end + static_cast<int64_t>(i)), id_, true);
+  n_scheduled_ = static_cast<int64_t>(np);
+  verify_base_ = end;
   scheduled_logits_ = true;
-  return 1 + drafts.size();
+  return np + drafts.size();
 }
 
 void Sequence::settle_drafts(size_t n_confirmed) {

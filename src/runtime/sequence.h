@@ -64,11 +64,12 @@ class Sequence {
   // token only, none with no_outputs). Returns how many; at most one chunk may be outstanding.
   size_t schedule(Batch& batch, size_t max_n);
   bool scheduled_wants_logits() const { return scheduled_logits_; }
-  // A decode that verifies drafts (runtime/hooks.h DraftProposer): the one pending token and `drafts` after it, each
-  // asking for an output row. Returns 1 + drafts.size() (0 when a chunk is outstanding or not exactly one token is
-  // pending). The drafts become tokens of the sequence only as the samples of their rows confirm them
-  // (on_logits / on_token); settle_drafts(n) after the rows: the cache keeps the pending token and the first n
-  // drafts, the rejected drafts' slots go.
+  // A decode that verifies drafts (runtime/hooks.h DraftProposer): the pending tokens (one, or after a hybrid
+  // model's rollback the confirmed tokens run again and the last sample) and `drafts` after them; the last pending
+  // token and each draft ask for an output row. Returns the pending tokens + drafts.size() (0 when a chunk is
+  // outstanding or nothing is pending). The drafts become tokens of the sequence only as the samples of their rows
+  // confirm them (on_logits / on_token); settle_drafts(n) after the rows: the cache keeps the pending tokens and the
+  // first n drafts, the rejected drafts' slots go.
   size_t schedule_drafts(Batch& batch, std::span<const int32_t> drafts);
   void settle_drafts(size_t n_confirmed);
   void commit();    // the scheduled chunk is in the cache (the engine committed its length)

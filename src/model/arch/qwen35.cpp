@@ -1,7 +1,8 @@
 // qwen35 (Qwen3.5): a hybrid stack; what differs from llama, all of it here.
 //   Layer kinds: attention.recurrent_layers (a per-layer array) when present, else full_attention_interval (default
 //   4): layer il is a linear-attention (Gated DeltaNet) layer unless (il + 1) % interval == 0. nextn_predict_layers
-//   (MTP draft blocks stored after the trunk) are not run: block_count minus them is the trunk.
+//   (MTP draft blocks stored after the trunk) are not run by the trunk: block_count minus them is the trunk; they
+//   are loaded into Weights::nextn (add_nextn below) and run as the draft of --spec-type draft-mtp (model/mtp.h).
 //   Full-attention layers ("gated attention"): attn_q is twice as wide, per head [query hd | gate hd]; per-head q/k
 //   RMS norm; RoPE on the leading rope.dimension_count dims only (64 of 256), NeoX pairs (i, i + n_rot/2).
 //   llama.cpp runs this as interleaved multi-section RoPE (rope.dimension_sections, e.g. [11, 11, 10, 0]): each
@@ -44,6 +45,7 @@ Status read_hparams(const gguf::File& f, HParams& hp) {
     return make_error(ErrorCode::kInvalidFile, "%snextn_predict_layers %lld must be in [0, block_count %lld)",
                       a.c_str(), static_cast<long long>(nextn), static_cast<long long>(hp.n_layer));
   hp.n_layer -= nextn;
+  hp.n_nextn = nextn;
   struct Key { const char* k; int64_t* dst; };
   const Key keys[] = {{"ssm.conv_kernel", &hp.ssm_d_conv},    {"ssm.inner_size", &hp.ssm_d_inner},
                       {"ssm.state_size", &hp.ssm_d_state},    {"ssm.time_step_rank", &hp.ssm_n_v_head},
@@ -102,42 +104,71 @@ Status read_hparams(const gguf::File& f, HParams& hp) {
   return Status::ok();
 }
 
-std::vector<TensorSpec> manifest(const HParams& hp, Weights& w) {
+// One block's tensors under prefix b ("blk.N."): a Gated DeltaNet or a gated full-attention layer, the FFN.
+void add_block(const HParams& hp, LayerWeights& L, const std::string& b, bool recurrent, std::vector<TensorSpec>& m) {
   using K = TensorSpec::Kind;
   const int64_t e = hp.n_embd, hd = hp.head_dim_k;
   const int64_t C = hp.ssm_conv_dim(), Di = hp.ssm_d_inner, Hv = hp.ssm_n_v_head;
+  m.push_back({K::kF32, b + "attn_norm.weight", {e}, &L.attn_norm, true});
+  m.push_back({K::kF32, b + "post_attention_norm.weight", {e}, &L.ffn_norm, true});  // the pre-FFN norm
+  m.push_back({K::kMatrix, b + "ffn_gate.weight", {e, hp.n_ff}, &L.w_gate, true});
+  m.push_back({K::kMatrix, b + "ffn_up.weight", {e, hp.n_ff}, &L.w_up, true});
+  m.push_back({K::kMatrix, b + "ffn_down.weight", {hp.n_ff, e}, &L.w_down, true});
+  if (recurrent) {
+    m.push_back({K::kMatrix, b + "attn_qkv.weight", {e, C}, &L.wqkv, true});
+    m.push_back({K::kMatrix, b + "attn_gate.weight", {e, Di}, &L.wz, true});
+    m.push_back({K::kF32, b + "ssm_conv1d.weight", {hp.ssm_d_conv, C}, &L.ssm_conv1d, true});
+    m.push_back({K::kF32, b + "ssm_dt.bias", {Hv}, &L.ssm_dt_bias, true});
+    m.push_back({K::kF32, b + "ssm_a", {Hv}, &L.ssm_a, true});
+    m.push_back({K::kMatrix, b + "ssm_beta.weight", {e, Hv}, &L.ssm_beta, true});
+    m.push_back({K::kMatrix, b + "ssm_alpha.weight", {e, Hv}, &L.ssm_alpha, true});
+    m.push_back({K::kF32, b + "ssm_norm.weight", {hp.ssm_head_v_dim()}, &L.ssm_norm, true});
+    m.push_back({K::kMatrix, b + "ssm_out.weight", {Di, e}, &L.ssm_out, true});
+  } else {
+    m.push_back({K::kMatrix, b + "attn_q.weight", {e, 2 * hp.n_head * hd}, &L.wq, true});
+    m.push_back({K::kMatrix, b + "attn_k.weight", {e, hp.n_head_kv * hd}, &L.wk, true});
+    m.push_back({K::kMatrix, b + "attn_v.weight", {e, hp.n_head_kv * hp.head_dim_v}, &L.wv, true});
+    m.push_back({K::kMatrix, b + "attn_output.weight", {hp.n_head * hp.head_dim_v, e}, &L.wo, true});
+    m.push_back({K::kF32, b + "attn_q_norm.weight", {hd}, &L.q_norm, true});
+    m.push_back({K::kF32, b + "attn_k_norm.weight", {hd}, &L.k_norm, true});
+  }
+}
+
+// The NextN blocks as llama.cpp's converter writes Qwen3.5's mtp.* tensors: block_count counts them after the
+// trunk, so NextN block k is blk.(n_layer + k): mtp.layers.k's attention and FFN under the trunk's layer names (a
+// full-attention layer), and mtp.fc -> nextn.eh_proj, mtp.pre_fc_norm_embedding -> nextn.enorm,
+// mtp.pre_fc_norm_hidden -> nextn.hnorm, mtp.norm -> nextn.shared_head_norm, every one through the same tensor
+// conversion as the trunk's (so the norm weights are read as the trunk's are). Qwen3.5 shares the trunk's embedding
+// and output, so the converter writes no nextn.embed_tokens / nextn.shared_head_head; other files may. (Its --mtp
+// option writes the block alone into a companion mtp-*.gguf; kiln reads the block from the model's own file.)
+void add_nextn(const HParams& hp, Weights& w, std::vector<TensorSpec>& m) {
+  using K = TensorSpec::Kind;
+  const int64_t e = hp.n_embd;
+  w.nextn.assign(static_cast<size_t>(hp.n_nextn), NextnWeights{});
+  for (int64_t k = 0; k < hp.n_nextn; ++k) {
+    NextnWeights& N = w.nextn[static_cast<size_t>(k)];
+    const std::string b = "blk." + std::to_string(hp.n_layer + k) + ".";
+    add_block(hp, N.block, b, false, m);
+    m.push_back({K::kMatrix, b + "nextn.eh_proj.weight", {2 * e, e}, &N.eh_proj, true});
+    m.push_back({K::kF32, b + "nextn.enorm.weight", {e}, &N.enorm, true});
+    m.push_back({K::kF32, b + "nextn.hnorm.weight", {e}, &N.hnorm, true});
+    m.push_back({K::kF32, b + "nextn.shared_head_norm.weight", {e}, &N.shared_head_norm, true});
+    m.push_back({K::kEmbedding, b + "nextn.embed_tokens.weight", {e, hp.n_vocab}, &N.embed_tokens, false});
+    m.push_back({K::kMatrix, b + "nextn.shared_head_head.weight", {e, hp.n_vocab}, &N.shared_head_head, false});
+  }
+}
+
+std::vector<TensorSpec> manifest(const HParams& hp, Weights& w) {
+  using K = TensorSpec::Kind;
+  const int64_t e = hp.n_embd;
   std::vector<TensorSpec> m = {
       {K::kEmbedding, "token_embd.weight", {e, hp.n_vocab}, &w.tok_embd, true},
       {K::kF32, "output_norm.weight", {e}, &w.output_norm, true},
       {K::kMatrix, "output.weight", {e, hp.n_vocab}, &w.output, false},
   };
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    LayerWeights& L = w.layers[il];
-    const std::string b = "blk." + std::to_string(il) + ".";
-    m.push_back({K::kF32, b + "attn_norm.weight", {e}, &L.attn_norm, true});
-    m.push_back({K::kF32, b + "post_attention_norm.weight", {e}, &L.ffn_norm, true});  // the pre-FFN norm
-    m.push_back({K::kMatrix, b + "ffn_gate.weight", {e, hp.n_ff}, &L.w_gate, true});
-    m.push_back({K::kMatrix, b + "ffn_up.weight", {e, hp.n_ff}, &L.w_up, true});
-    m.push_back({K::kMatrix, b + "ffn_down.weight", {hp.n_ff, e}, &L.w_down, true});
-    if (hp.is_recurrent(il)) {
-      m.push_back({K::kMatrix, b + "attn_qkv.weight", {e, C}, &L.wqkv, true});
-      m.push_back({K::kMatrix, b + "attn_gate.weight", {e, Di}, &L.wz, true});
-      m.push_back({K::kF32, b + "ssm_conv1d.weight", {hp.ssm_d_conv, C}, &L.ssm_conv1d, true});
-      m.push_back({K::kF32, b + "ssm_dt.bias", {Hv}, &L.ssm_dt_bias, true});
-      m.push_back({K::kF32, b + "ssm_a", {Hv}, &L.ssm_a, true});
-      m.push_back({K::kMatrix, b + "ssm_beta.weight", {e, Hv}, &L.ssm_beta, true});
-      m.push_back({K::kMatrix, b + "ssm_alpha.weight", {e, Hv}, &L.ssm_alpha, true});
-      m.push_back({K::kF32, b + "ssm_norm.weight", {hp.ssm_head_v_dim()}, &L.ssm_norm, true});
-      m.push_back({K::kMatrix, b + "ssm_out.weight", {Di, e}, &L.ssm_out, true});
-    } else {
-      m.push_back({K::kMatrix, b + "attn_q.weight", {e, 2 * hp.n_head * hd}, &L.wq, true});
-      m.push_back({K::kMatrix, b + "attn_k.weight", {e, hp.n_head_kv * hd}, &L.wk, true});
-      m.push_back({K::kMatrix, b + "attn_v.weight", {e, hp.n_head_kv * hp.head_dim_v}, &L.wv, true});
-      m.push_back({K::kMatrix, b + "attn_output.weight", {hp.n_head * hp.head_dim_v, e}, &L.wo, true});
-      m.push_back({K::kF32, b + "attn_q_norm.weight", {hd}, &L.q_norm, true});
-      m.push_back({K::kF32, b + "attn_k_norm.weight", {hd}, &L.k_norm, true});
-    }
-  }
+  for (int64_t il = 0; il < hp.n_layer; ++il)
+    add_block(hp, w.layers[il], "blk." + std::to_string(il) + ".", hp.is_recurrent(il), m);
+  add_nextn(hp, w, m);
   return m;
 }
 

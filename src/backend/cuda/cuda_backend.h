@@ -108,7 +108,7 @@ class CudaBackend final : public Backend {
   bool moe_gemv_ok(const MoeFfnArgs& a, int64_t n) const;
   bool moe_grouped_ok(const MoeFfnArgs& a, int64_t n) const;
   Status moe_activation(const MoeFfnArgs& a, float* g, float* u, int64_t nk);
-  Status moe_ffn_gemv(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc, const ActQ* x_q, unsigned* cnt);
+  Status moe_ffn_gemv(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc, const ActQ* x_q);
   Status moe_ffn_grouped(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc);
   Status moe_ffn_host(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc);
   // The device-grouped path's product before its MatmulGroup: expert 0's plane of w (and bias), x, out.

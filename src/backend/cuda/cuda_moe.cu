@@ -1,8 +1,7 @@
 // CudaBackend::moe_ffn: the mixture-of-experts FFN (contract and order of operations: backend/backend.h; the CPU's
 // ops_moe.cpp is the spec). The order of operations:
 //   1. router logits: matmul (router, x) -> [n_tok][n_expert]
-//   2. moe_route (moe.cu): each token's k experts and weights, on the device. On the GEMV path with a float router
-//      that matmul sends to mmvf, 1 and 2 are one launch (launch_moe_router_route: mmvf's rows, then the routing).
+//   2. moe_route (moe.cu): each token's k experts and weights, on the device
 //   3. the experts' products, one of three ways (the first that applies):
 //      GEMV path (moe_gemv_ok: matmul would take the GEMV for every expert's share of the step, i.e. for 1..n_tok
 //      tokens of each weight type): x quantized once (or by the norm before the op), then per slot (t, j) gate and
@@ -119,26 +118,10 @@ Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
                      static_cast<float*>(at(o_y)),      gemv ? static_cast<int8_t*>(at(o_hqs)) : nullptr,
                      gemv ? static_cast<float4*>(at(o_hds)) : nullptr};
 
-  // Block counters of the GEMV path's fused launches (zero between launches): the router's per token, then the
-  // gate/up launch's per 32-row block of h (moe_ffn_gemv).
-  const Tensor logits = Tensor::make(DType::F32, m.logits, this, n_expert, n);
-  const MatmulParams router_mm = matmul_params(a.router, a.x, Tensor{}, logits, false);
-  const bool fused_route = gemv && n_expert <= kMoeRouterMaxExperts && mmvf_usable(router_mm) &&
-                           select_matmul(router_mm, cc_) == MatmulKernel::kMmvf;
-  unsigned* cnt = nullptr;
-  if (gemv) {
-    const size_t n_cnt = static_cast<size_t>(align256(static_cast<size_t>(n)) + nk * (n_ff / 32));
-    if (n_cnt * sizeof(unsigned) > moe_cnt_bytes_) {
-      KILN_TRY(ensure_scratch(&moe_cnt_, &moe_cnt_bytes_, n_cnt * sizeof(unsigned), "moe_ffn counter"));
-      KILN_CUDA_TRY(cudaMemsetAsync(moe_cnt_, 0, moe_cnt_bytes_, stream_));
-    }
-    cnt = static_cast<unsigned*>(moe_cnt_);
-  }
-
   // 1, 2: logits and routing on the device
   const ActQ* ax = pend ? &px : nullptr;
-  if (!fused_route)
-    KILN_TRY(matmul_run(a.router, a.x, Tensor{}, logits, false, mmvq_supports(a.router.dtype) ? ax : nullptr));
+  KILN_TRY(matmul_run(a.router, a.x, Tensor{}, Tensor::make(DType::F32, m.logits, this, n_expert, n), false,
+                      mmvq_supports(a.router.dtype) ? ax : nullptr));
   MoeRouteParams rp{};
   rp.logits = m.logits;
   rp.bias = a.router_bias.valid() ? static_cast<const float*>(a.router_bias.data) : nullptr;
@@ -147,16 +130,10 @@ Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
   rp.softmax_chosen = a.gating == MoeGating::kSoftmaxWeight;
   rp.norm = a.norm_topk;
   rp.sel = m.sel, rp.w = m.w;
-  if (fused_route) {
-    const MoeRouterParams rr{a.router.dtype, router_mm.w, router_mm.w_row_bytes, router_mm.x, router_mm.x_stride,
-                             router_mm.n_in, cnt, rp};
-    KILN_TRY(launch_moe_router_route(rr, stream_));
-  } else {
-    KILN_TRY(launch_moe_route(rp, stream_));
-  }
+  KILN_TRY(launch_moe_route(rp, stream_));
 
   // 3, 4
-  if (gemv) return moe_ffn_gemv(a, m, acc, ax, cnt + align256(static_cast<size_t>(n)));
+  if (gemv) return moe_ffn_gemv(a, m, acc, ax);
   if (grouped) return moe_ffn_grouped(a, m, acc);
   return moe_ffn_host(a, m, acc);
 }
@@ -277,12 +254,10 @@ bool CudaBackend::moe_gemv_ok(const MoeFfnArgs& a, int64_t n) const {
 }
 
 // Steps 3 and 4 on the GEMV path (the header): sel / w from moe_route; g, u: nk x n_ff of the scratch; x_q: x's
-// q8_1 rows when the norm before the op wrote them (rms_norm_for_matmul), else x is quantized here; cnt: nk * n_ff
-// / 32 zero counters for launch_mmvq_id_glu.
+// q8_1 rows when the norm before the op wrote them (rms_norm_for_matmul), else x is quantized here.
 // Gate, up and the activation are one launch when gate and up share a type (launch_mmvq_id_glu), the down products
 // and the slot sum one launch (launch_mmvq_id_sum), in the separate launches' arithmetic.
-Status CudaBackend::moe_ffn_gemv(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc, const ActQ* x_q,
-                                 unsigned* cnt) {
+Status CudaBackend::moe_ffn_gemv(const MoeFfnArgs& a, const MoeScratch& m, const Tensor& acc, const ActQ* x_q) {
   const int64_t n = a.x.n_rows(), d = a.x.ne[0], n_ff = a.gate.ne[1], nk = n * a.k;
   const auto params = [&](const Tensor& wt, const Tensor& b, int64_t n_in, int64_t n_out, int x_div, float* out) {
     MmvqIdParams p{};
@@ -310,8 +285,13 @@ Status CudaBackend::moe_ffn_gemv(const MoeFfnArgs& a, const MoeScratch& m, const
     const MoeGlu act = a.act == MoeActivation::kSwigluOai ? MoeGlu::kSwigluOai : MoeGlu::kSwiglu;
     MmvqIdGluParams gp{pg, pu, act, a.oai_alpha, a.oai_limit, ActQ{}, nullptr};
     if (n_ff % 32 == 0) {  // h's q8_1 rows from the same launch, into the scratch (launch.h: the counters' contract)
+      const size_t cnt_bytes = static_cast<size_t>(nk * (n_ff / 32)) * sizeof(unsigned);
+      if (cnt_bytes > moe_cnt_bytes_) {
+        KILN_TRY(ensure_scratch(&moe_cnt_, &moe_cnt_bytes_, cnt_bytes, "moe_ffn counter"));
+        KILN_CUDA_TRY(cudaMemsetAsync(moe_cnt_, 0, moe_cnt_bytes_, stream_));
+      }
       gp.hq = ah = ActQ{m.hqs, m.hds, n_ff, nk, static_cast<size_t>((n_ff + 15) / 16 * 16), static_cast<size_t>(n_ff / 32)};
-      gp.cnt = cnt;
+      gp.cnt = static_cast<unsigned*>(moe_cnt_);
       h_quantized = true;
     }
     KILN_TRY(launch_mmvq_id_glu(gp, ax, stream_));

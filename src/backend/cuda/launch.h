@@ -432,21 +432,6 @@ struct MoeRouteParams {
   float* w;             // [n_tok][k] weights
 };
 Status launch_moe_route(const MoeRouteParams& p, cudaStream_t s);
-// The router's float GEMV (as launch_mmvf computes its rows: F32, F16, BF16 weights, n_in % 8 == 0, 16-byte aligned
-// rows) and launch_moe_route over its logits (r.logits: written, then overwritten) in one launch, for up to
-// kMoeRouterMaxExperts experts. cnt: r.n_tok counters, zero before the launch and zero again after it.
-inline constexpr int kMoeRouterMaxExperts = 512;
-struct MoeRouterParams {
-  DType type;
-  const uint8_t* w;  // [n_expert] rows of w_row_bytes
-  size_t w_row_bytes;
-  const float* x;  // [n_tok] rows of x_stride floats
-  size_t x_stride;
-  int64_t n_in;
-  unsigned* cnt;
-  MoeRouteParams r;
-};
-Status launch_moe_router_route(const MoeRouterParams& p, cudaStream_t s);
 // xg row r (d floats) = x row tok[r]
 Status launch_moe_gather(const float* x, size_t x_stride, const int32_t* tok, int64_t n_rows, int64_t d, float* xg,
                          cudaStream_t s);

@@ -8,12 +8,29 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/launch.h"
-#include "backend/cuda/mmvf.cuh"
 
 namespace kiln::cuda {
 namespace {
 
 constexpr int kWarps = 4;
+
+template <DType T>
+__device__ __forceinline__ void load8(const uint8_t* row, int64_t i, float (&w)[8]) {
+  if constexpr (T == DType::F32) {
+    const float4 a = *reinterpret_cast<const float4*>(row + 4 * i);
+    const float4 b = *reinterpret_cast<const float4*>(row + 4 * i + 16);
+    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+  } else {
+    const uint4 u = *reinterpret_cast<const uint4*>(row + 2 * i);
+    const uint32_t v[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint16_t lo = static_cast<uint16_t>(v[k]), hi = static_cast<uint16_t>(v[k] >> 16);
+      if constexpr (T == DType::F16) w[2 * k] = h2f(lo), w[2 * k + 1] = h2f(hi);
+      else w[2 * k] = bf2f(lo), w[2 * k + 1] = bf2f(hi);
+    }
+  }
+}
 
 template <DType T, int NC>
 __global__ void __launch_bounds__(kWarps * kWarp) mmvf_kernel(MatmulParams p) {
@@ -27,18 +44,18 @@ __global__ void __launch_bounds__(kWarps * kWarp) mmvf_kernel(MatmulParams p) {
   // Pipelined (the next 8 weights in flight while these are used); the first load before pdl_wait (weights are not
   // written during a step: mmvq_fast.cuh).
   float w[8];
-  if (p.prefetch && 8 * lane < p.n_in) mmvf_load8<T>(wr, 8 * lane, w);
+  if (p.prefetch && 8 * lane < p.n_in) load8<T>(wr, 8 * lane, w);
   pdl_enter();  // launched with launch_pdl (common.cuh)
-  if (!p.prefetch && 8 * lane < p.n_in) mmvf_load8<T>(wr, 8 * lane, w);
+  if (!p.prefetch && 8 * lane < p.n_in) load8<T>(wr, 8 * lane, w);
   for (int64_t i = 8 * lane; i < p.n_in; i += 8 * kWarp) {
     float wn[8];
-    if (i + 8 * kWarp < p.n_in) mmvf_load8<T>(wr, i + 8 * kWarp, wn);
+    if (i + 8 * kWarp < p.n_in) load8<T>(wr, i + 8 * kWarp, wn);
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
       if (NC > 1 && c >= p.n_tok) break;
       const float4* x = reinterpret_cast<const float4*>(p.x + c * p.x_stride + i);
       const float4 a = x[0], b = x[1];
-      acc[c] += mmvf_dot8(w, a, b);
+      acc[c] += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y + w[6] * b.z + w[7] * b.w;
     }
 #pragma unroll
     for (int k = 0; k < 8; ++k) w[k] = wn[k];

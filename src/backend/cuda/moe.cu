@@ -4,14 +4,12 @@
 //               the lower index), their weights (kSoftmaxWeight: softmax over the k chosen), renormalisation. The
 //               CPU's arithmetic: max-subtracted exp in f32, the sum in double, one f32 reciprocal; the renormalising
 //               sum in double, clamped to 2^-14, one f32 division per weight.
-//   moe_router_route  a decode step's router GEMV (mmvf's rows) and moe_route in one launch
 //   moe_group   the slots grouped by expert on the device: first / row / tok and mmq's tile sections (MatmulGroup)
 //   moe_gather  xg row r = x row tok[r] (the slots grouped by expert, tokens increasing within an expert)
 //   swiglu_oai  gpt-oss's clamped SwiGLU in ggml's f32 steps (in place on g)
 //   moe_combine acc_t += sum_j w_{t,j} y_{row(t,j)}: o = y_0 w_0, then o = o + y_j w_j in slot order, then acc + o
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/launch.h"
-#include "backend/cuda/mmvf.cuh"
 
 namespace kiln::cuda {
 namespace {
@@ -39,8 +37,12 @@ __device__ void softmax_inplace(float* v, int n) {
 // choice stays a valid, unchosen expert). Lane 0 writes sel / w; the weights' softmax and renormalisation are the
 // CPU's serial loops.
 constexpr int kRouteWarps = kThreads / kWarp;
-// Token t's routing by one warp over l (its n_expert logits, overwritten with the probabilities).
-__device__ __forceinline__ void route_token(const MoeRouteParams& p, float* l, int64_t t, int lane) {
+__global__ void moe_route_kernel(MoeRouteParams p) {
+  pdl_enter();  // launched with launch_pdl (common.cuh)
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / kWarp;
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
+  if (t >= p.n_tok) return;
+  float* l = p.logits + t * p.n_expert;  // scratch: overwritten with the probabilities
   const int n = p.n_expert;
   if (p.bias)
     for (int e = lane; e < n; e += kWarp) l[e] = l[e] + p.bias[e];
@@ -85,59 +87,6 @@ __device__ __forceinline__ void route_token(const MoeRouteParams& p, float* l, i
   for (int j = 0; j < p.k; ++j) s += w[j];
   const float sf = fmaxf(static_cast<float>(s), kMinWeightSum);
   for (int j = 0; j < p.k; ++j) w[j] /= sf;
-}
-
-__global__ void moe_route_kernel(MoeRouteParams p) {
-  pdl_enter();  // launched with launch_pdl (common.cuh)
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / kWarp;
-  if (t >= p.n_tok) return;
-  route_token(p, p.logits + t * p.n_expert, t, static_cast<int>(threadIdx.x % kWarp));
-}
-
-// The router's logits and the routing in one launch (launch.h MoeRouterParams): block (b, t) has a warp per
-// expert row b * kRouterWarps + w of token t, each the row mmvf_kernel computes (mmvf.cuh's loads and dot steps in
-// its order, the first weights loaded before pdl_wait as it does); the last of token t's blocks to count itself
-// (each fences its logits first) copies the logits from L2 to shared memory, routes the token there with
-// route_token and resets the counter. -Xptxas -v (sm_90): F32 / F16 40 registers, 2 KB smem, no spills; BF16 32
-// registers with a 12-byte spill (ptxas' choice; BF16 routers are rare: the MoE files kiln knows keep F32 ones).
-constexpr int kRouterWarps = 4;
-template <DType T>
-__global__ void __launch_bounds__(kRouterWarps * kWarp) moe_router_route_kernel(MoeRouterParams p) {
-  const int warp = static_cast<int>(threadIdx.x / kWarp), lane = static_cast<int>(threadIdx.x % kWarp);
-  const int64_t t = blockIdx.y;
-  const int n = p.r.n_expert, e = static_cast<int>(blockIdx.x) * kRouterWarps + warp;
-  const uint8_t* wr = p.w + static_cast<size_t>(e < n ? e : 0) * p.w_row_bytes;
-  float w[8];
-  if (8 * lane < p.n_in) mmvf_load8<T>(wr, 8 * lane, w);  // weights: never written during a step
-  pdl_enter();  // launched with launch_pdl (common.cuh)
-  if (e < n) {
-    const float* x = p.x + t * static_cast<int64_t>(p.x_stride);
-    float acc = 0.0f;
-    for (int64_t i = 8 * lane; i < p.n_in; i += 8 * kWarp) {
-      float wn[8];
-      if (i + 8 * kWarp < p.n_in) mmvf_load8<T>(wr, i + 8 * kWarp, wn);
-      const float4* xv = reinterpret_cast<const float4*>(x + i);
-      acc += mmvf_dot8(w, xv[0], xv[1]);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) w[k] = wn[k];
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) p.r.logits[t * n + e] = acc;
-  }
-  __shared__ unsigned last;
-  __shared__ float l[kMoeRouterMaxExperts];
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(p.cnt + t, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!last || warp != 0) return;
-  __threadfence();
-  for (int i = lane; i < n; i += kWarp) l[i] = __ldcg(p.r.logits + t * n + i);
-  __syncwarp();
-  route_token(p.r, l, t, lane);
-  if (lane == 0) p.cnt[t] = 0;
 }
 
 __global__ void moe_gather_kernel(const float* __restrict__ x, size_t x_stride, const int32_t* __restrict__ tok,
@@ -234,24 +183,6 @@ Status launch_moe_route(const MoeRouteParams& p, cudaStream_t s) {
   if (p.n_tok == 0) return Status::ok();
   return launch_pdl(moe_route_kernel, dim3(static_cast<unsigned>((p.n_tok + kRouteWarps - 1) / kRouteWarps)),
                     dim3(kThreads), 0, s, p);
-}
-
-Status launch_moe_router_route(const MoeRouterParams& p, cudaStream_t s) {
-  const MoeRouteParams& r = p.r;
-  if (r.n_tok == 0) return Status::ok();
-  const auto al16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  if (r.n_expert < 1 || r.n_expert > kMoeRouterMaxExperts || r.n_tok > 65535 || p.n_in % 8 != 0 ||
-      p.w_row_bytes % 16 != 0 || p.x_stride % 4 != 0 || !al16(p.w) || !al16(p.x) || !p.cnt)
-    return make_error(ErrorCode::kInternal, "moe_router_route: %d experts, %lld tokens, n_in %lld, unaligned rows",
-                      r.n_expert, static_cast<long long>(r.n_tok), static_cast<long long>(p.n_in));
-  const dim3 grid(static_cast<unsigned>((r.n_expert + kRouterWarps - 1) / kRouterWarps), static_cast<unsigned>(r.n_tok));
-  const dim3 block(kRouterWarps * kWarp);
-  switch (p.type) {
-    case DType::F32: return launch_pdl(moe_router_route_kernel<DType::F32>, grid, block, 0, s, p);
-    case DType::F16: return launch_pdl(moe_router_route_kernel<DType::F16>, grid, block, 0, s, p);
-    case DType::BF16: return launch_pdl(moe_router_route_kernel<DType::BF16>, grid, block, 0, s, p);
-    default: return make_error(ErrorCode::kUnsupported, "moe_router_route: router type %s", dtype_name(p.type));
-  }
 }
 
 Status launch_moe_gather(const float* x, size_t x_stride, const int32_t* tok, int64_t n_rows, int64_t d, float* xg,

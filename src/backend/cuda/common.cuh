@@ -65,23 +65,6 @@ __device__ __forceinline__ float swiglu_oai_f(float g, float u, float alpha, flo
   return x / (1.0f + expf(alpha * (-x))) * (y + 1.0f);
 }
 
-// q8_1 of one 32-element activation block by a warp, lane = element: d = amax / 127, q = roundf(v / d) clamped to
-// +-127, and d * sum(q) of each 16-element half in ds (launch.h ActQ). The one home of the scheme's arithmetic for
-// the kernels that quantize a block per warp (quantize.cu, the expert GEMV's epilogue in moe_gemv.cu);
-// rms_norm_fast_kernel's 8-lane form (norm.cu) computes the same values.
-__device__ __forceinline__ void q8_1_warp_block(float v, int lane, int8_t* qs, float4* ds) {
-  const float amax = warp_max(fabsf(v));
-  const float d = amax / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  const int q = static_cast<int>(fminf(fmaxf(roundf(v * id), -127.f), 127.f));
-  qs[lane] = static_cast<int8_t>(q);
-  int sum = q;
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);  // within each half of 16
-  const int s_hi = __shfl_sync(0xffffffffu, sum, 16);
-  if (lane == 0) *ds = make_float4(d, d * static_cast<float>(sum), d * static_cast<float>(s_hi), 0.f);
-}
-
 // ---- programmatic dependent launch (sm_90) ----------------------------------------------------------------------
 // A kernel launched with launch_pdl() may start while the previous kernel of the stream is still running (its
 // blocks are scheduled as soon as every block of the previous kernel has called pdl_trigger() or exited), so the

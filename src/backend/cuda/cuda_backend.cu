@@ -87,7 +87,6 @@ CudaBackend::~CudaBackend() {
   if (act_buf_) cudaFree(act_buf_);
   if (attn_buf_) cudaFree(attn_buf_);
   if (moe_buf_) cudaFree(moe_buf_);
-  if (moe_cnt_) cudaFree(moe_cnt_);
   blas_destroy(blas_);
   if (blas_ws_) cudaFree(blas_ws_);
   if (split_ws_) cudaFree(split_ws_);

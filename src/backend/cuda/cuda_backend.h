@@ -156,8 +156,6 @@ class CudaBackend final : public Backend {
   size_t attn_bytes_ = 0;
   void* moe_buf_ = nullptr;  // moe_ffn's scratch (cuda_moe.cu)
   size_t moe_bytes_ = 0;
-  void* moe_cnt_ = nullptr;  // the GEMV path's block counters: zero between launches (cuda_moe.cu)
-  size_t moe_cnt_bytes_ = 0;
   // cuBLAS (launch_blas): handle, its workspace, dequantized weight rows, f16 activations.
   void* blas_ = nullptr;
   void* blas_ws_ = nullptr;

@@ -4,10 +4,9 @@
 //   2. moe_route (moe.cu): each token's k experts and weights, on the device
 //   3. the experts' products, one of three ways (the first that applies):
 //      GEMV path (moe_gemv_ok: matmul would take the GEMV for every expert's share of the step, i.e. for 1..n_tok
-//      tokens of each weight type): x quantized once (or by the norm before the op), then per slot (t, j) gate and
-//      up reading expert sel[t][j] on the device, the activation and h's q8_1 rows (one launch:
-//      launch_mmvq_id_glu), the down GEMV per slot summed into acc (one launch: launch_mmvq_id_sum, which is step 4
-//      too). A slot's result is its expert's matmul row.
+//      tokens of each weight type): x quantized once, then per slot (t, j) gate and up reading expert sel[t][j] on
+//      the device, the activation (one launch: launch_mmvq_id_glu), h quantized, the down GEMV per slot summed into
+//      acc (one launch: launch_mmvq_id_sum, which is step 4 too). A slot's result is its expert's matmul row.
 //      device-grouped path (moe_grouped_ok: prefill-sized steps, n_tok > kGemvMaxTok, every expert type on mmq):
 //      moe_group (moe.cu) groups the slots by expert on the device (expert 0's first, tokens increasing within an
 //      expert: row[s] of slot s, tok[r] of row r, first[e], mmq's tile sections), moe_gather puts the x rows in that
@@ -25,8 +24,7 @@
 // weights; a prefill reads each active expert's weights once per token tile of its rows.
 // Scratch (moe_buf_, grown outside captures; MoeScratch): logits n_tok x n_expert, w and sel, row and tok (nk =
 // n_tok k each), first (n_expert + 1), tiles (MatmulGroup's sections), xg nk x d, g and u nk x n_ff, y nk x d
-// floats, on the GEMV path h's q8_1 rows (nk x n_ff), each region 256-byte aligned; moe_cnt_: the GEMV path's
-// block counters, zeroed when allocated and left zero by every launch.
+// floats, each region 256-byte aligned.
 #include <algorithm>
 #include <vector>
 
@@ -68,8 +66,6 @@ struct CudaBackend::MoeScratch {
   int32_t *sel, *row, *tok, *first;
   int2* tiles;
   float *xg, *g, *u, *y;
-  int8_t* hqs;  // the GEMV path's q8_1 rows of h (nk x n_ff, ActQ layout)
-  float4* hds;
 };
 
 Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
@@ -104,9 +100,6 @@ Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
   const size_t o_tiles = region(static_cast<size_t>(mmq_group_entries(nk, static_cast<int>(n_expert))) * sizeof(int2));
   const size_t o_xg = region(static_cast<size_t>(nk * d) * f4), o_g = region(static_cast<size_t>(nk * n_ff) * f4);
   const size_t o_u = region(static_cast<size_t>(nk * n_ff) * f4), o_y = region(static_cast<size_t>(nk * d) * f4);
-  const size_t hq_stride = static_cast<size_t>((n_ff + 15) / 16 * 16);
-  const size_t o_hqs = gemv ? region(hq_stride * static_cast<size_t>(nk)) : 0;
-  const size_t o_hds = gemv ? region(static_cast<size_t>(nk * (n_ff / 32)) * sizeof(float4)) : 0;
   KILN_TRY(ensure_scratch(&moe_buf_, &moe_bytes_, total, "moe_ffn"));
   char* base = static_cast<char*>(moe_buf_);
   const auto at = [&](size_t off) { return static_cast<void*>(base + off); };
@@ -115,8 +108,7 @@ Status CudaBackend::moe_ffn(const MoeFfnArgs& a, const Tensor& acc) {
                      static_cast<int32_t*>(at(o_tok)),  static_cast<int32_t*>(at(o_first)),
                      static_cast<int2*>(at(o_tiles)),   static_cast<float*>(at(o_xg)),
                      static_cast<float*>(at(o_g)),      static_cast<float*>(at(o_u)),
-                     static_cast<float*>(at(o_y)),      gemv ? static_cast<int8_t*>(at(o_hqs)) : nullptr,
-                     gemv ? static_cast<float4*>(at(o_hds)) : nullptr};
+                     static_cast<float*>(at(o_y))};
 
   // 1, 2: logits and routing on the device
   const ActQ* ax = pend ? &px : nullptr;
@@ -272,37 +264,25 @@ Status CudaBackend::moe_ffn_gemv(const MoeFfnArgs& a, const MoeScratch& m, const
     p.y = out, p.y_stride = static_cast<size_t>(n_out);
     return p;
   };
-  ActQ ax{}, ah{};
-  if (x_q) {
-    ax = *x_q;
-  } else {
-    KILN_ASSIGN_OR_RETURN(ax, quantize_act(a.x));
-  }
-  const MmvqIdParams pg = params(a.gate, a.gate_bias, d, n_ff, a.k, m.g);
-  const MmvqIdParams pu = params(a.up, a.up_bias, d, n_ff, a.k, m.u);
-  bool h_quantized = false;
-  if (a.gate.dtype == a.up.dtype) {
-    const MoeGlu act = a.act == MoeActivation::kSwigluOai ? MoeGlu::kSwigluOai : MoeGlu::kSwiglu;
-    MmvqIdGluParams gp{pg, pu, act, a.oai_alpha, a.oai_limit, ActQ{}, nullptr};
-    if (n_ff % 32 == 0) {  // h's q8_1 rows from the same launch, into the scratch (launch.h: the counters' contract)
-      const size_t cnt_bytes = static_cast<size_t>(nk * (n_ff / 32)) * sizeof(unsigned);
-      if (cnt_bytes > moe_cnt_bytes_) {
-        KILN_TRY(ensure_scratch(&moe_cnt_, &moe_cnt_bytes_, cnt_bytes, "moe_ffn counter"));
-        KILN_CUDA_TRY(cudaMemsetAsync(moe_cnt_, 0, moe_cnt_bytes_, stream_));
-      }
-      gp.hq = ah = ActQ{m.hqs, m.hds, n_ff, nk, static_cast<size_t>((n_ff + 15) / 16 * 16), static_cast<size_t>(n_ff / 32)};
-      gp.cnt = static_cast<unsigned*>(moe_cnt_);
-      h_quantized = true;
+  {
+    ActQ ax{};
+    if (x_q) {
+      ax = *x_q;
+    } else {
+      KILN_ASSIGN_OR_RETURN(ax, quantize_act(a.x));
     }
-    KILN_TRY(launch_mmvq_id_glu(gp, ax, stream_));
-  } else {
-    KILN_TRY(launch_mmvq_id(pg, ax, stream_));
-    KILN_TRY(launch_mmvq_id(pu, ax, stream_));
-    KILN_TRY(moe_activation(a, m.g, m.u, nk));
+    const MmvqIdParams pg = params(a.gate, a.gate_bias, d, n_ff, a.k, m.g);
+    const MmvqIdParams pu = params(a.up, a.up_bias, d, n_ff, a.k, m.u);
+    if (a.gate.dtype == a.up.dtype) {
+      const MoeGlu act = a.act == MoeActivation::kSwigluOai ? MoeGlu::kSwigluOai : MoeGlu::kSwiglu;
+      KILN_TRY(launch_mmvq_id_glu(MmvqIdGluParams{pg, pu, act, a.oai_alpha, a.oai_limit}, ax, stream_));
+    } else {
+      KILN_TRY(launch_mmvq_id(pg, ax, stream_));
+      KILN_TRY(launch_mmvq_id(pu, ax, stream_));
+      KILN_TRY(moe_activation(a, m.g, m.u, nk));
+    }
   }
-  if (!h_quantized) {
-    KILN_ASSIGN_OR_RETURN(ah, quantize_act(rows(m.g, this, n_ff, 0, nk)));
-  }
+  KILN_ASSIGN_OR_RETURN(const ActQ ah, quantize_act(rows(m.g, this, n_ff, 0, nk)));
   const MmvqIdParams pd = params(a.down, a.down_bias, n_ff, d, 1, m.y);
   return launch_mmvq_id_sum(MmvqIdSumParams{pd, m.w, a.k, static_cast<float*>(acc.data), fstride(acc)}, ah, stream_);
 }

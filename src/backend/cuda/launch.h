@@ -487,11 +487,6 @@ struct MmvqIdGluParams {
   MmvqIdParams gate, up;  // the same type, n_in, n_out, n_slot, ids and x_div
   MoeGlu act;
   float alpha, limit;     // kSwigluOai's
-  // Optional (cnt non-null; n_out % 32 == 0): h's q8_1 rows into hq as well (n_slot rows of n_out), by the warp
-  // that completes each 32-row block of a slot. cnt: n_slot * n_out / 32 counters, zero before the launch and zero
-  // again after it.
-  ActQ hq;
-  unsigned* cnt;
 };
 Status launch_mmvq_id_glu(const MmvqIdGluParams& p, const ActQ& a, cudaStream_t s);
 struct MmvqIdSumParams {

@@ -103,27 +103,10 @@ __global__ void __launch_bounds__(kMmvqWarps * kWarp) mmvq_id_glu_kernel(MmvqIdG
   const uint8_t* const wr[2] = {id_row(p.gate, ex, row), id_row(p.up, ex, row)};
   float gu[2];
   id_dots<T, 2>(wr, a, xr, 2, p.gate.n_in, lane, gu);
-  float* hrow = p.gate.y + static_cast<size_t>(s) * p.gate.y_stride;
-  if (lane == 0) {
-    const float gv = gu[0] + id_bias(p.gate, ex, row), uv = gu[1] + id_bias(p.up, ex, row);
-    hrow[row] = G == MoeGlu::kSwiglu ? swiglu_f(gv, uv) : swiglu_oai_f(gv, uv, p.alpha, p.limit);
-  }
-  if (!p.cnt) return;
-  // The warp that writes the last of a 32-row block's values quantizes the block (quantize_act's arithmetic): each
-  // writer fences its value before counting it, the last one fences after seeing the count, reads the block from L2
-  // and resets the counter for the next launch.
-  const int64_t blk = row / 32;
-  unsigned* c = p.cnt + s * (p.gate.n_out / 32) + blk;
-  unsigned seen = 0;
-  if (lane == 0) {
-    __threadfence();
-    seen = atomicAdd(c, 1u);
-  }
-  if (__shfl_sync(0xffffffffu, seen, 0) != 31) return;
-  __threadfence();
-  const float v = __ldcg(hrow + 32 * blk + lane);
-  q8_1_warp_block(v, lane, p.hq.qs + s * p.hq.qs_stride + 32 * blk, p.hq.ds + s * p.hq.ds_stride + blk);
-  if (lane == 0) *c = 0;
+  if (lane != 0) return;
+  const float gv = gu[0] + id_bias(p.gate, ex, row), uv = gu[1] + id_bias(p.up, ex, row);
+  p.gate.y[static_cast<size_t>(s) * p.gate.y_stride + row] =
+      G == MoeGlu::kSwiglu ? swiglu_f(gv, uv) : swiglu_oai_f(gv, uv, p.alpha, p.limit);
 }
 
 // Row `row` of token t's down products, then launch_moe_combine's sum: its k slots kSumChunk at a time (their loads
@@ -191,10 +174,6 @@ Status launch_mmvq_id_glu(const MmvqIdGluParams& p, const ActQ& a, cudaStream_t 
   if (u.type != g.type || u.n_in != g.n_in || u.n_out != g.n_out || u.n_slot != g.n_slot || u.ids != g.ids ||
       u.x_div != g.x_div)
     return make_error(ErrorCode::kInternal, "mmvq_id_glu: gate and up differ in type or shape");
-  if (p.cnt && (g.n_out % 32 != 0 || p.hq.n_in != g.n_out || p.hq.n_tok != g.n_slot))
-    return make_error(ErrorCode::kInternal, "mmvq_id_glu: q8_1 output of %lld x %lld for %lld rows of %lld slots",
-                      static_cast<long long>(p.hq.n_tok), static_cast<long long>(p.hq.n_in),
-                      static_cast<long long>(g.n_out), static_cast<long long>(g.n_slot));
   return dispatch_decode32_type(g.type, "mmvq_id_glu", [&](auto t) {
     constexpr DType T = decltype(t)::value;
     const dim3 grid = id_grid(g.n_out, g.n_slot), block(kMmvqWarps * kWarp);

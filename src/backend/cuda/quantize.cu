@@ -17,7 +17,17 @@ __global__ void __launch_bounds__(kThreads) quantize_act_kernel(const float* x, 
   const int64_t b = static_cast<int64_t>(blockIdx.x) * (kThreads / kWarp) + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (b >= a.n_in / 32) return;
-  q8_1_warp_block(x[t * x_stride + 32 * b + lane], lane, a.qs + t * a.qs_stride + 32 * b, a.ds + t * a.ds_stride + b);
+  const float v = x[t * x_stride + 32 * b + lane];
+  const float amax = warp_max(fabsf(v));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const int q = static_cast<int>(fminf(fmaxf(roundf(v * id), -127.f), 127.f));
+  a.qs[t * a.qs_stride + 32 * b + lane] = static_cast<int8_t>(q);
+  int sum = q;
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);  // within each half of 16
+  const int s_hi = __shfl_sync(0xffffffffu, sum, 16);
+  if (lane == 0) a.ds[t * a.ds_stride + b] = make_float4(d, d * static_cast<float>(sum), d * static_cast<float>(s_hi), 0.f);
 }
 
 }  // namespace

@@ -1,17 +1,13 @@
 // launch_mmvq_id and its fused forms (launch.h): the mixture-of-experts GEMV of a decode step. One warp per output
 // row of one slot (launch_mmvq_id, _glu) or of one token (_sum: its k slots), the slot's expert read from the
-// device. The dot: Q4_K and Q6_K (the q4_k_m experts) in mmvq_fast.cuh's chunks (FastK: lane l takes chunks l,
-// l + 32, ...; a Q4_K chunk is one 16-byte load of quants, so no lane re-reads its neighbour's bytes as the
-// 32-element decode does; experts' rows are too short for that kernel's 128 threads per row: 64 chunks at K 2048,
-// 48 at K 768), the other types mmvq_kernel's (mmvq.cuh: lane l takes sub-blocks l, l + 32, ...; mmvq_dot32); then
-// a butterfly of shuffles. So a slot's row is what launch_mmvq gives for that expert's plane and token up to the
+// device, the dot of mmvq_kernel (mmvq.cuh: lane l takes sub-blocks l, l + 32, ... of the row; mmvq_dot32; a
+// butterfly of shuffles), so a slot's row is what launch_mmvq gives for that expert's plane and token up to the
 // order of the lanes' f32 partial sums. The fused kernels keep one accumulator per product with the same lane order
 // (id_dots), so their products are launch_mmvq_id's, and they apply the activation (common.cuh swiglu_f /
 // swiglu_oai_f) and the slot sum in the separate kernels' f32 steps and order: fusing changes the launches (3
 // instead of 5 per MoE layer's products) and the g / u / y round trips through memory, not the arithmetic.
 // Every kernel here is launched with launch_pdl and waits at its top: the expert ids come from the routing kernel.
 #include "backend/cuda/mmvq.cuh"
-#include "backend/cuda/mmvq_fast.cuh"
 #include "backend/cuda/quant_iq.cuh"
 
 namespace kiln::cuda {
@@ -20,39 +16,14 @@ namespace {
 // N dots of one warp: product i is the weight row at wr[i] against activation row xr[i] (the first n products; the
 // rest give 0). Each accumulator sums its sub-blocks in the order mmvq_id_kernel's lane does, then the warp's
 // butterfly; the products' loads are issued together.
-template <DType T>
-constexpr bool kIdChunks = T == DType::Q4_K || T == DType::Q6_K;
-
 template <DType T, int N>
 __device__ __forceinline__ void id_dots(const uint8_t* const (&wr)[N], const ActQ& a, const int64_t (&xr)[N], int n,
                                         int64_t n_in, int lane, float (&out)[N]) {
   constexpr int kSubs = QTraits<T>::kElems / 32, kBytes = QTraits<T>::kBytes;
+  const int n_sub = static_cast<int>(n_in / 32);
   float acc[N];
 #pragma unroll
   for (int i = 0; i < N; ++i) acc[i] = 0.0f;
-  if constexpr (kIdChunks<T>) {
-    using K = FastK<T>;
-    const int n_chunk = static_cast<int>(n_in / QTraits<T>::kElems) * K::kCps;
-#pragma unroll 2
-    for (int ch = lane; ch < n_chunk; ch += kWarp) {
-      const int sb = ch / K::kCps, u = ch % K::kCps;
-      typename K::W w[N];
-#pragma unroll
-      for (int i = 0; i < N; ++i)
-        if (i < n) w[i] = K::load(wr[i] + static_cast<size_t>(sb) * kBytes, u);
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        if (i >= n) break;
-        const typename K::A x = K::load_act(a.qs + static_cast<size_t>(xr[i]) * a.qs_stride,
-                                            a.ds + static_cast<size_t>(xr[i]) * a.ds_stride, sb, u);
-        acc[i] += K::dot(K::prep(w[i], u), x, u);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < N; ++i) out[i] = i < n ? warp_sum(acc[i]) : 0.0f;
-    return;
-  }
-  const int n_sub = static_cast<int>(n_in / 32);
   for (int sb = lane; sb < n_sub; sb += kWarp) {
 #pragma unroll
     for (int i = 0; i < N; ++i) {

@@ -111,7 +111,8 @@ void split_messages(const std::string& text, const ReplyOptions& o, ParsedReply*
     // A message to one of harmony's builtin tools (browser.*, python, ...: a recipient outside functions.*) is no
     // client function's call and not the answer: dropped, as llama-server does (a server that lets the model call
     // them would run them and add the result).
-    static const std::string kFunctions = "<|channel|>commentary to=functions.", kToAssistant = "<|channel|>commentary to=assistant ";
+    static const std::string kFunctions = "<|channel|>commentary to=functions.";
+    static const std::string kToAssistant = "<|channel|>commentary to=assistant ";
     if (!call.empty() && call.compare(0, kFunctions.size(), kFunctions) != 0 &&
         call.compare(0, kToAssistant.size(), kToAssistant) != 0)
       continue;

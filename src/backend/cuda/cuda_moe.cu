@@ -4,9 +4,11 @@
 //   2. moe_route (moe.cu): each token's k experts and weights, on the device
 //   3. the experts' products, one of three ways (the first that applies):
 //      GEMV path (moe_gemv_ok: matmul would take the GEMV for every expert's share of the step, i.e. for 1..n_tok
-//      tokens of each weight type): x quantized once, then per slot (t, j) gate and up reading expert sel[t][j] on
-//      the device, the activation (one launch: launch_mmvq_id_glu), h quantized, the down GEMV per slot summed into
-//      acc (one launch: launch_mmvq_id_sum, which is step 4 too). A slot's result is its expert's matmul row.
+//      tokens of each weight type): x quantized once (by the norm before the op when it wrote x:
+//      rms_norm_for_matmul, whose q8_1 rows moe_ffn takes before use() drops them), then per slot (t, j) gate and
+//      up reading expert sel[t][j] on the device, the activation (one launch: launch_mmvq_id_glu), h quantized, the
+//      down GEMV per slot summed into acc (one launch: launch_mmvq_id_sum, which is step 4 too). A slot's result is
+//      its expert's matmul row.
 //      device-grouped path (moe_grouped_ok: prefill-sized steps, n_tok > kGemvMaxTok, every expert type on mmq):
 //      moe_group (moe.cu) groups the slots by expert on the device (expert 0's first, tokens increasing within an
 //      expert: row[s] of slot s, tok[r] of row r, first[e], mmq's tile sections), moe_gather puts the x rows in that

@@ -36,6 +36,7 @@
 
 #include "model/model.h"
 #include "runtime/defaults.h"
+#include "runtime/engine_config.h"
 #include "runtime/engine.h"
 #include "runtime/hooks.h"
 #include "tokenizer/tokenizer.h"
@@ -50,13 +51,7 @@ inline constexpr int32_t kDraftTopK = 10;       // p_min is over the draft's top
 // OK when `draft` may propose tokens for `target`; else an error starting with "-md:" naming the difference.
 Status check_draft_vocab(const Tokenizer& target, const Tokenizer& draft);
 
-struct DraftModelConfig {
-  int64_t n_ctx = 4096;       // KV token slots of the draft's cache in total (all sequences and their drafts)
-  int32_t max_seqs = 1;       // sequence slots (the engine loop's)
-  int32_t batch_tokens = defaults::kBatch;
-  int32_t block_size = defaults::kBlockSize;
-  DType kv_type_k = DType::F16, kv_type_v = DType::F16;
-};
+using DraftModelConfig = DraftCacheConfig;
 
 class DraftModelProposer;
 

@@ -118,8 +118,17 @@ struct EngineConfig {
   bool start = true;         // start the engine thread in Scheduler::create (tests may call start() later)
 };
 
-// The KV cache an engine sized by cfg holds (EngineConfig, or runtime/draft_model.h's DraftModelConfig: the same
-// field names): slots, blocks, sequences, types and the batch. Its output rows and prefix cache are the caller's (the
+// The KV cache of a drafter that runs beside the engine loop's model: a draft model (runtime/draft_model.h) or the
+// model's multi-token-prediction layer (runtime/mtp_draft.h).
+struct DraftCacheConfig {
+  int64_t n_ctx = 4096;       // KV token slots in total (all sequences and their drafts)
+  int32_t max_seqs = 1;       // sequence slots (the engine loop's)
+  int32_t batch_tokens = defaults::kBatch;
+  int32_t block_size = defaults::kBlockSize;
+  DType kv_type_k = DType::F16, kv_type_v = DType::F16;
+};
+
+// The KV cache an engine sized by cfg holds (EngineConfig, or DraftCacheConfig: the same field names): slots, blocks, sequences, types and the batch. Its output rows and prefix cache are the caller's (the
 // scheduler's verify rows, the draft model's one row).
 template <class Config>
 KvCacheConfig kv_cache_config(const Config& cfg) {

@@ -27,19 +27,14 @@
 
 #include "model/model.h"
 #include "runtime/defaults.h"
+#include "runtime/engine_config.h"
 #include "runtime/engine.h"
 #include "runtime/hooks.h"
 #include "util/status.h"
 
 namespace kiln {
 
-struct MtpDraftConfig {
-  int64_t n_ctx = 4096;       // KV token slots of the MTP's cache in total (all sequences and their drafts)
-  int32_t max_seqs = 1;       // sequence slots (the engine loop's)
-  int32_t batch_tokens = defaults::kBatch;
-  int32_t block_size = defaults::kBlockSize;
-  DType kv_type_k = DType::F16, kv_type_v = DType::F16;
-};
+using MtpDraftConfig = DraftCacheConfig;
 
 class MtpDraft final : public std::enable_shared_from_this<MtpDraft> {
  public:

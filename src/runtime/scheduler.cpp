@@ -161,25 +161,23 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(std::unique_ptr<Model> mode
   kc.hidden = kc.hidden || want_mtp;
   kc.verify_states = want_mtp;
   KILN_ASSIGN_OR_RETURN(I.engine, Engine::create(*model, kc));
-  if (want_mtp) {
-    MtpDraftConfig mc;  // the sequences' tokens and each one's drafts (and a partial block)
-    mc.n_ctx = cfg.n_ctx + static_cast<int64_t>(cfg.max_seqs) * (cfg.spec.draft_max + cfg.block_size);
-    mc.max_seqs = cfg.max_seqs;
-    mc.batch_tokens = cfg.batch_tokens;
-    mc.block_size = cfg.block_size;
-    mc.kv_type_k = cfg.kv_type_k;
-    mc.kv_type_v = cfg.kv_type_v;
-    KILN_ASSIGN_OR_RETURN(I.mtp, MtpDraft::create(*model, mc));
-  }
-  if (want_draft) {
-    // The draft's cache holds what the sequences hold plus each one's drafts (and a partial block).
-    DraftModelConfig dc;
+  // A drafter's cache holds what the sequences hold plus each one's drafts (and a partial block).
+  const auto draft_cache = [&](DType type_k, DType type_v) {
+    DraftCacheConfig dc;
     dc.n_ctx = cfg.n_ctx + static_cast<int64_t>(cfg.max_seqs) * (cfg.spec.draft_max + cfg.block_size);
     dc.max_seqs = cfg.max_seqs;
     dc.batch_tokens = cfg.batch_tokens;
     dc.block_size = cfg.block_size;
-    dc.kv_type_k = cfg.kv_type_k_draft.value_or(cfg.kv_type_k);
-    dc.kv_type_v = cfg.kv_type_v_draft.value_or(cfg.kv_type_v);
+    dc.kv_type_k = type_k;
+    dc.kv_type_v = type_v;
+    return dc;
+  };
+  if (want_mtp) {
+    KILN_ASSIGN_OR_RETURN(I.mtp, MtpDraft::create(*model, draft_cache(cfg.kv_type_k, cfg.kv_type_v)));
+  }
+  if (want_draft) {
+    const DraftCacheConfig dc =
+        draft_cache(cfg.kv_type_k_draft.value_or(cfg.kv_type_k), cfg.kv_type_v_draft.value_or(cfg.kv_type_v));
     KILN_ASSIGN_OR_RETURN(I.draft, DraftModel::create(*model, std::move(draft), dc));
   }
   I.model = std::move(model);

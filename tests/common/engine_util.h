@@ -69,6 +69,33 @@ inline Generated generate(Scheduler& s, GenRequest req) {
   return g;
 }
 
+// A model run through the engine loop to the end of one request, and the loop's statistics (speculative decoding's
+// drafts and acceptances).
+struct SpecRun {
+  Generated g;
+  SchedulerStats stats;
+};
+
+inline SpecRun run_spec(const std::string& model, const EngineConfig& cfg, GenRequest r) {
+  SpecRun out;
+  auto s = make_scheduler(model, cfg);
+  if (!s) return out;
+  out.g = generate(*s, std::move(r));
+  out.stats = s->stats();
+  return out;
+}
+
+// n token ids in [3, 990) (the fixtures' vocabulary of 1000 without its specials), from a seed.
+inline std::vector<int32_t> ids(size_t n, uint32_t seed) {
+  std::vector<int32_t> v(n);
+  uint32_t x = seed * 2654435761u + 12345u;
+  for (auto& t : v) {
+    x = x * 1664525u + 1013904223u;
+    t = 3 + static_cast<int32_t>((x >> 8) % 987u);
+  }
+  return v;
+}
+
 inline GenRequest greedy_request(const std::vector<int32_t>& prompt, int32_t max_new_tokens) {
   GenRequest r;
   r.prompt = prompt;

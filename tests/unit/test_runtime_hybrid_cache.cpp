@@ -24,16 +24,7 @@ namespace {
 std::string qwen35() { return test::fixtures_dir() + "/models-next/fixture-qwen35-f16.gguf"; }
 std::string demo_model() { return std::string(KILN_SOURCE_DIR) + "/models/kiln-demo.gguf"; }
 
-// n token ids in [3, 990) (the fixtures' vocabulary of 1000 without its specials), from a seed.
-std::vector<int32_t> ids(size_t n, uint32_t seed) {
-  std::vector<int32_t> v(n);
-  uint32_t x = seed * 2654435761u + 12345u;
-  for (auto& t : v) {
-    x = x * 1664525u + 1013904223u;
-    t = 3 + static_cast<int32_t>((x >> 8) % 987u);
-  }
-  return v;
-}
+using test::ids;
 
 std::vector<int32_t> cat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());

@@ -45,16 +45,7 @@ std::string synth(bool mtp, const std::string& type = "f16") {
   return path;
 }
 
-// n token ids in [3, 990) from a seed.
-std::vector<int32_t> ids(size_t n, uint32_t seed) {
-  std::vector<int32_t> v(n);
-  uint32_t x = seed * 2654435761u + 12345u;
-  for (auto& t : v) {
-    x = x * 1664525u + 1013904223u;
-    t = 3 + static_cast<int32_t>((x >> 8) % 987u);
-  }
-  return v;
-}
+using test::ids;
 
 EngineConfig with_mtp(EngineConfig c, int32_t draft_max = SpecConfig::kMtpDraftMax) {
   c.spec.type = SpecConfig::Type::kMtp;
@@ -317,19 +308,8 @@ TEST(Mtp, ProposerPairsEachTokenWithThePreviousHiddenRow) {
   }
 }
 
-struct SpecRun {
-  test::Generated g;
-  SchedulerStats stats;
-};
-
-SpecRun run(const std::string& model, const EngineConfig& cfg, GenRequest r) {
-  SpecRun out;
-  auto s = test::make_scheduler(model, cfg);
-  if (!s) return out;
-  out.g = test::generate(*s, std::move(r));
-  out.stats = s->stats();
-  return out;
-}
+using test::SpecRun;
+const auto run = test::run_spec;
 
 // At -b 1 (no room for drafts, the MTP still follows), 3 and a full batch, one and three drafts per step.
 void check_greedy_ids(const std::string& type) {

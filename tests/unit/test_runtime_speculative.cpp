@@ -41,19 +41,8 @@ const char* kCopyPrompt =
     "divided the light from the darkness. And God called the light Day, and the darkness he called Night. "
     "And God said, Let there be light: and there was light. And God saw the light,";
 
-struct SpecRun {
-  test::Generated g;
-  SchedulerStats stats;
-};
-
-SpecRun run(const std::string& model, const EngineConfig& cfg, GenRequest r) {
-  SpecRun out;
-  auto s = test::make_scheduler(model, cfg);
-  if (!s) return out;
-  out.g = test::generate(*s, std::move(r));
-  out.stats = s->stats();
-  return out;
-}
+using test::SpecRun;
+const auto run = test::run_spec;
 
 std::vector<int32_t> encode(const std::string& model, const std::string& text) {
   auto s = test::make_scheduler(model, test::one_sequence(512));

@@ -331,14 +331,7 @@ int32_t DraftModelProposer::propose(std::span<const int32_t> tokens, int32_t max
   const int32_t got = std::min<int32_t>(k_max, static_cast<int32_t>(d_.drafts.size()));
   std::copy(d_.drafts.begin(), d_.drafts.begin() + got, out.begin());
   d_.clear();
-  last_k_ = got;
-  return got;
-}
-
-void DraftModelProposer::accepted(int32_t n) {
-  n_proposed_ += last_k_;
-  n_accepted_ += n;
-  last_k_ = 0;
+  return proposed(got);
 }
 
 }  // namespace kiln

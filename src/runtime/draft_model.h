@@ -102,20 +102,16 @@ class DraftModel final : public DraftBatch, public std::enable_shared_from_this<
   uint64_t gen_ = 0;
 };
 
-class DraftModelProposer final : public DraftProposer {
+class DraftModelProposer final : public CountingProposer {
  public:
   DraftModelProposer(std::shared_ptr<DraftModel> m, int32_t slot, float p_min);
   ~DraftModelProposer() override;  // frees the slot's draft KV
   // Serves the drafts of this step's batch when there are some for these tokens (drafting on alone past them when
   // max_k asks for more), else drafts alone; the same ids either way.
   int32_t propose(std::span<const int32_t> tokens, int32_t max_k, std::span<int32_t> out) override;
-  // May run on a sampling thread (Scheduler::update): touches only this proposer's counters.
-  void accepted(int32_t n) override;
   DraftBatch* batch() override { return m_.get(); }
 
   const std::vector<int32_t>& held() const { return held_; }  // what the draft's cache holds for the slot
-  int64_t n_proposed() const { return n_proposed_; }
-  int64_t n_accepted() const { return n_accepted_; }
   bool off() const { return off_; }
 
  private:
@@ -148,8 +144,6 @@ class DraftModelProposer final : public DraftProposer {
   float p_min_;
   std::vector<int32_t> held_;
   Drafting d_;
-  int32_t last_k_ = 0;
-  int64_t n_proposed_ = 0, n_accepted_ = 0;
   bool off_ = false;
 };
 

@@ -109,6 +109,27 @@ class DraftProposer {
   }
 };
 
+// A proposer that counts its drafts: propose() reports what it returns through proposed(k), and accepted() adds
+// those k and the n confirmed to the totals (DraftModelProposer, MtpProposer). accepted() may run on a sampling
+// thread (Scheduler::update): it touches only these counters.
+class CountingProposer : public DraftProposer {
+ public:
+  void accepted(int32_t n) override {
+    n_proposed_ += last_k_;
+    n_accepted_ += n;
+    last_k_ = 0;
+  }
+  int64_t n_proposed() const { return n_proposed_; }
+  int64_t n_accepted() const { return n_accepted_; }
+
+ protected:
+  int32_t proposed(int32_t k) { return last_k_ = k; }
+
+ private:
+  int32_t last_k_ = 0;
+  int64_t n_proposed_ = 0, n_accepted_ = 0;
+};
+
 // One decoding sequence of a step, for DraftBatch::propose.
 struct DraftJob {
   DraftProposer* proposer = nullptr;  // null: a sequence that drafts elsewhere (or not): its token counts, no more

@@ -73,16 +73,22 @@ void MtpProposer::reset(int64_t base) {
   next_.n_tokens = 0;
 }
 
+void MtpProposer::drop_speculative() {
+  KvCache& cache = m_->engine().cache();
+  if (cache.seq_len(slot_) > held_) cache.truncate(slot_, held_);
+}
+
 void MtpProposer::hidden_rows(std::span<const int32_t> tokens, int64_t pos0, const float* rows, int64_t n,
                               int64_t n_embd) {
   if (off_ || n <= 0) return;
   const size_t E = static_cast<size_t>(n_embd);
+  // The trunk position after the last row seen.
+  const auto seen_end = [&] { return base_ + held_ + static_cast<int64_t>(rows_.size() / E); };
   if (base_ < 0 || pos0 < base_) reset(pos0);
   // The rows continue those seen (rows of positions seen already are skipped: the same tokens give the same rows);
   // a gap (positions whose rows never came) starts the MTP's sequence over at pos0.
-  const int64_t have = base_ + held_ + static_cast<int64_t>(rows_.size() / E);
-  if (pos0 > have) reset(pos0);
-  const int64_t from = std::max(pos0, base_ + held_ + static_cast<int64_t>(rows_.size() / E));
+  if (pos0 > seen_end()) reset(pos0);
+  const int64_t from = std::max(pos0, seen_end());
   if (from < pos0 + n)
     rows_.insert(rows_.end(), rows + static_cast<size_t>(from - pos0) * E, rows + static_cast<size_t>(n) * E);
   // The catch-up: trunk positions q with row h_q and token t_(q+1) known.
@@ -90,8 +96,7 @@ void MtpProposer::hidden_rows(std::span<const int32_t> tokens, int64_t pos0, con
   const int64_t q1 = std::min<int64_t>(q0 + static_cast<int64_t>(rows_.size() / E),
                                        static_cast<int64_t>(tokens.size()) - 1);
   if (q1 <= q0) return;
-  KvCache& cache = m_->engine().cache();
-  if (cache.seq_len(slot_) > held_) cache.truncate(slot_, held_);  // the last drafts' speculative positions
+  drop_speculative();
   const size_t cnt = static_cast<size_t>(q1 - q0);
   auto id = m_->run(slot_, tokens.subspan(static_cast<size_t>(q0 + 1), cnt), held_,
                     std::span<const float>(rows_.data(), cnt * E), &next_.h);
@@ -108,10 +113,8 @@ void MtpProposer::hidden_rows(std::span<const int32_t> tokens, int64_t pos0, con
 
 int32_t MtpProposer::propose(std::span<const int32_t> tokens, int32_t max_k, std::span<int32_t> out) {
   const int32_t k = std::min<int32_t>(max_k, static_cast<int32_t>(out.size()));
-  last_k_ = 0;
-  if (off_ || k <= 0 || next_.n_tokens != tokens.size() || next_.id < 0) return 0;
-  KvCache& cache = m_->engine().cache();
-  if (cache.seq_len(slot_) > held_) cache.truncate(slot_, held_);
+  if (off_ || k <= 0 || next_.n_tokens != tokens.size() || next_.id < 0) return proposed(0);
+  drop_speculative();
   out[0] = next_.id;
   int32_t got = 1;
   h_ = next_.h;
@@ -122,14 +125,7 @@ int32_t MtpProposer::propose(std::span<const int32_t> tokens, int32_t max_k, std
     if (!next || *next < 0) break;  // nothing was committed: the drafts so far stand
     out[static_cast<size_t>(got++)] = *next;
   }
-  last_k_ = got;
-  return got;
-}
-
-void MtpProposer::accepted(int32_t n) {
-  n_proposed_ += last_k_;
-  n_accepted_ += n;
-  last_k_ = 0;
+  return proposed(got);
 }
 
 }  // namespace kiln

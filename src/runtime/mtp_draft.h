@@ -60,24 +60,21 @@ class MtpDraft final : public std::enable_shared_from_this<MtpDraft> {
   std::vector<BatchToken> toks_;
 };
 
-class MtpProposer final : public DraftProposer {
+class MtpProposer final : public CountingProposer {
  public:
   MtpProposer(std::shared_ptr<MtpDraft> m, int32_t slot);
   ~MtpProposer() override;  // frees the slot's MTP KV
   int32_t propose(std::span<const int32_t> tokens, int32_t max_k, std::span<int32_t> out) override;
-  // May run on a sampling thread (Scheduler::update): touches only this proposer's counters.
-  void accepted(int32_t n) override;
   bool wants_hidden() const override { return true; }
   void hidden_rows(std::span<const int32_t> tokens, int64_t pos0, const float* rows, int64_t n,
                    int64_t n_embd) override;
 
-  int64_t n_proposed() const { return n_proposed_; }
-  int64_t n_accepted() const { return n_accepted_; }
   int64_t held() const { return held_; }  // MTP rows run from the trunk's own hidden rows
   bool off() const { return off_; }
 
  private:
   void reset(int64_t base);  // empties the slot; the next row seen is of trunk position base
+  void drop_speculative();  // truncates the slot's MTP KV to held_ (the last drafts' speculative positions)
   std::shared_ptr<MtpDraft> m_;
   int32_t slot_;
   int64_t base_ = -1;  // the trunk position of MTP position 0 (-1: no row seen yet)
@@ -91,8 +88,6 @@ class MtpProposer final : public DraftProposer {
     std::vector<float> h;
   } next_;
   std::vector<float> h_;
-  int32_t last_k_ = 0;
-  int64_t n_proposed_ = 0, n_accepted_ = 0;
   bool off_ = false;
 };
 

@@ -79,7 +79,7 @@ Status check_draft_vocab(const Tokenizer& t, const Tokenizer& d) {
 }
 
 Result<std::shared_ptr<DraftModel>> DraftModel::create(const Model& target, std::unique_ptr<Model> draft,
-                                                       const DraftModelConfig& cfg) {
+                                                       const DraftCacheConfig& cfg) {
   if (!draft) return make_error(ErrorCode::kInvalidArgument, "-md: no draft model");
   const HParams& hp = draft->hparams();
   if (!hp.causal)

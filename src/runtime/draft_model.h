@@ -51,15 +51,13 @@ inline constexpr int32_t kDraftTopK = 10;       // p_min is over the draft's top
 // OK when `draft` may propose tokens for `target`; else an error starting with "-md:" naming the difference.
 Status check_draft_vocab(const Tokenizer& target, const Tokenizer& draft);
 
-using DraftModelConfig = DraftCacheConfig;
-
 class DraftModelProposer;
 
 class DraftModel final : public DraftBatch, public std::enable_shared_from_this<DraftModel> {
  public:
   // Checks the vocabularies and that the draft can roll back (no recurrent layers, causal), then creates its engine.
   static Result<std::shared_ptr<DraftModel>> create(const Model& target, std::unique_ptr<Model> draft,
-                                                    const DraftModelConfig& cfg);
+                                                    const DraftCacheConfig& cfg);
   Model& model() { return *model_; }
   Engine& engine() { return *engine_; }
   // The proposer of the sequence in slot `slot` (its draft slot is emptied first); p_min as above.

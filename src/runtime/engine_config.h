@@ -128,8 +128,9 @@ struct DraftCacheConfig {
   DType kv_type_k = DType::F16, kv_type_v = DType::F16;
 };
 
-// The KV cache an engine sized by cfg holds (EngineConfig, or DraftCacheConfig: the same field names): slots, blocks, sequences, types and the batch. Its output rows and prefix cache are the caller's (the
-// scheduler's verify rows, the draft model's one row).
+// The KV cache an engine sized by cfg holds (EngineConfig, or DraftCacheConfig: the same field names): slots,
+// blocks, sequences, types and the batch. Its output rows and prefix cache are the caller's (the scheduler's verify
+// rows, the draft model's one row).
 template <class Config>
 KvCacheConfig kv_cache_config(const Config& cfg) {
   KvCacheConfig kc;

@@ -20,7 +20,7 @@ Status MtpDraft::check(Model& target) {
                     "(nextn_predict_layers %lld)", target.file().path().c_str(), n);
 }
 
-Result<std::shared_ptr<MtpDraft>> MtpDraft::create(Model& target, const MtpDraftConfig& cfg) {
+Result<std::shared_ptr<MtpDraft>> MtpDraft::create(Model& target, const DraftCacheConfig& cfg) {
   KILN_TRY(check(target));
   Model* view = target.nextn_model();
   std::shared_ptr<MtpDraft> m(new MtpDraft());

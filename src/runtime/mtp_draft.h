@@ -34,15 +34,13 @@
 
 namespace kiln {
 
-using MtpDraftConfig = DraftCacheConfig;
-
 class MtpDraft final : public std::enable_shared_from_this<MtpDraft> {
  public:
   // OK when `target` can draft for itself: it has a NextN view (Model::nextn_model). Else an error starting with
   // "--spec-type draft-mtp:" that says why (no NextN layers in the file, or a tensor-parallel model).
   static Status check(Model& target);
   // The model's NextN view and its engine (check() first).
-  static Result<std::shared_ptr<MtpDraft>> create(Model& target, const MtpDraftConfig& cfg);
+  static Result<std::shared_ptr<MtpDraft>> create(Model& target, const DraftCacheConfig& cfg);
   Model& model() { return *model_; }
   Engine& engine() { return *engine_; }
   // The proposer of the sequence in slot `slot` (its MTP slot is emptied first).

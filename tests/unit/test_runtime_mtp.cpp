@@ -281,7 +281,7 @@ TEST(Mtp, ProposerPairsEachTokenWithThePreviousHiddenRow) {
     h.assign(w->hidden_row(0), w->hidden_row(0) + E);
   }
 
-  MtpDraftConfig mc;
+  DraftCacheConfig mc;
   mc.n_ctx = 64;
   mc.batch_tokens = 32;
   auto mtp = MtpDraft::create(*m, mc);

@@ -302,7 +302,7 @@ TEST(DraftModel, OtherDraftIsAcceptedInPartWithTheSameIds) {
 // are gone from the draft's KV and the next drafts are those a fresh proposer makes from the same tokens.
 TEST(DraftModel, RejectedDraftsAreRolledBack) {
   auto target = test::load_cpu_model(fixture("fixture-llama-f16"));
-  auto dm = DraftModel::create(*target, test::load_cpu_model(fixture("fixture-llama-q4_k_m")), DraftModelConfig{512, 2});
+  auto dm = DraftModel::create(*target, test::load_cpu_model(fixture("fixture-llama-q4_k_m")), DraftCacheConfig{512, 2});
   ASSERT_TRUE(dm.is_ok()) << dm.status().to_string();
   DraftModel& m = **dm;
   DraftModelProposer a(*dm, 0, 0.0f), fresh(*dm, 1, 0.0f);
@@ -395,7 +395,7 @@ std::vector<int32_t> ids_of(size_t n, int32_t seed) {
   return v;
 }
 
-std::shared_ptr<DraftModel> draft_of(const Model& target, const std::string& file, DraftModelConfig c) {
+std::shared_ptr<DraftModel> draft_of(const Model& target, const std::string& file, DraftCacheConfig c) {
   auto dm = DraftModel::create(target, test::load_cpu_model(file), c);
   EXPECT_TRUE(dm.is_ok()) << dm.status().to_string();
   return dm ? *dm : nullptr;
@@ -471,7 +471,7 @@ TEST(DraftModel, BatchedDraftsAreThePerSequenceDrafts) {
   std::vector<int32_t> s2;
   float p2 = 0;
   {
-    auto probe = draft_of(*target, dfile, DraftModelConfig{512, 1});
+    auto probe = draft_of(*target, dfile, DraftCacheConfig{512, 1});
     ASSERT_TRUE(probe);
     for (size_t len = 33; len < 64 && p2 == 0; ++len) {
       std::vector<int32_t> s = ids_of(len, 5);
@@ -493,7 +493,7 @@ TEST(DraftModel, BatchedDraftsAreThePerSequenceDrafts) {
   }
   for (int32_t batch : {512, 4}) {
     SCOPED_TRACE("batch " + std::to_string(batch));
-    DraftModelConfig c{256, 5, batch};
+    DraftCacheConfig c{256, 5, batch};
     auto bm = draft_of(*target, dfile, c), sm = draft_of(*target, dfile, c);
     ASSERT_TRUE(bm && sm);
     EXPECT_EQ(bm->engine().caps().max_outputs, std::min(5, batch));
